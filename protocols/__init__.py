@@ -1,0 +1,1 @@
+"""Built-in protocols, registered by name on import."""

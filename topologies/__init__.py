@@ -1,0 +1,1 @@
+"""Network builders: LTE star, groups, hierarchical group trees."""
