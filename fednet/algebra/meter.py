@@ -1,0 +1,128 @@
+"""The MAC meter: kernels count the multiply-accumulates they execute.
+
+The model of time charges a computation ``rho / tau`` seconds (plus a random setup time),
+with ``rho`` the number of multiply-and-accumulate operations (MACs) the computation *really
+executes*. So the cost never comes from a separate hand-written formula: every kernel that
+protocols call reports its own count through :func:`charge`, and the engine reads the total
+from a :class:`MacMeter` opened around the computation.
+
+The meter lives in the lowest layer (``fednet.algebra``) rather than in ``fednet.sim``, as
+DESIGN.md first placed it, because the kernels that count are algebra kernels and a layer
+may only import the layers below it.
+
+Counting convention: a product of an (m, k) by a (k, n) matrix counts ``m * k * n`` MACs,
+whatever the number system (float64, fixed point ``Q<k,f>``, GF(q)); limb splitting or
+residue number systems used to make a product exact are an implementation detail of the host
+and are *not* counted, because a device would execute the product in its own arithmetic.
+Element-wise scaled additions (``y += a * x``) count one MAC per element.
+
+Meters nest: a charge is added to every meter open in the current context (so a study can
+meter a whole run while the engine meters each step). Counts are Python ``int`` (exact).
+
+Examples
+--------
+>>> import numpy as np
+>>> from fednet.algebra.meter import MacMeter, matmul
+>>> with MacMeter() as m:
+...     _ = matmul(np.ones((3, 4)), np.ones((4, 5)))
+>>> m.macs
+60
+"""
+
+from __future__ import annotations
+
+import contextvars
+
+import numpy as np
+
+__all__ = ["MacMeter", "charge", "matmul", "axpy", "active_meters"]
+
+_ACTIVE: contextvars.ContextVar[tuple["MacMeter", ...]] = contextvars.ContextVar(
+    "fednet_active_meters", default=()
+)
+
+
+class MacMeter:
+    """Context manager that accumulates the MACs charged while it is open.
+
+    Attributes
+    ----------
+    macs : int
+        Number of multiply-accumulate operations charged so far (exact Python int).
+    """
+
+    __slots__ = ("macs", "_token")
+
+    def __init__(self) -> None:
+        self.macs: int = 0
+        self._token: contextvars.Token | None = None
+
+    def __enter__(self) -> "MacMeter":
+        if self._token is not None:
+            raise RuntimeError("a MacMeter cannot be entered twice at the same time")
+        self._token = _ACTIVE.set(_ACTIVE.get() + (self,))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        _ACTIVE.reset(self._token)
+        self._token = None
+
+    def __repr__(self) -> str:
+        return f"MacMeter(macs={self.macs})"
+
+
+def active_meters() -> tuple[MacMeter, ...]:
+    """The meters open in the current context, outermost first."""
+    return _ACTIVE.get()
+
+
+def charge(macs: int) -> None:
+    """Charge ``macs`` multiply-accumulates to every open meter.
+
+    Parameters
+    ----------
+    macs : int
+        Non-negative number of MACs executed by the calling kernel.
+
+    Raises
+    ------
+    ValueError
+        If ``macs`` is negative.
+    """
+    macs = int(macs)
+    if macs < 0:
+        raise ValueError(f"macs must be non-negative, got {macs}")
+    for meter in _ACTIVE.get():
+        meter.macs += macs
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Metered real (float) matrix product ``a @ b``.
+
+    Parameters
+    ----------
+    a : ndarray, shape (m, k) or (k,)
+    b : ndarray, shape (k, n) or (k,)
+
+    Returns
+    -------
+    ndarray
+        ``a @ b``; charges ``m * k * n`` MACs (a vector counts as a dimension of 1).
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    m = a.shape[0] if a.ndim == 2 else 1
+    k = a.shape[-1]
+    n = b.shape[1] if b.ndim == 2 else 1
+    if b.shape[0] != k:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align")
+    charge(m * k * n)
+    return a @ b
+
+
+def axpy(alpha: float, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Metered ``alpha * x + y`` (a new array); charges one MAC per element."""
+    x = np.asarray(x)
+    charge(x.size)
+    return alpha * x + y
