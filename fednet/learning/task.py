@@ -1,0 +1,108 @@
+"""A learning task: the devices' local data, the test set, and the optimiser's hyperparameters.
+
+The protocols of the CodedPaddedFL/CodedSecAgg paper (Schlegel et al.) train a linear model
+``Theta`` of shape (d, c) by federated gradient descent on the ridge objective of eq. (2),
+with the update of eqs. (4)-(5) and the step-size schedule of Sec. VII (mu = 6.0, multiplied
+by 0.8 at epochs 200 and 350, lambda = 9e-6).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["LearningTask"]
+
+
+@dataclass
+class LearningTask:
+    """Local data of every device, the test set and the hyperparameters of eqs. (2)-(5).
+
+    Attributes
+    ----------
+    X : list of ndarray, each (n_i, d) float64
+        Features of device i (rows are data points; Sec. III).
+    Y : list of ndarray, each (n_i, c) float64
+        One-hot labels of device i.
+    x_test : ndarray, (m_test, d) float64
+    y_test : ndarray, (m_test,) int64
+        Test labels (class indices).
+    learning_rate : float
+        Initial step size mu of eq. (5).
+    lr_milestones : sequence of int
+        Epochs at which mu is multiplied by ``lr_decay`` (Sec. VII: 200 and 350).
+    lr_decay : float
+    weight_decay : float
+        The regularisation parameter lambda of eq. (2).
+    """
+
+    X: list[np.ndarray]
+    Y: list[np.ndarray]
+    x_test: np.ndarray
+    y_test: np.ndarray
+    learning_rate: float = 6.0
+    lr_milestones: Sequence[int] = (200, 350)
+    lr_decay: float = 0.8
+    weight_decay: float = 9e-6
+    _y_test_onehot: np.ndarray = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.X) != len(self.Y) or not self.X:
+            raise ValueError(f"X and Y must list the same positive number of devices, got {len(self.X)} and {len(self.Y)}")
+        for i, (x, y) in enumerate(zip(self.X, self.Y)):
+            if x.ndim != 2 or y.ndim != 2 or x.shape[0] != y.shape[0]:
+                raise ValueError(f"device {i}: X {x.shape} and Y {y.shape} must be (n_i, d) and (n_i, c)")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        c = self.Y[0].shape[1]
+        self._y_test_onehot = np.eye(c)[np.asarray(self.y_test, dtype=np.int64)]
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.X)
+
+    @property
+    def d(self) -> int:
+        """Number of features."""
+        return self.X[0].shape[1]
+
+    @property
+    def c(self) -> int:
+        """Number of outputs (classes)."""
+        return self.Y[0].shape[1]
+
+    @property
+    def n_points(self) -> list[int]:
+        """n_i for every device."""
+        return [x.shape[0] for x in self.X]
+
+    @property
+    def m(self) -> int:
+        """Total number of training points."""
+        return sum(self.n_points)
+
+    def step_size(self, epoch: int) -> float:
+        """mu at ``epoch`` (1-based): the initial rate times ``lr_decay`` per milestone reached."""
+        return self.learning_rate * self.lr_decay ** sum(1 for e in self.lr_milestones if epoch >= e)
+
+    def evaluate(self, theta: np.ndarray) -> tuple[float, float]:
+        """Test accuracy and the objective of eq. (2) on the test set.
+
+        Parameters
+        ----------
+        theta : ndarray, (d, c)
+
+        Returns
+        -------
+        accuracy : float
+            Fraction of test points whose argmax prediction equals the label.
+        loss : float
+            ``1/(2 m_test) ||X_test Theta - Y_test||_F^2 + lambda/2 ||Theta||_F^2``.
+        """
+        pred = self.x_test @ theta
+        acc = float(np.mean(np.argmax(pred, axis=1) == self.y_test))
+        r = pred - self._y_test_onehot
+        loss = float(0.5 * np.sum(r * r) / len(self.y_test) + 0.5 * self.weight_decay * np.sum(theta * theta))
+        return acc, loss

@@ -1,0 +1,124 @@
+"""Messages and links: sizes, rates, header overhead, packet loss with retransmission.
+
+Model (DESIGN.md "Links"; CodedPaddedFL paper Sec. III-B): every device has its own
+full-duplex, orthogonal link to the server, an uplink and a downlink, each a FIFO resource
+(messages on one link queue; links of different devices never interfere). A message of
+``b = n_elements * element_bits`` payload bits occupies the link for
+
+    T = b (1 + h) / gamma * (n + X) / n,
+
+with ``h`` the header overhead (a fraction), ``gamma`` the link rate in bit/s, ``n =
+ceil(b (1 + h) / packet_bits)`` packets (one packet when ``packet_bits`` is None, which is the
+paper's per-message geometric model ``T = N b / gamma``) and ``X ~ NegBin(n, 1 - p)`` the
+retransmissions (a sum of ``n`` geometric tries minus ``n``), sampled in one draw from the keyed
+uniform of (node, "uplink"/"downlink", round). Device-to-device messages are relayed through the
+server: the whole message is uploaded, then downloaded (store and forward).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .rng import negative_binomial_from_uniform
+
+__all__ = ["Message", "Link", "transmission_time"]
+
+
+@dataclass(eq=False)
+class Message:
+    """A payload travelling between nodes.
+
+    Attributes
+    ----------
+    src, dst : int
+        Node indices (devices ``0..D-1``, the server ``D``).
+    kind : str
+        What the message carries (``"model"``, ``"gradient"``, ``"share"``...), for traces and views.
+    payload : Any
+        The data itself (kept by reference; the receiver's view holds it).
+    n_elements : int
+        Number of numbers carried.
+    element_bits : int
+        Width of one number in bits (32 for float32, 48 for ``Q<48,24>``, ceil(log2 q) for GF(q)).
+    round : int
+        Round whose keyed draws decide the message's losses.
+    sent_at, delivered_at : float
+        Simulated seconds.
+    """
+
+    src: int
+    dst: int
+    kind: str
+    payload: Any
+    n_elements: int
+    element_bits: int
+    round: int = 0
+    sent_at: float = math.nan
+    delivered_at: float = math.nan
+    hops: list[tuple[str, int, float, float]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.n_elements < 0:
+            raise ValueError(f"n_elements must be >= 0, got {self.n_elements}")
+        if self.element_bits <= 0:
+            raise ValueError(f"element_bits must be positive, got {self.element_bits}")
+
+    @property
+    def bits(self) -> int:
+        """Payload size in bits (headers and retransmissions excluded)."""
+        return int(self.n_elements) * int(self.element_bits)
+
+
+def transmission_time(bits: int, rate_bps: float, overhead: float, loss: float,
+                      packet_bits: int | None, u: float) -> tuple[float, int, int]:
+    """Seconds a message occupies a link, and its packet and retransmission counts.
+
+    Parameters
+    ----------
+    bits : int
+        Payload bits.
+    rate_bps : float
+        Link rate in bit/s.
+    overhead : float
+        Header overhead as a fraction of the payload (0.1 in Sec. VII).
+    loss : float
+        Per-packet loss probability in [0, 1).
+    packet_bits : int or None
+        Packet size on the air in bits; None sends the message as one packet.
+    u : float
+        The keyed uniform that decides the retransmissions.
+
+    Returns
+    -------
+    seconds : float
+        Simulated seconds.
+    n_packets : int
+    retransmissions : int
+    """
+    if bits == 0:
+        return 0.0, 0, 0
+    air_bits = bits * (1.0 + overhead)
+    n = 1 if packet_bits is None else max(1, math.ceil(air_bits / packet_bits))
+    extra = negative_binomial_from_uniform(u, n, loss)
+    return air_bits / rate_bps * (n + extra) / n, n, extra
+
+
+@dataclass
+class Link:
+    """One direction of a device's link to the server.
+
+    Attributes
+    ----------
+    rate_bps : float
+        Rate in bit/s.
+    loss : float
+        Per-packet loss probability in [0, 1).
+    resource : simpy.Resource
+        Capacity-1 FIFO resource: one message on the link at a time.
+    """
+
+    rate_bps: float
+    loss: float
+    resource: Any

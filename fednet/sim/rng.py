@@ -1,0 +1,186 @@
+"""Random streams: one root seed, independent streams per node and purpose, keyed timing draws.
+
+Two kinds of randomness live here (DESIGN.md, "Randomness"):
+
+* **Keyed timing draws** decide stragglers and losses. The ``index``-th draw of node ``node``
+  for purpose ``purpose`` in round ``round`` is a fixed function of ``(seed, n_nodes, node,
+  purpose, round, index)``: whatever other nodes, purposes or rounds draw, it does not move.
+  Protocols therefore turn the *same* uniforms into their compute and link times, and two
+  protocols run with one seed face the same stragglers and losses in every round (a paired
+  comparison), even when they make different numbers of draws. A compute time uses a standard
+  exponential (``-log1p(-U)``) scaled by the step's mean; a message's retransmissions invert the
+  negative-binomial CDF at one uniform.
+* **Sequential streams** (:meth:`Streams.generator`) for protocol secrets (pads, masks, shares)
+  and data sampling, one independent ``numpy.random.Generator`` per (node, purpose, ...) key,
+  spawned from the root ``SeedSequence``.
+
+Implementation: for each ``(purpose, round)`` a block of uniforms of shape
+``(n_nodes, width)`` is drawn from its own ``SeedSequence(seed, spawn_key=(0, purpose_id,
+round, block))``; node ``i``'s ``j``-th draw is ``block[j // width][i, j % width]``. That costs
+one generator per (purpose, round) rather than per draw; the price is that draws depend on the
+number of nodes, so comparisons must use one network size (they always do).
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections import OrderedDict
+
+import numpy as np
+from scipy import special
+
+__all__ = ["Streams", "purpose_id", "negative_binomial_from_uniform"]
+
+_KEYED = 0
+_SEQUENTIAL = 1
+
+
+def purpose_id(purpose: str) -> int:
+    """Stable non-negative integer for a purpose name (CRC-32; Python's ``hash`` is salted)."""
+    if not isinstance(purpose, str) or not purpose:
+        raise ValueError(f"purpose must be a non-empty string, got {purpose!r}")
+    return zlib.crc32(purpose.encode("utf-8"))
+
+
+def _key_part(part: object) -> int:
+    if isinstance(part, str):
+        return purpose_id(part)
+    if isinstance(part, (int, np.integer)) and not isinstance(part, bool) and part >= 0:
+        return int(part)
+    raise ValueError(f"stream key parts must be strings or non-negative ints, got {part!r}")
+
+
+def negative_binomial_from_uniform(u: float, n: int, p: float) -> int:
+    """Failures before ``n`` successes with success probability ``1 - p``, by CDF inversion at ``u``.
+
+    The number of extra transmissions of a message of ``n`` packets, each retransmitted until
+    it gets through (per-packet loss probability ``p``), is ``X ~ NegBin(n, 1 - p)``: the sum of
+    ``n`` geometric tries minus ``n`` (DESIGN.md, "Links"). Returns the smallest ``k`` with
+    ``P(X <= k) >= u``, so one uniform decides the whole message.
+
+    Parameters
+    ----------
+    u : float
+        Uniform in [0, 1).
+    n : int
+        Number of packets (>= 1).
+    p : float
+        Per-packet loss probability in [0, 1).
+
+    Returns
+    -------
+    int
+        Number of retransmitted packets.
+    """
+    if p == 0.0 or u <= 0.0:
+        return 0
+    q = 1.0 - p
+    # Continuous inverse as the first guess, then step to the exact discrete quantile.
+    guess = special.nbdtrik(u, n, q)
+    k = max(0, int(math.ceil(guess)) if np.isfinite(guess) else 0)
+    while k > 0 and special.nbdtr(k - 1, n, q) >= u:
+        k -= 1
+    while special.nbdtr(k, n, q) < u:
+        k += 1
+    return k
+
+
+class Streams:
+    """All randomness of one simulation, derived from one root seed.
+
+    Parameters
+    ----------
+    seed : int
+        Root seed (non-negative).
+    n_nodes : int
+        Number of nodes (devices and server) that draw keyed timing randomness.
+    width : int, optional
+        Draws per node in one block of a (purpose, round); more draws open further blocks.
+    cache_rounds : int, optional
+        How many (purpose, round) blocks are kept; a round older than that cannot be drawn
+        again (an error, never a silent repeat of draws).
+
+    Raises
+    ------
+    ValueError
+        For a negative seed or a non-positive ``n_nodes``.
+    """
+
+    def __init__(self, seed: int, n_nodes: int, *, width: int = 8, cache_rounds: int = 4096) -> None:
+        if not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        if n_nodes < 1:
+            raise ValueError(f"n_nodes must be positive, got {n_nodes}")
+        self.seed = int(seed)
+        self.n_nodes = int(n_nodes)
+        self.width = int(width)
+        self._cache_rounds = int(cache_rounds)
+        # (purpose_id, round) -> [blocks list, per-node draw counters]
+        self._entries: OrderedDict[tuple[int, int], tuple[list[np.ndarray], np.ndarray]] = OrderedDict()
+        self._evicted: set[tuple[int, int]] = set()
+
+    # -- keyed draws --------------------------------------------------------------------
+    def _entry(self, pid: int, round: int) -> tuple[list[np.ndarray], np.ndarray]:
+        key = (pid, round)
+        entry = self._entries.get(key)
+        if entry is None:
+            if key in self._evicted:
+                raise RuntimeError(
+                    f"keyed draws of round {round} were evicted (more than {self._cache_rounds} "
+                    "rounds in flight); raise cache_rounds"
+                )
+            entry = ([], np.zeros(self.n_nodes, dtype=np.int64))
+            self._entries[key] = entry
+            if len(self._entries) > self._cache_rounds:
+                old, _ = self._entries.popitem(last=False)
+                self._evicted.add(old)
+        return entry
+
+    def _block(self, pid: int, round: int, blocks: list[np.ndarray], b: int) -> np.ndarray:
+        while len(blocks) <= b:
+            ss = np.random.SeedSequence(self.seed, spawn_key=(_KEYED, pid, round, len(blocks)))
+            blocks.append(np.random.Generator(np.random.PCG64(ss)).random((self.n_nodes, self.width)))
+        return blocks[b]
+
+    def uniform(self, node: int, purpose: str, round: int) -> float:
+        """The next keyed standard uniform of ``node`` for ``purpose`` in ``round``.
+
+        Parameters
+        ----------
+        node : int
+            Node index in ``[0, n_nodes)``.
+        purpose : str
+            What the draw decides, e.g. ``"compute"``, ``"uplink"``, ``"downlink"``, ``"dropout"``.
+        round : int
+            Round number (0 for a protocol's setup phase).
+
+        Returns
+        -------
+        float
+            A draw in [0, 1).
+        """
+        if not 0 <= node < self.n_nodes:
+            raise ValueError(f"node must be in [0, {self.n_nodes}), got {node}")
+        if round < 0:
+            raise ValueError(f"round must be non-negative, got {round}")
+        pid = purpose_id(purpose)
+        blocks, counts = self._entry(pid, round)
+        j = int(counts[node])
+        counts[node] = j + 1
+        return float(self._block(pid, round, blocks, j // self.width)[node, j % self.width])
+
+    def standard_exponential(self, node: int, purpose: str, round: int) -> float:
+        """The next keyed Exp(1) draw, ``-log1p(-U)`` of :meth:`uniform`."""
+        return -math.log1p(-self.uniform(node, purpose, round))
+
+    # -- sequential streams ---------------------------------------------------------------
+    def generator(self, *key: str | int) -> np.random.Generator:
+        """An independent generator for a key such as ``(node, "pads")`` or ``("topology",)``.
+
+        The same key always gives the same stream; different keys give independent streams.
+        """
+        if not key:
+            raise ValueError("generator() needs a key, e.g. (node, 'pads')")
+        spawn_key = (_SEQUENTIAL,) + tuple(_key_part(p) for p in key)
+        return np.random.Generator(np.random.PCG64(np.random.SeedSequence(self.seed, spawn_key=spawn_key)))

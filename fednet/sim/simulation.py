@@ -1,0 +1,313 @@
+"""The simulation: SimPy environment, nodes, links, random streams, accounting.
+
+A :class:`Simulation` is built from a networkx graph (see :mod:`topologies`): one node with
+``role="server"`` and devices with ``role="device"``, each device joined to the server by an
+edge carrying ``uplink_bps``, ``downlink_bps`` and ``loss`` (or ``uplink_loss`` /
+``downlink_loss``); nodes carry ``mac_rate`` (MAC/s) and optionally ``compute`` (a
+:class:`~fednet.sim.compute.ComputeModel`); the graph carries ``header_overhead`` and
+``packet_bits``. Devices get indices ``0..D-1`` in graph order and the server index ``D``.
+
+The engine moves messages and advances time; it does no protocol math. Its two timed
+operations are SimPy sub-generators used with ``yield from``:
+
+* :meth:`Simulation.transfer` sends a :class:`~fednet.sim.network.Message` over the device's
+  uplink, downlink, or both (device to device, relayed through the server);
+* :meth:`Simulation.compute` runs a pure function under a MAC meter on a node and holds the
+  node's processor for the time the compute model gives for the MACs that really ran.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from fednet.algebra.meter import MacMeter
+
+from .compute import AlwaysAvailable, Availability, ComputeModel, Deterministic, ShiftedExponential
+from .network import Link, Message, transmission_time
+from .rng import Streams
+
+__all__ = ["Node", "Simulation", "Counters"]
+
+
+@dataclass
+class Counters:
+    """Traffic and computation accumulated since the last :meth:`Simulation.take_counters`.
+
+    Attributes
+    ----------
+    bits_up, bits_down : int
+        Payload bits carried on uplinks / downlinks (a relayed message counts on both).
+    device_macs, server_macs : int
+        MACs executed by devices / the server.
+    messages : int
+        Link traversals.
+    retransmissions : int
+        Retransmitted packets.
+    """
+
+    bits_up: int = 0
+    bits_down: int = 0
+    device_macs: int = 0
+    server_macs: int = 0
+    messages: int = 0
+    retransmissions: int = 0
+
+
+@dataclass(eq=False)
+class Node:
+    """A device or the server.
+
+    Attributes
+    ----------
+    index : int
+        Devices ``0..D-1``, the server ``D``.
+    name : Any
+        The node's key in the topology graph.
+    role : str
+        ``"device"`` or ``"server"``.
+    mac_rate : float
+        MAC/s (the paper's tau).
+    compute_model : ComputeModel
+    cpu : simpy.Resource
+        The processor: one computation at a time.
+    uplink, downlink : Link or None
+        The device's links to / from the server (None for the server).
+    state : SimpleNamespace
+        Private per-node state of the protocol.
+    view : list of Message
+        Every message the node received, in order (for privacy audits), if views are recorded.
+    attrs : dict
+        The remaining graph attributes (e.g. ``group``).
+    """
+
+    index: int
+    name: Any
+    role: str
+    mac_rate: float
+    compute_model: ComputeModel
+    cpu: Any
+    uplink: Link | None = None
+    downlink: Link | None = None
+    state: SimpleNamespace = field(default_factory=SimpleNamespace)
+    view: list[Message] = field(default_factory=list)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_server(self) -> bool:
+        return self.role == "server"
+
+    def __repr__(self) -> str:
+        return f"Node({self.index}, {self.role}, name={self.name!r})"
+
+
+def _positive(value: Any, what: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{what} must be a positive number, got {value!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise ValueError(f"{what} must be a positive number, got {value!r}")
+    return v
+
+
+def _probability(value: Any, what: str) -> float:
+    v = float(value)
+    if not 0.0 <= v < 1.0:
+        raise ValueError(f"{what} must be in [0, 1), got {value!r}")
+    return v
+
+
+class Simulation:
+    """One simulated network and its clock.
+
+    Parameters
+    ----------
+    graph : networkx.Graph
+        The topology (module docstring for its attributes).
+    seed : int
+        Root seed of every random stream.
+    device_compute : ComputeModel, optional
+        Default compute model of devices without a ``compute`` attribute
+        (shifted exponential with setup fraction 0.5).
+    server_compute : ComputeModel, optional
+        Default compute model of the server (deterministic).
+    availability : Availability, optional
+        Dropout model of devices (every device always available).
+    record_views : bool, optional
+        Keep every received message in the receiver's ``view``.
+
+    Raises
+    ------
+    ValueError
+        For a graph without exactly one server, a device not linked to it, a non-positive rate
+        or MAC rate, a loss probability outside [0, 1) or a negative overhead.
+    """
+
+    def __init__(self, graph: nx.Graph, seed: int, *, device_compute: ComputeModel | None = None,
+                 server_compute: ComputeModel | None = None, availability: Availability | None = None,
+                 record_views: bool = True) -> None:
+        self.env = simpy.Environment()
+        self.graph = graph
+        self.record_views = record_views
+        self.availability = availability or AlwaysAvailable()
+        self.overhead = float(graph.graph.get("header_overhead", 0.0))
+        if not self.overhead >= 0:
+            raise ValueError(f"header_overhead must be >= 0, got {self.overhead}")
+        pb = graph.graph.get("packet_bits")
+        self.packet_bits = None if pb is None else int(_positive(pb, "packet_bits"))
+
+        servers = [n for n, a in graph.nodes(data=True) if a.get("role") == "server"]
+        if len(servers) != 1:
+            raise ValueError(f"the topology needs exactly one node with role='server', found {len(servers)}")
+        device_keys = [n for n, a in graph.nodes(data=True) if a.get("role") == "device"]
+        others = [n for n, a in graph.nodes(data=True) if a.get("role") not in ("device", "server")]
+        if others:
+            raise ValueError(f"nodes {others[:5]} have a role other than 'device' or 'server'")
+        if not device_keys:
+            raise ValueError("the topology has no devices")
+        self.streams = Streams(seed, len(device_keys) + 1)
+        self.seed = self.streams.seed
+
+        dev_default = device_compute or ShiftedExponential(0.5)
+        srv_default = server_compute or Deterministic()
+        self.devices: list[Node] = []
+        for i, key in enumerate(device_keys):
+            attrs = dict(graph.nodes[key])
+            if not graph.has_edge(key, servers[0]):
+                raise ValueError(f"device {key!r} has no link to the server")
+            e = graph.edges[key, servers[0]]
+            loss = e.get("loss", 0.0)
+            up = Link(_positive(e.get("uplink_bps"), f"uplink_bps of device {key!r}"),
+                      _probability(e.get("uplink_loss", loss), f"uplink loss of device {key!r}"),
+                      simpy.Resource(self.env, capacity=1))
+            down = Link(_positive(e.get("downlink_bps"), f"downlink_bps of device {key!r}"),
+                        _probability(e.get("downlink_loss", loss), f"downlink loss of device {key!r}"),
+                        simpy.Resource(self.env, capacity=1))
+            self.devices.append(Node(
+                index=i, name=key, role="device",
+                mac_rate=_positive(attrs.pop("mac_rate", None), f"mac_rate of device {key!r}"),
+                compute_model=attrs.pop("compute", None) or dev_default,
+                cpu=simpy.Resource(self.env, capacity=1), uplink=up, downlink=down,
+                attrs={k: v for k, v in attrs.items() if k != "role"}))
+        sattrs = dict(graph.nodes[servers[0]])
+        self.server = Node(
+            index=len(self.devices), name=servers[0], role="server",
+            mac_rate=_positive(sattrs.pop("mac_rate", None), "mac_rate of the server"),
+            compute_model=sattrs.pop("compute", None) or srv_default,
+            cpu=simpy.Resource(self.env, capacity=1),
+            attrs={k: v for k, v in sattrs.items() if k != "role"})
+        self.nodes: list[Node] = [*self.devices, self.server]
+        self.counters = Counters()
+        self.round = 0
+
+    # -- helpers ------------------------------------------------------------------------
+    @property
+    def now(self) -> float:
+        """Current simulated time in seconds."""
+        return float(self.env.now)
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.devices)
+
+    def node(self, index: int) -> Node:
+        """The node with this index (devices ``0..D-1``, server ``D``)."""
+        return self.nodes[index]
+
+    def take_counters(self) -> Counters:
+        """Return the counters accumulated so far and start new ones."""
+        c, self.counters = self.counters, Counters()
+        return c
+
+    def rng(self, node: Node | int, purpose: str, *more: int | str) -> np.random.Generator:
+        """An independent sequential stream for (node, purpose, ...): pads, masks, sampling."""
+        idx = node.index if isinstance(node, Node) else int(node)
+        return self.streams.generator(idx, purpose, *more)
+
+    def available(self, node: Node, round: int | None = None) -> bool:
+        """Whether a device takes part in a round under the availability model (server: always)."""
+        if node.is_server:
+            return True
+        r = self.round if round is None else round
+        return self.availability.available(
+            node.index, r, lambda: self.streams.uniform(node.index, "dropout", r))
+
+    # -- timed operations -----------------------------------------------------------------
+    def _hop(self, msg: Message, device: Node, direction: str) -> Generator:
+        link = device.uplink if direction == "up" else device.downlink
+        with link.resource.request() as req:
+            yield req
+            u = self.streams.uniform(device.index, "uplink" if direction == "up" else "downlink", msg.round)
+            seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
+                                                   self.packet_bits, u)
+            start = self.now
+            yield self.env.timeout(seconds)
+        if direction == "up":
+            self.counters.bits_up += msg.bits
+        else:
+            self.counters.bits_down += msg.bits
+        self.counters.messages += 1
+        self.counters.retransmissions += extra
+        msg.hops.append((direction, device.index, start, self.now))
+
+    def transfer(self, msg: Message) -> Generator[Any, Any, Message]:
+        """Move a message to its destination (``yield from``); returns it once delivered.
+
+        Device to server uses the device's uplink, server to device its downlink, and device to
+        device both in turn (relayed through the server, which sees the message pass).
+        """
+        if msg.src == msg.dst:
+            raise ValueError(f"message {msg.kind!r} from node {msg.src} to itself")
+        src, dst = self.nodes[msg.src], self.nodes[msg.dst]
+        msg.sent_at = self.now
+        if not src.is_server:
+            yield from self._hop(msg, src, "up")
+            if self.record_views and not dst.is_server:
+                self.server.view.append(msg)      # the relay sees what it forwards
+        if not dst.is_server:
+            yield from self._hop(msg, dst, "down")
+        msg.delivered_at = self.now
+        if self.record_views:
+            dst.view.append(msg)
+        return msg
+
+    def compute(self, node: Node, fn: Callable[..., Any] | None, *args: Any,
+                macs: int | None = None, round: int | None = None, **kwargs: Any) -> Generator:
+        """Run ``fn(*args, **kwargs)`` on ``node`` and hold its processor for the charged time.
+
+        The MACs are those counted by the meter while ``fn`` ran; ``macs=`` adds a known count
+        instead (timing-only mode replays counts metered in a real run). Returns ``fn``'s result.
+        """
+        r = self.round if round is None else round
+        with node.cpu.request() as req:
+            yield req
+            meter = MacMeter()
+            result = None
+            if fn is not None:
+                with meter:
+                    result = fn(*args, **kwargs)
+            total = meter.macs + (int(macs) if macs is not None else 0)
+            seconds = node.compute_model.duration(
+                node.index, r, total, node.mac_rate,
+                lambda: self.streams.standard_exponential(node.index, "compute", r))
+            if node.is_server:
+                self.counters.server_macs += total
+            else:
+                self.counters.device_macs += total
+            if seconds > 0:
+                yield self.env.timeout(seconds)
+        return result
+
+    def run(self, process: Generator, until: float | None = None) -> Any:
+        """Run a top-level generator as a SimPy process to completion; returns its value."""
+        proc = self.env.process(process)
+        self.env.run(until=proc if until is None else until)
+        return proc.value if proc.triggered else None

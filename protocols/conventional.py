@@ -1,0 +1,110 @@
+"""Conventional federated (minibatch) gradient descent — the baseline of Sec. VII.
+
+Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: Straggler
+mitigation and secure aggregation in federated learning", Sec. III-A (eqs. 3-5) and
+Sec. VII-A/B.
+
+Each epoch the server broadcasts ``Theta`` (float32, d*c numbers); device i draws a minibatch
+of ``b_i = round(minibatch_fraction * n_i)`` of its points without replacement (Sec. VII-A: "a
+fifth of the data at each epoch"), computes the unbiased estimate of eq. (3)
+
+    G_i = (n_i / b_i) X_b^T (X_b Theta - Y_b)          (2 b_i d c MACs)
+
+and uploads it. The server waits for all devices, or for the ``D - drop_slowest`` first to
+arrive (the client-drift variant of Sec. VII-B: the slowest are dropped each epoch), sums the
+gradients (one MAC per element and gradient), and applies eqs. (4)-(5) with ``m`` replaced by
+the number of points of the devices used.
+
+What each party sees: the server sees every used device's local gradient estimate in the clear
+(no privacy beyond not sharing raw data); devices see only the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import numpy as np
+from pydantic import Field
+
+from fednet.algebra.meter import axpy, matmul
+from fednet.protocol.base import Protocol, ProtocolConfig
+from fednet.sim.simulation import Node
+
+
+class ConventionalFLConfig(ProtocolConfig):
+    """Parameters of conventional FL.
+
+    Attributes
+    ----------
+    minibatch_fraction : float
+        Fraction of each device's points used per epoch, in (0, 1] (0.2 in Sec. VII-A).
+    drop_slowest : int
+        Number of slowest devices whose gradients the server does not wait for (Sec. VII-B).
+    """
+
+    minibatch_fraction: float = Field(0.2, gt=0.0, le=1.0)
+    drop_slowest: int = Field(0, ge=0)
+
+
+def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Unbiased minibatch estimate of ``G_i = X^T X Theta - X^T Y`` (eq. 3), metered.
+
+    Parameters
+    ----------
+    X : ndarray, (n_i, d)
+    Y : ndarray, (n_i, c)
+    theta : ndarray, (d, c)
+    rows : ndarray of int, (b,)
+        The minibatch.
+
+    Returns
+    -------
+    ndarray, (d, c)
+        ``(n_i / b) X_b^T (X_b Theta - Y_b)``; charges ``2 b d c`` MACs.
+    """
+    xb = X[rows]
+    residual = matmul(xb, theta) - Y[rows]
+    return matmul(xb.T, residual) * (X.shape[0] / len(rows))
+
+
+class ConventionalFL(Protocol):
+    """Conventional federated minibatch gradient descent (Sec. III-A, VII-A/B)."""
+
+    name = "conventional"
+    Config = ConventionalFLConfig
+
+    def validate(self) -> None:
+        if self.config.drop_slowest >= self.sim.n_devices:
+            raise ValueError(f"drop_slowest must be less than the number of devices "
+                             f"({self.sim.n_devices}), got {self.config.drop_slowest}")
+
+    def setup(self) -> Generator:
+        for dev in self.devices:
+            n = self.task.X[dev.index].shape[0]
+            dev.state.batch = max(1, int(round(self.config.minibatch_fraction * n)))
+            dev.state.sampler = self.sim.rng(dev, "minibatch")
+        return
+        yield  # pragma: no cover
+
+    def local_gradient(self, dev: Node) -> np.ndarray:
+        """Device ``dev``'s minibatch gradient on the model it received this round."""
+        theta = dev.state.received.astype(np.float64)      # the float32 model it downloaded
+        n = self.task.X[dev.index].shape[0]
+        rows = dev.state.sampler.choice(n, size=dev.state.batch, replace=False)
+        return minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], theta, rows)
+
+    def round(self, epoch: int) -> Generator:
+        need = self.sim.n_devices - self.config.drop_slowest
+        replies = yield from self.gather(self.devices, self.local_gradient, kind="gradient",
+                                         first=need, download=self.theta.astype(np.float32))
+        gradients = [g for _, g in replies]
+
+        def aggregate() -> np.ndarray:
+            total = np.zeros_like(self.theta)
+            for g in gradients:
+                total = axpy(1.0, g, total)
+            return total
+
+        G = yield from self.server_compute(aggregate)
+        self.used = [dev.index for dev, _ in replies]
+        self.step(G, sum(self.task.X[i].shape[0] for i in self.used))

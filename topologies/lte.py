@@ -1,0 +1,108 @@
+"""LTE star networks with the device heterogeneity of the CodedPaddedFL paper.
+
+Source: Schlegel et al., Sec. VII: LTE Cat 1 links (uplink 5 Mbit/s, downlink 10 Mbit/s),
+packet loss probability 0.1 with retransmission, 10 % header overhead, server 8.24e12 MAC/s;
+device MAC rates for D = 25: ten at 25e6, five each at 5e6, 2.5e6 and 1.25e6 MAC/s (Sec.
+VII-A); for other D drawn uniformly at random from those four rates (Sec. VII-C).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import networkx as nx
+import numpy as np
+
+__all__ = ["MAC_RATE_LEVELS", "paper_mac_rates", "lte_star", "SERVER"]
+
+#: Device MAC rates of Sec. VII, in MAC/s.
+MAC_RATE_LEVELS: tuple[float, ...] = (25e6, 5e6, 2.5e6, 1.25e6)
+#: Graph key of the server node.
+SERVER = "server"
+
+
+def paper_mac_rates(n_devices: int, rng: np.random.Generator | None = None) -> list[float]:
+    """Device MAC rates of Sec. VII.
+
+    Parameters
+    ----------
+    n_devices : int
+        D. For D = 25 the fixed mix of Sec. VII-A (10 x 25e6, 5 x 5e6, 5 x 2.5e6, 5 x 1.25e6);
+        otherwise each rate drawn uniformly from :data:`MAC_RATE_LEVELS` (Sec. VII-C).
+    rng : numpy.random.Generator, optional
+        Stream for the draw (required when D != 25).
+
+    Returns
+    -------
+    list of float
+        MAC/s of devices 0..D-1.
+    """
+    if n_devices < 1:
+        raise ValueError(f"n_devices must be positive, got {n_devices}")
+    if n_devices == 25:
+        return [25e6] * 10 + [5e6] * 5 + [2.5e6] * 5 + [1.25e6] * 5
+    if rng is None:
+        raise ValueError(f"paper_mac_rates needs an rng to draw the rates of {n_devices} devices")
+    return [float(x) for x in rng.choice(MAC_RATE_LEVELS, size=n_devices)]
+
+
+def lte_star(n_devices: int, *, uplink_bps: float = 5e6, downlink_bps: float = 10e6, loss: float = 0.1,
+             header_overhead: float = 0.1, packet_bits: int | None = None, server_mac_rate: float = 8.24e12,
+             device_mac_rates: Sequence[float] | None = None, rng: np.random.Generator | None = None) -> nx.Graph:
+    """A star of ``n_devices`` devices around one server (the paper's defaults).
+
+    Parameters
+    ----------
+    n_devices : int
+        D.
+    uplink_bps, downlink_bps : float
+        Link rates in bit/s (LTE Cat 1: 5e6 and 10e6).
+    loss : float
+        Per-packet loss probability in [0, 1) (0.1).
+    header_overhead : float
+        Header bits as a fraction of the payload (0.1).
+    packet_bits : int or None
+        Packet size on the air; None sends each message as one packet (the paper's
+        ``T = N b / gamma`` with one geometric N per message).
+    server_mac_rate : float
+        MAC/s of the server (8.24e12).
+    device_mac_rates : sequence of float, optional
+        MAC/s per device; default :func:`paper_mac_rates`.
+    rng : numpy.random.Generator, optional
+        Stream for drawn MAC rates.
+
+    Returns
+    -------
+    networkx.Graph
+        Devices ``0..D-1`` (``role="device"``, ``mac_rate``) and ``"server"``; each edge has
+        ``uplink_bps``, ``downlink_bps``, ``loss``; the graph has ``header_overhead`` and
+        ``packet_bits``.
+
+    Raises
+    ------
+    ValueError
+        Naming the offending argument and value.
+    """
+    if n_devices < 1:
+        raise ValueError(f"n_devices must be positive, got {n_devices}")
+    for name, v in (("uplink_bps", uplink_bps), ("downlink_bps", downlink_bps), ("server_mac_rate", server_mac_rate)):
+        if not v > 0:
+            raise ValueError(f"{name} must be positive, got {v}")
+    if not 0.0 <= loss < 1.0:
+        raise ValueError(f"loss must be in [0, 1), got {loss}")
+    if not header_overhead >= 0:
+        raise ValueError(f"header_overhead must be >= 0, got {header_overhead}")
+    if packet_bits is not None and packet_bits <= 0:
+        raise ValueError(f"packet_bits must be positive or None, got {packet_bits}")
+    rates = list(device_mac_rates) if device_mac_rates is not None else paper_mac_rates(n_devices, rng)
+    if len(rates) != n_devices:
+        raise ValueError(f"device_mac_rates has {len(rates)} entries for {n_devices} devices")
+    for i, r in enumerate(rates):
+        if not r > 0:
+            raise ValueError(f"device_mac_rates[{i}] must be positive, got {r}")
+    g = nx.Graph(header_overhead=float(header_overhead), packet_bits=packet_bits)
+    g.add_node(SERVER, role="server", mac_rate=float(server_mac_rate))
+    for i, r in enumerate(rates):
+        g.add_node(i, role="device", mac_rate=float(r))
+        g.add_edge(i, SERVER, uplink_bps=float(uplink_bps), downlink_bps=float(downlink_bps), loss=float(loss))
+    return g
