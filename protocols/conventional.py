@@ -73,10 +73,11 @@ class ConventionalFL(Protocol):
     name = "conventional"
     Config = ConventionalFLConfig
 
-    def validate(self) -> None:
-        if self.config.drop_slowest >= self.sim.n_devices:
-            raise ValueError(f"drop_slowest must be less than the number of devices "
-                             f"({self.sim.n_devices}), got {self.config.drop_slowest}")
+    @classmethod
+    def check(cls, config: ConventionalFLConfig, n_devices: int) -> None:
+        if config.drop_slowest >= n_devices:
+            raise ValueError(f"drop_slowest must be less than the number of devices ({n_devices}), "
+                             f"got {config.drop_slowest}")
 
     def setup(self) -> Generator:
         for dev in self.devices:

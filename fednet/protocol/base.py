@@ -154,8 +154,20 @@ class Protocol:
         self.validate()
 
     # -- to override ----------------------------------------------------------------------
+    @classmethod
+    def check(cls, config: ProtocolConfig, n_devices: int) -> None:
+        """Check a configuration against the network size before anything runs.
+
+        Called when a study is loaded (so a bad study fails before any output is written) and
+        again when the protocol is built. Raise ``ValueError`` naming the parameter and value.
+        """
+
     def validate(self) -> None:
-        """Check the configuration against the network and task; raise ``ValueError`` if unfit."""
+        """Check the configuration against the network and task; raise ``ValueError`` if unfit.
+
+        The default calls :meth:`check`; override to add checks that need the data.
+        """
+        type(self).check(self.config, self.sim.n_devices)
 
     def setup(self) -> Generator:
         """Phase 1 (round 0): nothing by default."""
