@@ -1,0 +1,28 @@
+# Two entry points for a fresh machine with Python 3.11+ (see README.md):
+#   make run    install into .venv and run the quickstart study on the embedded digits data
+#   make test   install into .venv (with test extras) and run the test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# The original MNIST / Fashion-MNIST files (tests read them from here; never copied into the repo).
+export FEDNET_DATA ?= $(abspath ../shared/data)
+
+.PHONY: run test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+run: $(VENV)/.installed
+	$(VENV)/bin/fednet run studies/quickstart.toml
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) results .pytest_cache
