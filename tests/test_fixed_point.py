@@ -236,3 +236,27 @@ def test_naive_padded_product_in_z2k_is_not_linear():
     rw = limbs_to_object(random_ring_limbs((n,), Q.k + Q.f, rng))
     good = Q.sub(Q.mul_padded(c, (x.astype(object) + rw) % wide), Q.mul_padded(c, rw))
     assert np.abs(Q.decode(good) - Q.decode(c) * Q.decode(x)).max() <= 2.0**-Q.f
+
+
+def test_ring_helpers_match_python_ints():
+    from fednet.algebra.fixed_point import ring_add, ring_from_int, ring_scaled_sum, ring_shift
+
+    rng = np.random.default_rng(13)
+    bits = 96
+    mod = 1 << bits
+    a = rng.integers(-(2**62), 2**62, size=(3, 4))
+    la = ring_from_int(a, bits)
+    np.testing.assert_array_equal(limbs_to_object(la), a.astype(object) % mod)
+    terms = [random_ring_limbs((3, 4), bits, rng) for _ in range(5)]
+    coef = [int(c) for c in rng.integers(-(2**30), 2**30, size=5)]
+    with MacMeter() as meter:
+        got = ring_scaled_sum(coef, terms, bits)
+    assert meter.macs == 5 * 12
+    want = sum(c * limbs_to_object(t) for c, t in zip(coef, terms)) % mod
+    np.testing.assert_array_equal(limbs_to_object(got), want)
+    s = ring_add(got, la, bits, subtract=True)
+    np.testing.assert_array_equal(limbs_to_object(s), (want - a.astype(object)) % mod)
+    for shift, out in [(24, 72), (16, 80), (0, 40), (37, 48)]:
+        np.testing.assert_array_equal(
+            limbs_to_object(ring_shift(got, shift, out)), (want >> shift) % (1 << out)
+        )

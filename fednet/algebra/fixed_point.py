@@ -70,6 +70,11 @@ __all__ = [
     "object_to_limbs",
     "extract_bits",
     "random_ring_limbs",
+    "ring_from_int",
+    "ring_add",
+    "ring_scaled_sum",
+    "ring_shift",
+    "prepared_from_limbs",
 ]
 
 LIMB_BITS = 16
@@ -639,3 +644,117 @@ class FixedPoint:
         v = np.asarray(padded_wide).astype(object)
         prod = (c * v) % (1 << (self.k + self.f))
         return self.wrap(prod >> self.f)
+
+
+# --------------------------------------------------------------------------- ring Z_2^bits on limbs
+def ring_from_int(a, bits: int) -> np.ndarray:
+    """Signed int64 integers as canonical limbs of their residue mod ``2^bits``.
+
+    Parameters
+    ----------
+    a : array_like of int (int64)
+    bits : int
+        Ring size exponent (positive, any size).
+
+    Returns
+    -------
+    ndarray, shape (ceil(bits/16), *a.shape), int64, each limb in ``[0, 2^16)``
+    """
+    a = _check_int_array("a", a)
+    nout = math.ceil(bits / LIMB_BITS)
+    limbs = _int64_to_limbs(a, max(nout, 4))  # 4 limbs hold any int64 exactly (top signed)
+    return _carry(list(limbs), bits)
+
+
+def ring_add(a: np.ndarray, b: np.ndarray, bits: int, *, subtract: bool = False) -> np.ndarray:
+    """``a + b`` (or ``a - b``) in ``Z_2^bits`` on canonical limbs, shape ``(L, ...)``.
+
+    Parameters
+    ----------
+    a, b : ndarray, shape (ceil(bits/16), ...), int64
+        Canonical limbs (e.g. from :func:`ring_from_int`, :func:`ring_matmul`).
+    bits : int
+    subtract : bool
+        Compute ``a - b`` instead.
+
+    Returns
+    -------
+    ndarray, canonical limbs of the result.
+    """
+    if a.shape != b.shape:
+        raise ValueError(f"ring_add: limb shapes {a.shape} and {b.shape} differ")
+    return _carry(list(a - b if subtract else a + b), bits)
+
+
+def ring_scaled_sum(coefficients, terms, bits: int) -> np.ndarray:
+    """``sum_j c_j * V_j`` in ``Z_2^bits`` with integer scalars ``c_j``, on canonical limbs.
+
+    Used for the local encoding of CodedPaddedFL (eqs. 8-9): ``c_j`` are the ``Q<k,f>``
+    integers of a row of the gradient code, ``V_j`` padded ring matrices.  Charges one MAC per
+    term and element.
+
+    Parameters
+    ----------
+    coefficients : sequence of int, length J, each ``|c_j| < 2^31``
+    terms : sequence of ndarray, each shape (ceil(bits/16), ...), canonical limbs
+    bits : int
+
+    Returns
+    -------
+    ndarray, canonical limbs of the sum.
+
+    Raises
+    ------
+    ValueError
+        If the lengths differ, a coefficient is too large, or there are more than 2^14 terms.
+    """
+    coefficients = [int(c) for c in coefficients]
+    if len(coefficients) != len(terms) or not terms:
+        raise ValueError(f"need as many coefficients as terms (>0), got {len(coefficients)} and {len(terms)}")
+    if any(abs(c) >= 1 << 31 for c in coefficients) or len(terms) > 1 << 14:
+        raise ValueError("coefficients must satisfy |c| < 2^31 and there may be at most 2^14 terms")
+    nout = math.ceil(bits / LIMB_BITS)
+    shape = terms[0].shape
+    partials = [np.zeros(shape[1:], dtype=np.int64) for _ in range(nout)]
+    for c, v in zip(coefficients, terms):
+        if v.shape != shape:
+            raise ValueError(f"ring_scaled_sum: term shape {v.shape} differs from {shape}")
+        charge(int(np.prod(shape[1:], dtype=np.int64)))
+        cl = (c & _LIMB_MASK, c >> LIMB_BITS)  # c = cl[0] + cl[1] 2^16, |cl[1]| < 2^15
+        for u, cu in enumerate(cl):
+            if cu == 0:
+                continue
+            for s in range(nout - u):
+                partials[s + u] += cu * v[s]  # |.| < 2^32 per term, < 2^47 summed
+    return _carry(partials, bits)
+
+
+def ring_shift(limbs: np.ndarray, shift: int, out_bits: int) -> np.ndarray:
+    """``floor(v / 2^shift) mod 2^out_bits`` of a canonical residue ``v``, as canonical limbs.
+
+    Dropping the low bits of a padded residue commutes with removing the pad up to one unit:
+    ``floor((x + r) / 2^s) - floor(r / 2^s)`` is ``floor(x / 2^s)`` or one more (the carry).
+    """
+    if shift < 0 or out_bits <= 0:
+        raise ValueError(f"shift must be >= 0 and out_bits > 0, got {shift} and {out_bits}")
+    nout = math.ceil(out_bits / LIMB_BITS)
+    q0, r0 = divmod(shift, LIMB_BITS)
+    L = limbs.shape[0]
+    out = []
+    for s in range(nout):
+        lo = limbs[q0 + s] if q0 + s < L else np.zeros(limbs.shape[1:], dtype=np.int64)
+        hi = limbs[q0 + s + 1] if q0 + s + 1 < L else np.zeros(limbs.shape[1:], dtype=np.int64)
+        out.append((lo >> r0) | ((hi << (LIMB_BITS - r0)) & _LIMB_MASK) if r0 else lo.copy())
+    return _carry(out, out_bits)
+
+
+def prepared_from_limbs(limbs: np.ndarray) -> PreparedOperand:
+    """A :class:`PreparedOperand` from canonical limbs of shape ``(L, m, n)`` (no copy of values).
+
+    The matrix is the residue ``sum_i limbs[i] 2^(16 i)``; products with it are meaningful
+    modulo ``2^bits`` for ``bits`` at most ``16 L`` and at most the ring it lives in.
+    """
+    limbs = np.asarray(limbs)
+    if limbs.ndim != 3:
+        raise ValueError(f"limbs must have shape (L, m, n), got {limbs.shape}")
+    return PreparedOperand(limbs.astype(np.float64), tuple(limbs.shape[1:]))
