@@ -1,0 +1,59 @@
+"""Engine speed: SimPy events per second and host wall time per simulated epoch.
+
+Conventional FL (download, minibatch gradient, upload; the server waits for everyone) on the
+LTE star with the paper's link and compute models, at D = 25 and D = 1000. Two data sizes:
+``d = 20`` (the engine's own overhead dominates) and ``d = 2000, c = 10`` with 96 points per
+device (the paper's feature size; the math shows up).
+
+Run: ``.venv/bin/python benchmarks/bench_engine.py``
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from fednet.learning.task import LearningTask
+from fednet.protocol import registry
+from fednet.sim.simulation import Simulation
+from topologies.lte import lte_star
+
+
+def task(D: int, d: int, n: int, c: int = 10) -> LearningTask:
+    rng = np.random.default_rng(0)
+    X = [rng.normal(size=(n, d)) / np.sqrt(d) for _ in range(D)]
+    Y = [np.eye(c)[rng.integers(0, c, n)] for _ in range(D)]
+    return LearningTask(X, Y, rng.normal(size=(100, d)), rng.integers(0, c, 100), learning_rate=0.1)
+
+
+def bench(D: int, d: int, n: int, epochs: int) -> dict[str, float]:
+    t = task(D, d, n)
+    sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0)
+    events = 0
+    step = sim.env.step
+
+    def counted_step() -> None:
+        nonlocal events
+        events += 1
+        step()
+
+    sim.env.step = counted_step  # type: ignore[method-assign]
+    proto = registry.get("conventional")(sim, t, {})
+    t0 = time.perf_counter()
+    proto.run(epochs)
+    wall = time.perf_counter() - t0
+    return {"D": D, "d": d, "epochs": epochs, "events": events, "events_per_s": events / wall,
+            "wall_per_epoch_ms": 1e3 * wall / epochs, "sim_s_per_epoch": sim.now / epochs}
+
+
+def main() -> None:
+    print(f"{'D':>5} {'d':>5} {'epochs':>6} {'events':>9} {'events/s':>10} {'wall/epoch':>11} {'sim/epoch':>10}")
+    for D, d, n, epochs in [(25, 20, 96, 400), (1000, 20, 96, 20), (25, 2000, 96, 100), (1000, 2000, 96, 5)]:
+        r = bench(D, d, n, epochs)
+        print(f"{r['D']:>5} {r['d']:>5} {r['epochs']:>6} {r['events']:>9} {r['events_per_s']:>10.0f} "
+              f"{r['wall_per_epoch_ms']:>9.2f}ms {r['sim_s_per_epoch']:>9.2f}s")
+
+
+if __name__ == "__main__":
+    main()
