@@ -1,0 +1,372 @@
+"""Datasets: MNIST and Fashion-MNIST from their original IDX files, and scikit-learn's digits.
+
+The MNIST [LeCun et al.] and Fashion-MNIST [Xiao et al.] datasets are read from the original
+gzip-compressed IDX files (the numerical set-up of Schlegel et al., "CodedPaddedFL and
+CodedSecAgg", Sec. VII, and of Makkonen et al., "Approximate gradient coding", Sec. IV-A).
+The files live in a data directory laid out as ``<dir>/mnist/*.gz`` and
+``<dir>/fashion-mnist/*.gz``; the directory is, in order of precedence, the ``data_dir``
+argument, the environment variable ``$FEDNET_DATA``, or ``~/.cache/fednet``. A missing file is
+downloaded from a configurable base URL (``url`` argument, else ``$FEDNET_DATA_URL``, else
+:data:`DEFAULT_URLS`) with :mod:`urllib`; every file, downloaded or not, is verified against
+the SHA-256 sums in :data:`SHA256` before it is parsed.
+
+The ``"digits"`` dataset is scikit-learn's bundled 8x8 digits (1797 images, no download), the
+embedded default of the quickstart study.
+
+IDX format (big-endian): int32 magic (2051 for images, 2049 for labels), int32 count, for
+images int32 rows and int32 cols, then ``count * rows * cols`` (or ``count``) uint8 values.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import shutil
+import struct
+import tempfile
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "Dataset",
+    "DatasetError",
+    "DATASETS",
+    "SHA256",
+    "FILES",
+    "DEFAULT_URLS",
+    "DIGITS_TEST_FRACTION",
+    "DIGITS_SPLIT_SEED",
+    "load_dataset",
+    "read_idx",
+    "resolve_data_dir",
+    "verify_file",
+    "fetch_file",
+]
+
+#: Names accepted by :func:`load_dataset`.
+DATASETS = ("digits", "mnist", "fashion-mnist")
+
+#: The four files of each IDX dataset, in the order (train images, train labels, test images,
+#: test labels).
+FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+
+#: SHA-256 of the eight original files (``../shared/data/SHA256SUMS``; the MD5s of these files
+#: match the official ones).
+SHA256: dict[str, str] = {
+    "mnist/train-images-idx3-ubyte.gz": "440fcabf73cc546fa21475e81ea370265605f56be210a4024d2ca8f203523609",
+    "mnist/train-labels-idx1-ubyte.gz": "3552534a0a558bbed6aed32b30c495cca23d567ec52cac8be1a0730e8010255c",
+    "mnist/t10k-images-idx3-ubyte.gz": "8d422c7b0a1c1c79245a5bcf07fe86e33eeafee792b84584aec276f5a2dbc4e6",
+    "mnist/t10k-labels-idx1-ubyte.gz": "f7ae60f92e00ec6debd23a6088c31dbd2371eca3ffa0defaefb259924204aec6",
+    "fashion-mnist/train-images-idx3-ubyte.gz": "3aede38d61863908ad78613f6a32ed271626dd12800ba2636569512369268a84",
+    "fashion-mnist/train-labels-idx1-ubyte.gz": "a04f17134ac03560a47e3764e11b92fc97de4d1bfaf8ba1a3aa29af54cc90845",
+    "fashion-mnist/t10k-images-idx3-ubyte.gz": "346e55b948d973a97e58d2351dde16a484bd415d4595297633bb08f03db6a073",
+    "fashion-mnist/t10k-labels-idx1-ubyte.gz": "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
+}
+
+#: Default base URLs a missing file is downloaded from: ``<base>/<file name>``.
+DEFAULT_URLS: dict[str, str] = {
+    "mnist": "https://ossci-datasets.s3.amazonaws.com/mnist",
+    "fashion-mnist": "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com",
+}
+
+#: Fraction of scikit-learn's digits held out as the test set.
+DIGITS_TEST_FRACTION = 0.25
+#: Seed of the stratified train/test split of the digits.
+DIGITS_SPLIT_SEED = 0
+
+
+class DatasetError(RuntimeError):
+    """A data file is missing, cannot be downloaded, is corrupted or is not valid IDX."""
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A classification dataset split into train and test sets.
+
+    Attributes
+    ----------
+    x_train : ndarray, shape (m, p), float64
+        Training features, pixels scaled to [0, 1] (``p = 784`` for MNIST, 64 for digits).
+    y_train : ndarray, shape (m,), int64
+        Training labels in ``{0, ..., n_classes - 1}``.
+    x_test : ndarray, shape (m_test, p), float64
+        Test features, scaled like ``x_train``.
+    y_test : ndarray, shape (m_test,), int64
+        Test labels.
+    n_classes : int
+        Number of classes (10 for all bundled datasets).
+    name : str
+        Dataset name (one of :data:`DATASETS`).
+    """
+
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    n_classes: int
+    name: str
+
+    def __post_init__(self) -> None:
+        for field in ("x_train", "y_train", "x_test", "y_test"):
+            arr = getattr(self, field)
+            if isinstance(arr, np.ndarray):
+                arr.flags.writeable = False
+        if self.x_train.shape[0] != self.y_train.shape[0]:
+            raise ValueError(
+                f"x_train has {self.x_train.shape[0]} rows but y_train has {self.y_train.shape[0]}"
+            )
+        if self.x_test.shape[0] != self.y_test.shape[0]:
+            raise ValueError(
+                f"x_test has {self.x_test.shape[0]} rows but y_test has {self.y_test.shape[0]}"
+            )
+
+    @property
+    def n_features(self) -> int:
+        """Number of input features ``p``."""
+        return int(self.x_train.shape[1])
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
+    """The data directory: ``data_dir``, else ``$FEDNET_DATA``, else ``~/.cache/fednet``.
+
+    Parameters
+    ----------
+    data_dir : path-like or None
+        Explicit directory; takes precedence.
+
+    Returns
+    -------
+    Path
+        The directory (not necessarily existing yet).
+    """
+    if data_dir is not None:
+        return Path(data_dir).expanduser()
+    env = os.environ.get("FEDNET_DATA")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "fednet"
+
+
+def verify_file(path: str | os.PathLike, key: str) -> None:
+    """Check the SHA-256 of ``path`` against the known sum of ``key``.
+
+    Parameters
+    ----------
+    path : path-like
+        The file to check.
+    key : str
+        ``"<dataset>/<file name>"``, a key of :data:`SHA256`.
+
+    Raises
+    ------
+    DatasetError
+        If the file is missing or its SHA-256 differs from the known one (the message names
+        the file and both sums).
+    KeyError
+        If ``key`` is not a known file.
+    """
+    expected = SHA256[key]
+    path = Path(path)
+    if not path.is_file():
+        raise DatasetError(f"data file {key!r} is missing: {path} does not exist")
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    got = digest.hexdigest()
+    if got != expected:
+        raise DatasetError(
+            f"data file {key!r} at {path} is corrupted: SHA-256 {got} != expected {expected}; "
+            "delete it to download it again"
+        )
+
+
+def fetch_file(key: str, dest: str | os.PathLike, base_url: str) -> Path:
+    """Download ``<base_url>/<file name>`` to ``dest`` and verify its SHA-256.
+
+    The download goes to a temporary file next to ``dest`` and is moved into place only once
+    its checksum is correct, so a failed download leaves no partial file behind.
+
+    Parameters
+    ----------
+    key : str
+        ``"<dataset>/<file name>"``, a key of :data:`SHA256`.
+    dest : path-like
+        Where the file should end up.
+    base_url : str
+        Base URL (``http(s)://`` or ``file://``); the file name is appended after a ``/``.
+
+    Returns
+    -------
+    Path
+        ``dest``.
+
+    Raises
+    ------
+    DatasetError
+        If the download fails or the downloaded file has the wrong checksum.
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    url = base_url.rstrip("/") + "/" + key.split("/", 1)[1]
+    fd, tmp_name = tempfile.mkstemp(prefix=dest.name + ".", suffix=".part", dir=dest.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            try:
+                with urllib.request.urlopen(url, timeout=60) as response:  # noqa: S310
+                    shutil.copyfileobj(response, out)
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                raise DatasetError(
+                    f"data file {key!r} is missing from {dest.parent} and could not be "
+                    f"downloaded from {url}: {exc}"
+                ) from exc
+        try:
+            verify_file(tmp, key)
+        except DatasetError as exc:
+            raise DatasetError(f"downloaded {url} is corrupted: {exc}") from exc
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return dest
+
+
+def read_idx(path: str | os.PathLike) -> np.ndarray:
+    """Parse a gzip-compressed IDX file (images or labels).
+
+    Parameters
+    ----------
+    path : path-like
+        A ``*-idx3-ubyte.gz`` (images) or ``*-idx1-ubyte.gz`` (labels) file.
+
+    Returns
+    -------
+    ndarray, uint8
+        Shape (count, rows, cols) for images (magic 2051), (count,) for labels (magic 2049).
+
+    Raises
+    ------
+    DatasetError
+        If the file is not a valid IDX file (bad magic or length).
+    """
+    path = Path(path)
+    try:
+        with gzip.open(path, "rb") as fh:
+            raw = fh.read()
+    except (OSError, EOFError) as exc:
+        raise DatasetError(f"{path} is not a readable gzip file: {exc}") from exc
+    if len(raw) < 8:
+        raise DatasetError(f"{path} is too short to be an IDX file ({len(raw)} bytes)")
+    magic, count = struct.unpack(">ii", raw[:8])
+    if magic == 2051:
+        if len(raw) < 16:
+            raise DatasetError(f"{path}: truncated IDX image header")
+        rows, cols = struct.unpack(">ii", raw[8:16])
+        shape, offset = (count, rows, cols), 16
+    elif magic == 2049:
+        shape, offset = (count,), 8
+    else:
+        raise DatasetError(f"{path}: bad IDX magic number {magic} (expected 2051 or 2049)")
+    n = int(np.prod(shape))
+    if len(raw) - offset != n:
+        raise DatasetError(
+            f"{path}: IDX header announces {n} values but the file holds {len(raw) - offset}"
+        )
+    return np.frombuffer(raw, dtype=np.uint8, offset=offset).reshape(shape)
+
+
+def _load_idx_dataset(name: str, data_dir: Path, url: str | None) -> Dataset:
+    base_url = url or os.environ.get("FEDNET_DATA_URL") or DEFAULT_URLS[name]
+    arrays = []
+    for fname in FILES:
+        key = f"{name}/{fname}"
+        path = data_dir / name / fname
+        if not path.exists():
+            fetch_file(key, path, base_url)
+        verify_file(path, key)
+        arrays.append(read_idx(path))
+    xtr, ytr, xte, yte = arrays
+    if xtr.shape[0] != ytr.shape[0] or xte.shape[0] != yte.shape[0]:
+        raise DatasetError(f"{name}: image and label counts differ")
+    scale = 1.0 / 255.0
+    return Dataset(
+        x_train=xtr.reshape(xtr.shape[0], -1).astype(np.float64) * scale,
+        y_train=ytr.astype(np.int64),
+        x_test=xte.reshape(xte.shape[0], -1).astype(np.float64) * scale,
+        y_test=yte.astype(np.int64),
+        n_classes=10,
+        name=name,
+    )
+
+
+def _load_digits() -> Dataset:
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    x = bunch.data.astype(np.float64) / 16.0  # pixels are integers 0..16
+    y = bunch.target.astype(np.int64)
+    xtr, xte, ytr, yte = train_test_split(
+        x, y, test_size=DIGITS_TEST_FRACTION, random_state=DIGITS_SPLIT_SEED, stratify=y
+    )
+    return Dataset(
+        x_train=np.ascontiguousarray(xtr),
+        y_train=np.ascontiguousarray(ytr),
+        x_test=np.ascontiguousarray(xte),
+        y_test=np.ascontiguousarray(yte),
+        n_classes=10,
+        name="digits",
+    )
+
+
+def load_dataset(
+    name: str, data_dir: str | os.PathLike | None = None, url: str | None = None
+) -> Dataset:
+    """Load a dataset with pixels scaled to [0, 1].
+
+    Parameters
+    ----------
+    name : {"digits", "mnist", "fashion-mnist"}
+        ``"digits"``: scikit-learn's bundled 8x8 digits (1797 images, pixels 0..16 divided
+        by 16), split deterministically by ``sklearn.model_selection.train_test_split`` with
+        ``test_size=0.25`` (:data:`DIGITS_TEST_FRACTION`), ``random_state=0``
+        (:data:`DIGITS_SPLIT_SEED`) and stratified by label: 1347 train, 450 test images.
+        ``"mnist"`` / ``"fashion-mnist"``: the original IDX files (60000 train, 10000 test,
+        28x28 pixels divided by 255).
+    data_dir : path-like, optional
+        Directory holding ``mnist/`` and ``fashion-mnist/``; default ``$FEDNET_DATA``, else
+        ``~/.cache/fednet``. Ignored for ``"digits"``.
+    url : str, optional
+        Base URL missing files are downloaded from (``<url>/<file name>``); default
+        ``$FEDNET_DATA_URL``, else :data:`DEFAULT_URLS`. ``file://`` URLs work.
+
+    Returns
+    -------
+    Dataset
+        Read-only arrays; ``x`` float64 of shape (m, p), ``y`` int64 of shape (m,).
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is not one of :data:`DATASETS`.
+    DatasetError
+        If a file is missing and cannot be downloaded, or fails its SHA-256 check (the
+        message names the file).
+    """
+    if name not in DATASETS:
+        raise ValueError(f"name must be one of {DATASETS}, got {name!r}")
+    if name == "digits":
+        return _load_digits()
+    return _load_idx_dataset(name, resolve_data_dir(data_dir), url)
