@@ -206,3 +206,18 @@ def test_bad_protocol_config_is_named() -> None:
         registry.get("conventional")(sim, small_task(), {"minibatch_fractio": 0.3})
     with pytest.raises(ValueError, match="n_elements must be >= 0"):
         Message(0, 1, "x", None, -1, 32)
+
+
+def test_trace_compute_model_adds_per_round_delays() -> None:
+    """A per-node trace of extra delays (rounds wrap around) on top of rho / tau."""
+    from fednet.sim.compute import TraceCompute
+
+    g = lte_star(D, loss=0.0, device_mac_rates=RATES, uplink_bps=1e15, downlink_bps=1e15)
+    sim = Simulation(g, seed=0, device_compute=TraceCompute({0: [5.0, 1.0], 1: [0.0], 2: [2.0]}))
+    rows = registry.get("conventional")(sim, small_task(), {"minibatch_fraction": 0.5}).run(3)
+    comp = [2 * 5 * d * c / r for r in RATES]
+    expected = [max(comp[0] + 5.0, comp[1], comp[2] + 2.0), max(comp[0] + 1.0, comp[1], comp[2] + 2.0)]
+    steps = np.diff([r["time_s"] for r in rows])
+    np.testing.assert_allclose(steps, [expected[1], expected[0], expected[1]], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"delays\[3\]"):
+        TraceCompute({3: []})
