@@ -98,7 +98,7 @@ class Streams:
     width : int, optional
         Draws per node in one block of a (purpose, round); more draws open further blocks.
     cache_rounds : int, optional
-        How many (purpose, round) blocks are kept; a round older than that cannot be drawn
+        How many (purpose, round) entries are kept (a few per round); an evicted round cannot be drawn
         again (an error, never a silent repeat of draws).
 
     Raises
@@ -107,7 +107,7 @@ class Streams:
         For a negative seed or a non-positive ``n_nodes``.
     """
 
-    def __init__(self, seed: int, n_nodes: int, *, width: int = 8, cache_rounds: int = 4096) -> None:
+    def __init__(self, seed: int, n_nodes: int, *, width: int = 8, cache_rounds: int = 256) -> None:
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         if n_nodes < 1:
