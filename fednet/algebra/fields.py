@@ -1,0 +1,391 @@
+"""Prime fields GF(q) through galois: choosing q, signed encodings, Lagrange and Vandermonde tools.
+
+Representation of field elements on the host
+--------------------------------------------
+A matrix over GF(q) is a plain NumPy array holding the canonical representatives in ``[0, q)``:
+
+* ``q < 2**62``: dtype ``int64`` (the 31-bit LightSecAgg fields and any "small" prime),
+* ``q >= 2**62``: dtype ``object`` holding Python ``int`` (the >72-bit CodedSecAgg prime of Remark 3,
+  whose elements do not fit one int64).  This is the same storage galois uses for such fields, so
+  galois ``FieldArray`` views are free and galois remains the test oracle.
+
+Hot matrix products never run on these arrays element by element: they go through
+:class:`fednet.algebra.modp.PreparedMatrix`, which keeps an operand split into signed limbs
+(float64) across rounds and multiplies with float64 BLAS exactly.  Element-wise work on the object
+arrays (sums of shares, public-scalar products) is linear in the size and is done on the small
+(d, c) gradients of each round, or once at set-up.
+
+Signed integers are mapped as in Schlegel et al., "CodedPaddedFL and CodedSecAgg", Remark 3:
+``0 .. (q-1)/2`` map to themselves and ``-1 -> q-1, -2 -> q-2, ...``; the inverse map reads a
+value above ``(q-1)/2`` as negative.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Iterable
+
+import galois
+import numpy as np
+
+__all__ = [
+    "INT64_FIELD_LIMIT",
+    "next_prime_above",
+    "prime_field",
+    "fixed_point_field",
+    "field_dtype",
+    "check_prime",
+    "check_field_capacity",
+    "as_field",
+    "to_field",
+    "from_field",
+    "uniform",
+    "vandermonde",
+    "lagrange_coefficients",
+    "distinct_points",
+]
+
+#: Primes below this bound are stored as int64; above it as Python-int object arrays.
+INT64_FIELD_LIMIT = 2**62
+
+
+def next_prime_above(bound: int) -> int:
+    """Smallest prime strictly greater than ``bound``.
+
+    Parameters
+    ----------
+    bound : int
+        Non-negative integer.
+
+    Returns
+    -------
+    int
+        The prime ``q > bound`` (via :func:`galois.next_prime`).
+
+    Raises
+    ------
+    ValueError
+        If ``bound`` is negative or not an integer.
+    """
+    if isinstance(bound, bool) or not isinstance(bound, (int, np.integer)) or bound < 0:
+        raise ValueError(f"bound must be a non-negative integer, got {bound!r}")
+    return int(galois.next_prime(int(bound)))
+
+
+def check_prime(q: int) -> int:
+    """Validate that ``q`` is a prime; return it as a Python int.
+
+    Raises
+    ------
+    ValueError
+        If ``q`` is not an integer prime >= 2.
+    """
+    if isinstance(q, bool) or not isinstance(q, (int, np.integer)) or q < 2:
+        raise ValueError(f"q must be a prime >= 2, got {q!r}")
+    q = int(q)
+    if not galois.is_prime(q):
+        raise ValueError(f"q must be a prime, got {q} (not prime)")
+    return q
+
+
+@lru_cache(maxsize=32)
+def prime_field(q: int) -> type[galois.FieldArray]:
+    """The galois field class GF(q) (cached).
+
+    Parameters
+    ----------
+    q : int
+        A prime.
+
+    Raises
+    ------
+    ValueError
+        If ``q`` is not prime.
+    """
+    return galois.GF(check_prime(q))
+
+
+def fixed_point_field(k: int, f: int) -> int:
+    """Prime ``q > 2**(k+f)`` for CodedSecAgg over ``Q<k,f>`` (Schlegel et al., Remark 3).
+
+    Integer operations run in ``Z_<k+f>`` (scaling postponed until after decoding), so the field must
+    hold every signed (k+f)-bit integer: ``q > 2**(k+f)``.  For ``Q<48,24>`` this is
+    ``q = 2**72 + 15`` (73 bits).
+
+    Parameters
+    ----------
+    k, f : int
+        Total bits and fractional bits of the fixed-point type, ``0 <= f < k``.
+
+    Raises
+    ------
+    ValueError
+        If ``k`` or ``f`` is out of range.
+    """
+    if not isinstance(k, (int, np.integer)) or k < 2:
+        raise ValueError(f"k must be an integer >= 2, got {k!r}")
+    if not isinstance(f, (int, np.integer)) or not 0 <= f < k:
+        raise ValueError(f"f must satisfy 0 <= f < k = {k}, got {f!r}")
+    return next_prime_above(2 ** (int(k) + int(f)))
+
+
+def field_dtype(q: int) -> np.dtype:
+    """Storage dtype of canonical elements of GF(q): int64 below 2**62, object above."""
+    return np.dtype(np.int64) if int(q) < INT64_FIELD_LIMIT else np.dtype(object)
+
+
+def check_field_capacity(q: int, max_abs: int, *, what: str = "values") -> None:
+    """Refuse a field too small to carry signed integers of magnitude up to ``max_abs``.
+
+    The signed map of Remark 3 is a bijection on ``[-(q-1)/2, (q-1)/2]``; a decoded value outside it
+    would wrap around silently, so this check belongs at configuration time.
+
+    Parameters
+    ----------
+    q : int
+        Field order (a prime).
+    max_abs : int
+        Largest magnitude the field must represent (e.g. ``2**(k+f-1)`` for ``Z_<k+f>``, or
+        ``D * max|x| * 2**b`` for a quantised sum).
+    what : str
+        Name of the carried quantity, used in the error message.
+
+    Raises
+    ------
+    ValueError
+        If ``2 * max_abs + 1 > q``.
+    """
+    q = int(q)
+    max_abs = int(max_abs)
+    if max_abs < 0:
+        raise ValueError(f"max_abs must be non-negative, got {max_abs}")
+    if 2 * max_abs + 1 > q:
+        raise ValueError(
+            f"field too small: q = {q} ({q.bit_length()} bits) cannot carry {what} of magnitude up to "
+            f"{max_abs} ({max_abs.bit_length()} bits); need q > 2*max_abs = {2 * max_abs}"
+        )
+
+
+def _as_int_array(x, name: str) -> np.ndarray:
+    a = np.asarray(x)
+    if a.dtype == object:
+        return a
+    if a.dtype.kind not in "iub":
+        raise ValueError(f"{name} must hold integers, got dtype {a.dtype}")
+    return a.astype(np.int64, copy=False) if a.dtype.kind != "u" or a.dtype.itemsize < 8 else a
+
+
+def as_field(x, q: int, *, name: str = "x") -> np.ndarray:
+    """Validate canonical elements of GF(q) (values in ``[0, q)``) and return them in storage dtype.
+
+    Parameters
+    ----------
+    x : array_like of int, any shape
+        Canonical representatives (galois arrays are accepted).
+    q : int
+        Field order.
+    name : str
+        Argument name for error messages.
+
+    Returns
+    -------
+    ndarray
+        Same shape, dtype :func:`field_dtype` ``(q)``.
+
+    Raises
+    ------
+    ValueError
+        If an element is not an integer in ``[0, q)``.
+    """
+    q = int(q)
+    a = _as_int_array(np.asarray(x).view(np.ndarray) if isinstance(x, galois.FieldArray) else x, name)
+    if a.size:
+        lo, hi = a.min(), a.max()
+        if lo < 0 or hi >= q:
+            raise ValueError(f"{name} must hold elements of GF({q}) in [0, q), got values in [{lo}, {hi}]")
+    dt = field_dtype(q)
+    if dt == object:
+        if a.dtype == object:
+            return np.array([int(v) for v in a.ravel()], dtype=object).reshape(a.shape)
+        return a.astype(object)
+    return a.astype(np.int64, copy=False)
+
+
+def to_field(x, q: int, *, name: str = "x") -> np.ndarray:
+    """Map signed integers to GF(q): ``x >= 0`` to ``x``, ``x < 0`` to ``q + x`` (Remark 3).
+
+    Parameters
+    ----------
+    x : array_like of int, any shape
+        Signed integers with ``|x| <= (q-1)/2`` (int64 or Python ints).
+    q : int
+        Field order (odd prime).
+
+    Returns
+    -------
+    ndarray
+        Same shape over GF(q), dtype :func:`field_dtype` ``(q)``.
+
+    Raises
+    ------
+    ValueError
+        If some ``|x| > (q-1)/2`` (the field is too small for the value), or ``x`` is not integer.
+    """
+    q = int(q)
+    a = _as_int_array(x, name)
+    half = (q - 1) // 2
+    if a.size:
+        lo, hi = a.min(), a.max()
+        if int(lo) < -half or int(hi) > half:
+            raise ValueError(
+                f"{name} has values in [{lo}, {hi}] outside the signed range [-{half}, {half}] of GF({q}); "
+                "the field is too small"
+            )
+    if field_dtype(q) == object:
+        a = a.astype(object)
+        return np.where(a < 0, a + q, a)
+    a = a.astype(np.int64)
+    return np.where(a < 0, a + q, a)
+
+
+def from_field(v, q: int, *, name: str = "v") -> np.ndarray:
+    """Inverse of :func:`to_field`: values above ``(q-1)/2`` become ``v - q``.
+
+    Parameters
+    ----------
+    v : array_like of int, any shape
+        Canonical elements of GF(q).
+
+    Returns
+    -------
+    ndarray
+        Signed integers; int64 when ``q < 2**62``, else Python ints (object).  Callers that know the
+        values are small may cast to int64 (see ``fednet.algebra.modp.signed_int64``).
+    """
+    q = int(q)
+    a = as_field(v, q, name=name)
+    half = (q - 1) // 2
+    return np.where(a > half, a - q, a)
+
+
+def uniform(rng: np.random.Generator, q: int, shape) -> np.ndarray:
+    """Independent uniform elements of GF(q).
+
+    Parameters
+    ----------
+    rng : numpy.random.Generator
+        Source of randomness (a protocol-secrets stream).
+    q : int
+        Field order.
+    shape : int or tuple of int
+        Output shape.
+
+    Returns
+    -------
+    ndarray
+        ``shape`` over GF(q) in storage dtype.  For ``q >= 2**62`` the value is drawn as 62-bit
+        words with rejection (exactly uniform).
+    """
+    q = int(q)
+    if q < INT64_FIELD_LIMIT:
+        return rng.integers(0, q, size=shape, dtype=np.int64)
+    shape = (shape,) if np.isscalar(shape) else tuple(shape)
+    n = int(np.prod(shape, dtype=np.int64))
+    nbits = q.bit_length()
+    words = -(-nbits // 62)
+    top_bits = nbits - 62 * (words - 1)
+    out = np.empty(n, dtype=object)
+    todo = np.arange(n)
+    while todo.size:
+        v = rng.integers(0, 2**top_bits, size=todo.size, dtype=np.int64).astype(object)
+        for _ in range(words - 1):
+            v = v * (2**62) + rng.integers(0, 2**62, size=todo.size, dtype=np.int64).astype(object)
+        ok = v < q
+        out[todo[ok]] = v[ok]
+        todo = todo[~ok]
+    return out.reshape(shape)
+
+
+def distinct_points(points: Iterable[int], q: int, *, name: str = "points", nonzero: bool = False) -> list[int]:
+    """Validate evaluation points: distinct elements of GF(q) (optionally nonzero).
+
+    Raises
+    ------
+    ValueError
+        If a point is outside ``[0, q)``, repeated, or zero when ``nonzero``.
+    """
+    pts = [int(p) for p in points]
+    for p in pts:
+        if not 0 <= p < int(q):
+            raise ValueError(f"{name} must lie in [0, q) for q = {q}, got {p}")
+        if nonzero and p == 0:
+            raise ValueError(f"{name} must be nonzero (0 is where the secret lives), got {pts}")
+    if len(set(pts)) != len(pts):
+        raise ValueError(f"{name} must be distinct, got {pts}")
+    return pts
+
+
+def vandermonde(points: Iterable[int], n_columns: int, q: int) -> np.ndarray:
+    """Vandermonde matrix ``V[i, j] = points[i] ** j`` over GF(q).
+
+    Parameters
+    ----------
+    points : sequence of int, length n
+        Distinct evaluation points in GF(q).
+    n_columns : int
+        Number of powers (polynomial degree + 1).
+    q : int
+
+    Returns
+    -------
+    ndarray, shape (n, n_columns)
+        Over GF(q), storage dtype.  Computed with galois.
+    """
+    if n_columns < 1:
+        raise ValueError(f"n_columns must be >= 1, got {n_columns}")
+    GF = prime_field(q)
+    pts = GF(distinct_points(points, q))
+    V = pts[:, None] ** np.arange(n_columns)[None, :]
+    return as_field(np.asarray(V.view(np.ndarray)), q, name="vandermonde")
+
+
+def lagrange_coefficients(src_points: Iterable[int], dst_points: Iterable[int], q: int) -> np.ndarray:
+    """Interpolation matrix: evaluations at ``src_points`` to evaluations at ``dst_points``.
+
+    ``L[t, j] = l_j(dst_t) = prod_{m != j} (dst_t - src_m) / (src_j - src_m)`` over GF(q), so that for
+    any polynomial ``p`` of degree ``< len(src_points)``, ``p(dst) = L @ p(src)``.  This is the decoding
+    matrix of Shamir sharing (``dst = [0]``), of Lagrange coded computing and of the LightSecAgg mask
+    code (``dst = betas``).
+
+    Parameters
+    ----------
+    src_points : sequence of int, length n
+        Distinct points in GF(q).
+    dst_points : sequence of int, length r
+        Points in GF(q) (may overlap ``src_points``).
+    q : int
+
+    Returns
+    -------
+    ndarray, shape (r, n)
+        Over GF(q), storage dtype.  Computed with galois (exact inverses).
+
+    Raises
+    ------
+    ValueError
+        If the source points are not distinct elements of GF(q).
+    """
+    GF = prime_field(q)
+    src = GF(distinct_points(src_points, q, name="src_points"))
+    dst = GF([int(p) % int(q) for p in dst_points])
+    n = src.size
+    diff_src = src[:, None] - src[None, :]  # (n, n)
+    diff_src[np.arange(n), np.arange(n)] = GF(1)
+    denom = np.prod(diff_src, axis=1)  # (n,)
+    diff = dst[:, None] - src[None, :]  # (r, n)
+    out = GF.Zeros((dst.size, n))
+    for j in range(n):
+        others = np.delete(diff, j, axis=1)
+        num = np.prod(others, axis=1) if n > 1 else GF.Ones(dst.size)
+        out[:, j] = num / denom[j]
+    return as_field(np.asarray(out.view(np.ndarray)), q, name="lagrange")
