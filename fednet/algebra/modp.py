@@ -6,12 +6,13 @@ A hot product of CodedSecAgg is ``Phi^(i) @ epsilon`` (Schlegel et al., eq. 13):
 (d, d) matrix of *uniform* elements of GF(q), q = 2**72 + 15, fixed after the sharing phase, and
 ``epsilon`` is a (d, c) fixed-point update, i.e. a signed integer of at most k = 48 bits.  We keep the
 left operand *prepared*: its balanced representative ``a in (-q/2, q/2)`` is split once into
-``L_a`` signed limbs of ``w`` bits stored as float64, stacked as an ``(L_a * m, k)`` matrix.  A product
-splits the right operand into ``L_b`` limbs (``L_b`` follows from the operand's actual magnitude, so
-a 48-bit ``epsilon`` needs 3 limbs where a uniform field element needs 4) and runs **one** float64
-GEMM ``(L_a m, k) @ (k, L_b n)``.  With ``w = floor((53 - ceil(log2 k)) / 2)`` every partial sum is an
-integer below ``2**53`` and is therefore exact; the ``L_a + L_b - 1`` limb diagonals are summed
-exactly in int64 and folded back modulo q.
+``L_a`` signed limbs of ``w_a`` bits stored as float64, stacked as an ``(L_a * m, k)`` matrix.  A product
+splits the right operand into ``L_b`` limbs of ``w_b`` bits (``L_b`` follows from the operand's actual
+magnitude, so a 48-bit ``epsilon`` needs 2 limbs where a uniform field element needs 3-4) and runs
+**one** float64 GEMM ``(L_a m, k) @ (k, L_b n)``.  With ``w_a + w_b <= 53 - ceil(log2 k)`` every partial
+sum is an integer below ``2**53`` and is therefore exact; ``w_a`` is chosen at preparation to minimise
+``L_a * L_b`` for the expected right operand (``rhs_bits``).  The ``L_a L_b`` partial products are
+folded back modulo q by an int64 carry pass and one short big-integer pass per output element.
 
 A residue number system would need about 8 primes below 2**21 for a uniform 73-bit operand (products
 reach ``k q**2 ~ 2**157``) and 8 GEMMs regardless of how small ``epsilon`` is, plus a CRT on every
