@@ -450,7 +450,7 @@ class CodedPaddedFL(Protocol):
         shares = [dev.state.share if j == dev.index else dev.state.received_shares[j] for j in support]
         Cbar, C = encode(coef, [s[0] for s in shares], [s[1] for s in shares], cfg.ring_bits,
                          cfg.code_fraction_bits, q.k + q.f)
-        dev.state.Cbar = unpack_upper(Cbar, self.task.d).astype(np.uint16)  # prepared per use
+        dev.state.Cbar = prepared_from_limbs(unpack_upper(Cbar, self.task.d))  # limbs kept across rounds
         dev.state.C = C
         dev.state.received_shares = {}
 
@@ -465,13 +465,12 @@ class CodedPaddedFL(Protocol):
             pads = [self.server.state.pads[j] for j in support]
             Rbar, R = encode(coef, [p[0] for p in pads], [p[1] for p in pads], cfg.ring_bits,
                              cfg.code_fraction_bits, q.k + q.f)
-            self.server.state.encoded_pads[dev.index] = (unpack_upper(Rbar, self.task.d).astype(np.uint16), R)
+            self.server.state.encoded_pads[dev.index] = (prepared_from_limbs(unpack_upper(Rbar, self.task.d)), R)
 
     # -- phase 2 ---------------------------------------------------------------------------
     def _device_epoch(self, dev: Node) -> np.ndarray:
         """Eq. (11) on ``dev`` with the epsilon it downloaded."""
-        return coded_gradient(self.q, prepared_from_limbs(dev.state.Cbar), dev.state.C,
-                              prepare(dev.state.received))
+        return coded_gradient(self.q, dev.state.Cbar, dev.state.C, prepare(dev.state.received))
 
     def round(self, epoch: int) -> Generator:
         cfg, q = self.config, self.q
@@ -521,7 +520,7 @@ class CodedPaddedFL(Protocol):
         local, P = [], []
         for node, received in replies:
             Rbar, R = self.server.state.encoded_pads[node.index]
-            pad_part = coded_gradient(q, prepared_from_limbs(Rbar), R, pe)
+            pad_part = coded_gradient(q, Rbar, R, pe)
             P.append(remove_pads(q, received, pad_part))
             local.append(members.index(node.index))
         G = decode(q, self.codes[g], local, np.stack(P))
