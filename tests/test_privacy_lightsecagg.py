@@ -1,0 +1,66 @@
+"""Privacy audit of the LightSecAgg baseline: the server learns only the survivors' sum.
+
+Same trick as ``test_privacy_codedsecagg``: a model of M coordinates with equal per-coordinate
+values is M independent trials (masks and noise are fresh per coordinate; with ``U - T = 1`` a
+piece is the whole mask).  Chi-square tests reject at p < 1e-4.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import chi2_contingency
+
+from fednet.algebra.fields import uniform
+from fednet.algebra.modp import add_mod
+from fednet.codes.lagrange import default_lsa_points, lsa_aggregate_encoded, lsa_decode_aggregate_mask, lsa_encode_mask
+
+ALPHA = 1e-4
+
+
+def server_view(x, U1, N, U, T, q, M, rng):
+    alphas, betas = default_lsa_points(N, U)
+    masks = [uniform(rng, q, M) for _ in range(N)]
+    enc = [lsa_encode_mask(masks[i], U, T, q, rng, alphas, betas) for i in range(N)]
+    masked = [add_mod(np.full(M, x[i]), masks[i], q) for i in U1]
+    s = [lsa_aggregate_encoded([enc[i][j] for i in U1], q) for j in U1]
+    agg = lsa_decode_aggregate_mask(np.stack(s), [alphas[j] for j in U1], betas, U, T, M, q)
+    return masked + s, agg, enc
+
+
+def cells(values, q):
+    idx = np.zeros_like(values[0], dtype=np.int64)
+    for v in values:
+        idx = idx * q + v.astype(np.int64)
+    return idx
+
+
+def test_server_learns_only_the_sum_of_survivors():
+    q, N, U, T, M = 7, 3, 2, 1, 100_000
+    U1 = [0, 1]                               # user 2 dropped
+    rng = np.random.default_rng(0)
+    hist = {}
+    for name, x in (("A", [1, 3, 0]), ("B", [6, 5, 2]), ("C", [2, 3, 0])):   # sums 4, 4, 5 (mod 7)
+        view, agg, _ = server_view(x, U1, N, U, T, q, M, rng)
+        total = (view[0] + view[1]) % q
+        assert np.all((total - agg) % q == (x[0] + x[1]) % q)              # determines the sum
+        hist[name] = np.bincount(cells(view, q), minlength=q ** len(view))
+    table = np.stack([hist["A"], hist["B"]])
+    table = table[:, table.sum(axis=0) > 0]
+    assert chi2_contingency(table)[1] > ALPHA                              # and nothing more
+    table = np.stack([hist["A"], hist["C"]])
+    table = table[:, table.sum(axis=0) > 0]
+    assert chi2_contingency(table)[1] < 1e-12                              # power check
+
+
+def test_t_colluding_users_see_uniform_mask_shares():
+    q, N, U, T, M = 11, 4, 3, 2, 100 * 11**2
+    rng = np.random.default_rng(1)
+    alphas, betas = default_lsa_points(N, U)
+    for secret in (0, 3):
+        z = np.full(M, secret)                    # a fixed mask: only the noise protects it
+        enc = lsa_encode_mask(z, U, T, q, rng, alphas, betas)   # U - T = 1 piece of length M
+        h = np.bincount(cells([enc[0], enc[1]], q), minlength=q**2)   # colluders: users 0 and 1
+        e = M / q**2
+        from scipy.stats import chi2
+
+        assert chi2.sf(((h - e) ** 2 / e).sum(), q**2 - 1) > ALPHA
