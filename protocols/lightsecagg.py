@@ -96,6 +96,12 @@ class LightSecAggConfig(ProtocolConfig):
         Fraction of each device's points per round (0.2, Sec. VII-A).
     offline_parallel : bool
         Overlap the mask phase with download and training (module docstring).
+    mask_relay : {"bundled", "per_message"}
+        ``per_message``: user i sends each ``z~_ij`` as its own message relayed to user j
+        (``N (N - 1)`` messages a round).  ``bundled`` (default): user i uploads its ``N - 1``
+        encoded shares as one message, and once every available user's bundle is in, the server
+        forwards to each user one bundle of the ``N - 1`` shares addressed to it (same bits, ``2N``
+        messages; the offline phase then ends with a barrier at the server).
     mode : {"full", "timing"}
     """
 
@@ -106,6 +112,7 @@ class LightSecAggConfig(ProtocolConfig):
     quant_bits: int = Field(16, ge=0, le=40)
     minibatch_fraction: float = Field(0.2, gt=0.0, le=1.0)
     offline_parallel: bool = True
+    mask_relay: Literal["bundled", "per_message"] = "bundled"
     mode: Literal["full", "timing"] = "full"
 
     @model_validator(mode="after")
@@ -236,6 +243,9 @@ class LightSecAgg(Protocol):
         phase1 = env.event()
         procs: list = []
 
+        uploaded = {dev.index: env.event() for dev in available}
+        bundles: dict[int, object] = {}
+
         def offline(dev: Node) -> Generator:
             i = dev.index
             try:
@@ -247,9 +257,15 @@ class LightSecAgg(Protocol):
                     enc = None
                 received[i][i] = enc[i] if full else None
                 delivered[(i, i)].succeed()
-                sends = [env.process(one(dev, j, enc[j] if full else np.empty(0))) for j in range(N) if j != i]
-                procs.extend(sends)
-                yield env.all_of(sends)
+                if cfg.mask_relay == "per_message":
+                    sends = [env.process(one(dev, j, enc[j] if full else np.empty(0))) for j in range(N) if j != i]
+                    procs.extend(sends)
+                    yield env.all_of(sends)
+                else:
+                    yield from self.send(dev, self.server, enc if full else np.empty(0), kind="encoded_mask_relay",
+                                         n_elements=(N - 1) * L, element_bits=bits)
+                    bundles[i] = enc
+                    uploaded[i].succeed()
             except simpy.Interrupt:
                 return
 
@@ -261,6 +277,24 @@ class LightSecAgg(Protocol):
                 return
             received[j][dev.index] = msg.payload
             delivered[(dev.index, j)].succeed()
+
+        def forward(dev: Node) -> Generator:
+            """Server to user j: the encoded shares addressed to j, once every bundle is in."""
+            j = dev.index
+            try:
+                yield env.all_of(list(uploaded.values()))
+                senders = [i for i in sorted(bundles) if i != j]
+                payload = np.stack([bundles[i][j] for i in senders]) if full else np.empty(0)
+                msg = yield from self.send(self.server, dev, payload, kind="encoded_mask_relay",
+                                           n_elements=len(senders) * L, element_bits=bits)
+            except simpy.Interrupt:
+                return
+            for k, i in enumerate(senders):
+                received[j][i] = msg.payload[k] if full else None
+                delivered[(i, j)].succeed()
+
+        fwd = [env.process(forward(dev)) for dev in available] if cfg.mask_relay == "bundled" else []
+        procs.extend(fwd)
 
         def online(dev: Node) -> Generator:
             try:
@@ -283,7 +317,7 @@ class LightSecAgg(Protocol):
         else:
             offs = [env.process(offline(dev)) for dev in available]
             procs.extend(offs)
-            yield env.all_of(offs)                                    # every mask delivered
+            yield env.all_of(offs + fwd)                              # every mask delivered
             procs.extend(env.process(online(dev)) for dev in available)
         yield phase1
         U1 = sorted(i for i, _ in arrivals[:U])
