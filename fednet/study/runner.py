@@ -138,7 +138,8 @@ def run_study(study: Study, out_dir: str | os.PathLike, *, data_dir: str | os.Pa
     total = sum(study.run_epochs(r) + 1 for r in study.runs) * len(study.seeds)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
     try:
-        with tqdm(total=total, desc=study.name, unit="round", disable=not progress, leave=False) as bar:
+        with tqdm(total=total, desc=study.name, unit="round", disable=not progress, leave=False,
+                  mininterval=0.5) as bar:
             for run in study.runs:
                 traces[run.name], wall[run.name] = {}, {}
                 for seed in study.seeds:
