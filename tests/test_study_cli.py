@@ -115,3 +115,9 @@ def test_summary_statistics() -> None:
     slow = [{"round": 0, "time_s": 0.0, "accuracy": 0.1}, {"round": 1, "time_s": 10.0, "accuracy": 0.96}]
     s = summarize({"a": {0: rows, 1: rows}, "b": {0: slow, 1: slow}}, [0.95], baseline="b")
     assert s["runs"]["a"]["per_target"]["0.95"]["speedup"] == {0: 2.0, 1: 2.0}
+
+
+def test_run_to_end_disables_early_stop(tmp_path) -> None:
+    study = load_study(write(tmp_path, MINI))
+    assert study.stop_accuracy == 0.9
+    assert load_study(write(tmp_path, MINI.replace("epochs = 5", "epochs = 5\nrun_to_end = true"))).stop_accuracy is None

@@ -186,8 +186,9 @@ class Study(_Strict):
         Maximum rounds per run.
     stop_at : float, optional
         Stop a run at the first round reaching this accuracy (default: max(targets)).
-    eval_every : int
-        Not used for timing; accuracy is evaluated every round (kept for future use).
+    run_to_end : bool
+        Ignore ``stop_at`` and run every run for its full number of epochs (final-accuracy
+        studies such as the client-drift comparison of Sec. VII-B).
     record_views : bool
         Keep every received message per node (privacy audits; memory-hungry in long runs).
     """
@@ -199,6 +200,7 @@ class Study(_Strict):
     baseline: str | None = None
     epochs: int = Field(100, ge=0)
     stop_at: float | None = Field(None, gt=0, le=1)
+    run_to_end: bool = False
     record_views: bool = False
     data: DataSpec = DataSpec()
     network: NetworkSpec = NetworkSpec()
@@ -251,10 +253,14 @@ class Study(_Strict):
         return self
 
     def run_epochs(self, run: RunSpec) -> int:
+        """Maximum rounds of ``run`` (its own ``epochs`` or the study's)."""
         return self.epochs if run.epochs is None else run.epochs
 
     @property
     def stop_accuracy(self) -> float | None:
+        """Accuracy at which runs stop early (None: run every epoch)."""
+        if self.run_to_end:
+            return None
         if self.stop_at is not None:
             return self.stop_at
         return max(self.targets) if self.targets else None
