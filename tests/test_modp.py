@@ -23,6 +23,7 @@ from fednet.algebra.modp import (
     add_mod,
     lincomb_mod,
     matmul_mod,
+    PreparedMatrix,
     prepare,
     scale_mod,
     signed_int64,
@@ -158,3 +159,16 @@ def test_lagrange_and_vandermonde_interpolate():
     assert [int(v) for v in out] == [int(poly(0)), int(poly(2)), int(poly(5))]
     with pytest.raises(ValueError, match="distinct"):
         lagrange_coefficients([1, 1], [0], q)
+
+
+def test_float32_storage_is_exact_and_smaller():
+    q = Q73
+    rng = np.random.default_rng(9)
+    a = uniform(rng, q, (5, 700))
+    eps = rng.integers(-(2**47), 2**47, size=(700, 3))
+    P64, P32 = prepare(a, q, rhs_bits=48), PreparedMatrix(a, q, rhs_bits=48, storage="float32")
+    assert P32.w <= 24 and P32.nbytes < P64.nbytes
+    ref = _np(_galois(a, q) @ _galois(to_field(eps, q), q))
+    assert np.array_equal(P32.matmul_signed(eps).astype(object), ref)
+    with pytest.raises(ValueError, match="storage"):
+        PreparedMatrix(a, q, storage="float16")

@@ -324,6 +324,10 @@ class PreparedMatrix:
         Expected magnitude bits of the right operands (48 for ``Q<48,24>`` updates); picks the limb
         split that minimises the GEMM width.  Default: a full field element.  Any right operand is
         still multiplied exactly; this only tunes speed.
+    storage : {"float64", "float32"}
+        Storage of the prepared limbs.  ``float32`` halves the memory (limbs of at most 24 bits are
+        exact in float32) and converts to float64 for each product (slower); use it when many
+        prepared operands must stay resident (e.g. 120 devices' (2000, 2000) ``Phi``).
 
     Attributes
     ----------
@@ -341,8 +345,11 @@ class PreparedMatrix:
         If ``a`` is not a 2-D matrix of elements of GF(q).
     """
 
-    def __init__(self, a: np.ndarray, q: int, *, rhs_bits: int | None = None):
+    def __init__(self, a: np.ndarray, q: int, *, rhs_bits: int | None = None,
+                 storage: str = "float64"):
         q = _check_q(q)
+        if storage not in ("float64", "float32"):
+            raise ValueError(f"storage must be 'float64' or 'float32', got {storage!r}")
         a = np.asarray(a)
         if a.ndim != 2:
             raise ValueError(f"a must be a 2-D matrix, got shape {a.shape}")
@@ -366,8 +373,20 @@ class PreparedMatrix:
                 best = (key, w_a, l_a)
         _, self.w, n_limbs = best
         self.w_b = self.budget - self.w
+        if storage == "float32":
+            # float32 holds |limb| < 2**24 exactly: cap w_a at 24 bits
+            best32 = None
+            for w_a in range(4, min(self.budget - 3, 24) + 1):
+                l_a = -(-a_bits // w_a)
+                l_b = -(-int(rhs_bits) // (self.budget - w_a))
+                key = (l_a * l_b, l_a)
+                if best32 is None or key < best32[0]:
+                    best32 = (key, w_a, l_a)
+            _, self.w, n_limbs = best32
+            self.w_b = self.budget - self.w
         limbs, self.n_limbs = _limbs(balanced(a, q), self.w, n_limbs)
-        self._stacked = limbs.reshape(self.n_limbs * m, k)
+        self.storage = storage
+        self._stacked = limbs.reshape(self.n_limbs * m, k).astype(np.float32 if storage == "float32" else np.float64)
 
     @property
     def nbytes(self) -> int:
@@ -435,7 +454,8 @@ class PreparedMatrix:
         charge(m * k * n)
         lb, n_lb = _limbs(bal, self.w_b)
         rhs = np.ascontiguousarray(np.moveaxis(lb, 0, 1).reshape(k, n_lb * n))
-        prod = self._stacked @ rhs  # (L_a m, L_b n): exact integers below 2**53
+        lhs = self._stacked if self.storage == "float64" else self._stacked.astype(np.float64)
+        prod = lhs @ rhs  # (L_a m, L_b n): exact integers below 2**53
         prod = prod.reshape(self.n_limbs, m, n_lb, n)
         terms: dict[int, np.ndarray] = {}
         for la in range(self.n_limbs):
