@@ -392,14 +392,16 @@ class CodedPaddedFL(Protocol):
         D = self.sim.n_devices
         self.groups = equal_groups(D, cfg.groups)
         bq = FixedPoint(min(62, cfg.code_fraction_bits + 24), cfg.code_fraction_bits)
+        full = cfg.mode == "full"
+        # timing mode needs only the code's shape (responders, decoding cost): no conditioning search
         self.codes = [CyclicGradientCode(cfg.alpha, len(members), self.sim.rng(self.server, "gradient-code", g),
-                                         fixed_point=bq, a_format=q, n_draws=cfg.code_draws)
+                                         fixed_point=bq, a_format=q, n_draws=cfg.code_draws if full else 1,
+                                         max_patterns=2000 if full else 1)
                       for g, members in enumerate(self.groups)]
         self.group_of = {dev: (g, local) for g, members in enumerate(self.groups)
                          for local, dev in enumerate(members)}
         self.max_decode_error = 0.0
         self.decode_bound = 0.0
-        full = cfg.mode == "full"
         W, out = cfg.ring_bits, q.k + q.f
         self.server.state.pads = {}
         for dev in self.devices:                       # offline (Sec. VII): not timed

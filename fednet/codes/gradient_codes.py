@@ -40,6 +40,23 @@ Let ``a_bar`` be the quantised decoding row for responder set ``F`` and
 (the last term the rounding of the decoding product).  ``max_j |delta_j|`` is at most
 ``2^-(f+1) ||B_F||_1`` plus the float64 solve residual; :attr:`CyclicGradientCode.delta_max` and
 :attr:`CyclicGradientCode.a_l1_max` hold the worst values over the checked responder sets.
+
+Measured (seed 0; all responder sets when at most 2000, else the D windows plus 2000 random
+sets; ``a`` in ``Q<48,24>``)::
+
+    D   alpha   1 draw: cond / delta     best of 16: cond / delta / ||a||_1     B in Q<62,40>: delta
+    25    6     2.9e5 / 9.4e-4           8.1e4 / 3.1e-4 / 7.0e4                 1.2e-7
+    25   16     1.1e5 / 1.7e-3           3.7e4 / 3.4e-4 / 5.2e4                 1.3e-7
+    25   23     2.9e5 / 1.5e-2           3.6e3 / 1.5e-4 / 7.2e3                 7.2e-8
+    25   25     1     / 0                1     / 0      / 1                     0
+    15   12     3.3e4 / 1.1e-3           4.3e3 / 1.4e-4 / 9.9e3                 8.8e-8
+    10    5     6.8e3 / 9.3e-5           5.8e2 / 7.4e-6 / 8.8e2                 7.7e-8
+
+So with ``B`` in the paper's ``Q<48,24>`` the code itself leaves a relative defect of up to
+~3e-4 at ``D = 25`` (the quantisation of ``B`` moves its rows off a common subspace, and
+``||a||_1`` up to 7e4 amplifies it); the best-of-16 draw gains 3-100x over a single draw; 16
+more fractional bits for ``B`` (``fixed_point=FixedPoint(62, 40)``) bring the defect to ~1e-7,
+then limited by ``a`` in ``Q<48,24>``.
 """
 
 from __future__ import annotations
@@ -285,7 +302,7 @@ class CyclicGradientCode:
             resid = np.abs(a @ BF - 1.0).max()
             # quantising B leaves the rows O(2^-f) off a common subspace: a B_F = 1 holds only
             # to that order; a set that does not span 1 at all has a residual of order 1.
-            if not resid < 1e-2:
+            if not resid < 0.5:
                 raise ValueError(f"responder set {F} cannot decode (residual {resid:.3g})")
             self._cache[F] = a
         return a
