@@ -11,7 +11,9 @@ k' master shares with the Remark-3 scaling -- next to the same products in float
 that its peak resident memory (RSS, ru_maxrss) is its own.
 
 The devices' ``Phi^(i)``, ``Psi^(i)`` are drawn uniformly over GF(q): after phase 1 they are sums of
-Shamir shares, which are uniform, so the epoch's cost is the same (phase 1 itself, the sharing of
+Shamir shares, which are uniform, so the epoch's cost is the same.  To keep the set-up short only
+``--distinct`` matrices are drawn and prepared; the other devices hold private copies of their
+prepared limbs (same memory, same cost per product) (phase 1 itself, the sharing of
 2000 x 2000 matrices, is not part of an epoch and is far more expensive on the host).  The exact
 part is checked: device 0's eq. (13) result (first row) equals galois's.  The interpolation runs on
 these random shares too (its result is not a meaningful aggregate, so the Z_<k+f> range check is
@@ -48,12 +50,18 @@ def exact_part(args, out):
     t0 = time.perf_counter()
     Phi, Psi = [], []
     for j in range(D):
-        a = uniform(rng, q, (d, d))
-        Phi.append(PreparedMatrix(a, q, rhs_bits=48, storage=args.storage))
+        if j < args.distinct:
+            a = uniform(rng, q, (d, d))
+            Phi.append(PreparedMatrix(a, q, rhs_bits=48, storage=args.storage))
+            if j == 0:
+                row0 = a[:1].copy()
+            del a
+        else:  # a copy with its own memory of an already prepared matrix (same cost per product)
+            P = object.__new__(PreparedMatrix)
+            P.__dict__.update(Phi[j % args.distinct].__dict__)
+            P._stacked = Phi[j % args.distinct]._stacked.copy()
+            Phi.append(P)
         Psi.append(uniform(rng, q, (d, c)))
-        if j == 0:
-            row0 = a[:1].copy()
-        del a
     t_prep = time.perf_counter() - t0
     eps = rng.integers(-(2**40), 2**40, size=(d, c))            # a Q<48,24> update (|eps| < 2^16)
     t0 = time.perf_counter()
@@ -115,6 +123,8 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=8)
     ap.add_argument("--z", type=int, default=1)
     ap.add_argument("--storage", choices=["float64", "float32"], default="float32")
+    ap.add_argument("--distinct", type=int, default=4,
+                    help="distinct random Phi drawn and prepared; the other devices hold copies (own memory)")
     args = ap.parse_args()
     if args.devices % args.groups or args.devices // args.groups <= args.z:
         raise SystemExit(f"groups must divide devices with more than z = {args.z} devices per group")
