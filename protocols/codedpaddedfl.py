@@ -434,6 +434,12 @@ class CodedPaddedFL(Protocol):
         if full:
             yield from self.compute_each(self.devices, self._encode_device)
             yield from self.server_compute(self._encode_pads)
+            # only the encoded forms are used from now on: free the expanded shares and pads
+            self.server.state.pads = None
+            for dev in self.devices:
+                dev.state.share = None
+                if not cfg.check_decoding:
+                    dev.state.M = dev.state.G1 = None
         else:
             def encode_macs(node: Node) -> int:
                 return _metered(("encode", cfg.alpha, d, c, W), lambda: encode(
