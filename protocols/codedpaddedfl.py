@@ -419,10 +419,11 @@ class CodedPaddedFL(Protocol):
                 ups = [[Outgoing(dev, self.server, dev.state.share, "share", self._share_elements(),
                                  self._share_bits()) for dev in self.devices]]
                 yield from self.send_all(ups)
+                relays = self._sharing_steps()
                 downs = [[Outgoing(self.server, o.dst, o.payload, "share", o.n_elements, o.element_bits)
-                          for o in step] for step in self._sharing_steps()]
+                          for o in step] for step in relays]
                 delivered = yield from self.send_all(downs, barrier=False)
-                for step_msgs, step in zip(delivered, self._sharing_steps()):
+                for step_msgs, step in zip(delivered, relays):
                     for msg, o in zip(step_msgs, step):
                         self.devices[msg.dst].state.received_shares[o.src.index] = msg.payload
             else:
