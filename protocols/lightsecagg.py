@@ -195,9 +195,35 @@ class LightSecAgg(Protocol):
         for dev in self.devices:
             n = self.task.X[dev.index].shape[0]
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * n)))
-            dev.state.sampler = self.sim.rng(dev, "minibatch")
         return
         yield  # pragma: no cover
+
+    def _rows(self, dev: Node, epoch: int) -> np.ndarray:
+        """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
+        not depend on which earlier rounds the device took part in (full and timing modes agree)."""
+        n = self.task.X[dev.index].shape[0]
+        return self.sim.rng(dev, "minibatch", epoch).choice(n, size=dev.state.batch, replace=False)
+
+    def _batched_gradients(self, devs: list[Node], epoch: int) -> dict[int, np.ndarray]:
+        """Timing mode: every device's quantised minibatch gradient in a few batched products
+        (host speed only; each device is charged its own MACs when it computes)."""
+        b = self.config.quant_bits
+        theta = self.theta.astype(np.float32).astype(np.float64)     # the model the devices download
+        out: dict[int, np.ndarray] = {}
+        shapes: dict[tuple[int, int], list[Node]] = {}
+        for dev in devs:
+            shapes.setdefault((self.task.X[dev.index].shape[0], dev.state.batch), []).append(dev)
+        for (n, bsz), group in shapes.items():
+            for start in range(0, len(group), 32):
+                part = group[start:start + 32]
+                rows = [self._rows(dev, epoch) for dev in part]
+                Xb = np.stack([self.task.X[dev.index][r] for dev, r in zip(part, rows)])
+                Yb = np.stack([self.task.Y[dev.index][r] for dev, r in zip(part, rows)])
+                G = np.matmul(Xb.transpose(0, 2, 1), np.matmul(Xb, theta) - Yb) * (n / bsz)
+                for dev, g in zip(part, G):
+                    quantize(g.reshape(-1), b, self.config.p, n_summands=self.U)   # the capacity check
+                    out[dev.index] = np.rint(g * 2.0**b) / 2.0**b
+        return out
 
     # -- device work -----------------------------------------------------------------------
     def _draw_mask(self, dev: Node, epoch: int) -> None:
@@ -211,17 +237,10 @@ class LightSecAgg(Protocol):
         return lsa_encode_mask(dev.state.mask, self.U, cfg.z, cfg.p, dev.state.rng_mask, self.alphas, self.betas)
 
     def _gradient(self, dev: Node):
-        """Online phase: minibatch gradient, quantised and masked (full) or quantised (timing)."""
+        """Online phase (full mode): minibatch gradient (eq. 3 estimate), quantised and masked."""
         theta = dev.state.received.astype(np.float64)
-        n = self.task.X[dev.index].shape[0]
-        rows = dev.state.sampler.choice(n, size=dev.state.batch, replace=False)
-        G = minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], theta, rows)
-        b = self.config.quant_bits
-        if self.config.mode == "full":
-            return mask_upload(G, dev.state.mask, b, self.config.p, self.U)
-        quantize(G.reshape(-1), b, self.config.p, n_summands=self.U)   # the same capacity check
-        charge(G.size)                                                  # the masking addition
-        return np.rint(G * 2.0**b) / 2.0**b                             # what the server recovers
+        G = minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], theta, self._rows(dev, self.epoch))
+        return mask_upload(G, dev.state.mask, self.config.quant_bits, self.config.p, self.U)
 
     # -- the round ---------------------------------------------------------------------------
     def round(self, epoch: int) -> Generator:
@@ -235,6 +254,13 @@ class LightSecAgg(Protocol):
         enc_macs = None if full else _metered(("lsa-encode", N, U, T, d * c), lambda: lsa_encode_mask(
             np.zeros(d * c, np.int64), U, T, 2**31 - 1, np.random.default_rng(0), *default_lsa_points(N, U)))
         available = [dev for dev in self.devices if self.sim.available(dev)]
+        if not full:
+            pre = self._batched_gradients(available, epoch)
+            grad_macs = {dev.index: _metered(("lsa-grad", self.task.X[dev.index].shape[0], dev.state.batch, d, c),
+                                             lambda dev=dev: (minibatch_gradient(
+                                                 np.zeros_like(self.task.X[dev.index]), np.zeros_like(self.task.Y[dev.index]),
+                                                 np.zeros((d, c)), np.arange(dev.state.batch)), charge(d * c)))
+                         for dev in available}
         if len(available) < U:
             raise StragglerShortfall(f"{self.label}: round {epoch} needs U = {U} users, {len(available)} available")
         delivered = {(i, j): env.event() for i in range(N) for j in range(N)}   # (i, i): own share encoded
@@ -301,7 +327,11 @@ class LightSecAgg(Protocol):
                 msg = yield from self.send(self.server, dev, self.theta.astype(np.float32), kind="model",
                                            element_bits=bits)
                 dev.state.received = msg.payload
-                upload = yield from self.sim.compute(dev, self._gradient, dev)
+                if full:
+                    upload = yield from self.sim.compute(dev, self._gradient, dev)
+                else:
+                    yield from self.sim.compute(dev, None, macs=grad_macs[dev.index])
+                    upload = pre[dev.index]
                 yield from self.send(dev, self.server, upload if full else np.empty(0), kind="masked_model",
                                      n_elements=d * c, element_bits=bits)
             except simpy.Interrupt:
