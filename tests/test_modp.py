@@ -172,3 +172,29 @@ def test_float32_storage_is_exact_and_smaller():
     assert np.array_equal(P32.matmul_signed(eps).astype(object), ref)
     with pytest.raises(ValueError, match="storage"):
         PreparedMatrix(a, q, storage="float16")
+
+
+def test_lagrange_coefficients_against_direct_formula_and_cache():
+    q = Q31
+    GF = prime_field(q)
+    src, dst = [3, 9, 14, 20], [0, 9, 5]
+    L = lagrange_coefficients(src, dst, q)
+    x = GF(src)
+    for t, d in enumerate(dst):
+        for j in range(4):
+            num, den = GF(1), GF(1)
+            for m in range(4):
+                if m != j:
+                    num *= GF(d) - x[m]
+                    den *= x[j] - x[m]
+            assert L[t, j] == int(num / den)
+    original = int(L[0, 0])
+    L[0, 0] = original + 1  # the caller gets a copy: the cache is not affected
+    assert int(lagrange_coefficients(src, dst, q)[0, 0]) == original
+
+
+def test_scale_mod_keeps_storage_dtype():
+    q = 2**61 - 1
+    a = np.array([q - 1, 5], dtype=np.int64)
+    out = scale_mod(q - 2, a, q)
+    assert out.dtype == np.int64 and out.tolist() == [((q - 1) * (q - 2)) % q, (5 * (q - 2)) % q]

@@ -355,7 +355,8 @@ def lagrange_coefficients(src_points: Iterable[int], dst_points: Iterable[int], 
     ``L[t, j] = l_j(dst_t) = prod_{m != j} (dst_t - src_m) / (src_j - src_m)`` over GF(q), so that for
     any polynomial ``p`` of degree ``< len(src_points)``, ``p(dst) = L @ p(src)``.  This is the decoding
     matrix of Shamir sharing (``dst = [0]``), of Lagrange coded computing and of the LightSecAgg mask
-    code (``dst = betas``).
+    code (``dst = betas``).  Computed in barycentric form with galois (exact inverses), ``O(n (n + r))``
+    field operations, and cached (the same points recur every round).
 
     Parameters
     ----------
@@ -368,24 +369,37 @@ def lagrange_coefficients(src_points: Iterable[int], dst_points: Iterable[int], 
     Returns
     -------
     ndarray, shape (r, n)
-        Over GF(q), storage dtype.  Computed with galois (exact inverses).
+        Over GF(q), storage dtype (a fresh copy).
 
     Raises
     ------
     ValueError
         If the source points are not distinct elements of GF(q).
     """
+    src = tuple(distinct_points(src_points, q, name="src_points"))
+    dst = tuple(int(p) % int(q) for p in dst_points)
+    return _lagrange_cached(src, dst, int(q)).copy()
+
+
+@lru_cache(maxsize=256)
+def _lagrange_cached(src: tuple[int, ...], dst: tuple[int, ...], q: int) -> np.ndarray:
     GF = prime_field(q)
-    src = GF(distinct_points(src_points, q, name="src_points"))
-    dst = GF([int(p) % int(q) for p in dst_points])
-    n = src.size
-    diff_src = src[:, None] - src[None, :]  # (n, n)
+    x = GF(list(src))
+    t = GF(list(dst))
+    n = x.size
+    diff_src = x[:, None] - x[None, :]
     diff_src[np.arange(n), np.arange(n)] = GF(1)
-    denom = np.prod(diff_src, axis=1)  # (n,)
-    diff = dst[:, None] - src[None, :]  # (r, n)
-    out = GF.Zeros((dst.size, n))
-    for j in range(n):
-        others = np.delete(diff, j, axis=1)
-        num = np.prod(others, axis=1) if n > 1 else GF.Ones(dst.size)
-        out[:, j] = num / denom[j]
-    return as_field(np.asarray(out.view(np.ndarray)), q, name="lagrange")
+    w = GF(1) / np.prod(diff_src, axis=1)  # barycentric weights, (n,)
+    diff = t[:, None] - x[None, :]  # (r, n)
+    hit = np.asarray(diff == 0)
+    safe = diff.copy()
+    safe[hit] = GF(1)
+    ell = np.prod(safe, axis=1)  # prod_m (t - x_m), (r,) (rows with a hit are overwritten below)
+    out = ell[:, None] * w[None, :] / safe
+    rows = np.nonzero(hit.any(axis=1))[0]
+    for r in rows:
+        out[r] = GF(0)
+        out[r, int(np.nonzero(hit[r])[0][0])] = GF(1)
+    res = as_field(np.asarray(out.view(np.ndarray)), q, name="lagrange")
+    res.setflags(write=False)
+    return res

@@ -154,9 +154,10 @@ def scale_mod(c: int, a: np.ndarray, q: int) -> np.ndarray:
     q = _check_q(q)
     c = int(c) % q
     _charge_elementwise(a.size)
-    if a.dtype == object or q >= 2**31:
-        return (a.astype(object) * c) % q if a.dtype != object else (a * c) % q
-    return (a.astype(np.int64) * c) % q
+    if q < 2**31:
+        return (a.astype(np.int64) * c) % q
+    out = (a.astype(object) * c) % q
+    return out if field_dtype(q) == object else out.astype(np.int64)
 
 
 def sum_mod(arrays: Sequence[np.ndarray], q: int) -> np.ndarray:
