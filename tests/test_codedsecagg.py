@@ -168,3 +168,26 @@ def test_setup_traffic_and_encoding_macs():
     with MacMeter() as m:
         shamir_share(np.zeros(size, dtype=np.int64), n1, kp, 97, rng)
     assert m.macs == shamir_share_macs(n1, kp, size)
+
+
+def test_large_d_check_path_runs(monkeypatch):
+    """The d > 256 observer check (mod an independent prime) accepts a correct decode."""
+    D, d, c = 4, 260, 2
+    task = make_task(D=D, n=30, d=d, c=c)
+    p = CodedSecAgg(make_sim(D, deterministic=True), task, dict(z=1, groups=1))
+    p.run(1)
+    assert p.max_decode_error <= 1e-9
+    import protocols.codedsecagg as csa
+
+    real = csa.decode_aggregate
+
+    def off_by_one(*args, **kwargs):
+        exact, G = real(*args, **kwargs)
+        exact = exact.copy()
+        exact[3, 1] += 1
+        return exact, G
+
+    monkeypatch.setattr(csa, "decode_aggregate", off_by_one)
+    q = CodedSecAgg(make_sim(D, deterministic=True), task, dict(z=1, groups=1))
+    with pytest.raises(AssertionError, match="differs from the exact"):
+        q.run(1)
