@@ -24,7 +24,9 @@ realised ``||g_hat^(t) / M||^2``, and the number of responding clients.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +41,7 @@ __all__ = [
     "AGCBatchResult",
     "prepare_pixels",
     "simulate_batch",
+    "simulate_study",
 ]
 
 #: Mean and standard deviation of MNIST pixels in [0, 1] (standardisation of Sec. IV's model).
@@ -151,19 +154,39 @@ def prepare_pixels(x: np.ndarray, dtype: type = np.float32) -> np.ndarray:
     return out
 
 
-def _softmax_(z: np.ndarray) -> np.ndarray:
-    z -= z.max(axis=-1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(axis=-1, keepdims=True)
-    return z
-
-
 def simulate_batch(
     x_train: np.ndarray,
     y_train: np.ndarray,
     x_test: np.ndarray,
     y_test: np.ndarray,
     setting: AGCSetting,
+    p: float,
+    **kwargs: Any,
+) -> AGCBatchResult:
+    """Run ``n_sims`` independent simulations of one setting (see :func:`simulate_study`).
+
+    Parameters
+    ----------
+    x_train, y_train, x_test, y_test : ndarray
+        As in :func:`simulate_study`.
+    setting : AGCSetting
+    p : float
+    **kwargs
+        Keyword arguments of :func:`simulate_study`.
+
+    Returns
+    -------
+    AGCBatchResult
+    """
+    return simulate_study(x_train, y_train, x_test, y_test, [setting], p, **kwargs)[0]
+
+
+def simulate_study(
+    x_train: np.ndarray,
+    y_train: np.ndarray,
+    x_test: np.ndarray,
+    y_test: np.ndarray,
+    settings: Sequence[AGCSetting],
     p: float,
     n_sims: int = 1000,
     rounds: int = 50,
@@ -172,12 +195,18 @@ def simulate_batch(
     lr: float = 0.1,
     decay: float = 0.97,
     n_test: int = 200,
-    chunk: int = 200,
+    chunk: int = 250,
     seed: int = 0,
     device: str = "cpu",
     keep_draws: bool = False,
-) -> AGCBatchResult:
-    """Run ``n_sims`` independent simulations of ``rounds`` rounds, vectorised.
+    progress: Callable[[int], None] | None = None,
+    threads: int | None = 1,
+) -> list[AGCBatchResult]:
+    """Run ``n_sims`` independent simulations of ``rounds`` rounds for several settings, vectorised.
+
+    The settings are paired: in simulation ``s`` they all use the same ``M`` examples, the same
+    test images, the same straggler draws and the same random streams for the partition and
+    the sharing; the per-simulation Gram matrices of the examples are computed once for all.
 
     Parameters
     ----------
@@ -187,8 +216,8 @@ def simulate_batch(
         Pool labels in ``{0, ..., L - 1}``.
     x_test, y_test : ndarray, shapes (m_test, F) and (m_test,)
         Test set.
-    setting : AGCSetting
-        Partition and sharing parameters.
+    settings : sequence of AGCSetting
+        Partition and sharing parameters of each scenario.
     p : float
         Straggling probability in [0, 1).
     n_sims : int
@@ -206,7 +235,11 @@ def simulate_batch(
         every simulation: the average over simulations is an unbiased estimate of the mean
         accuracy on the whole test set).
     chunk : int
-        Simulations processed together (peak memory about ``4 chunk (M + n_test) F`` bytes).
+        Simulations processed together (peak memory about ``4 chunk M (3 M + n_test + F)``
+        bytes).
+    seed : int
+        Root seed; chunk ``b`` uses streams spawned from ``SeedSequence(seed)`` for data,
+        partition, sharing, stragglers and test subset.
     device : str
         Torch device of the batched products (``"cpu"`` or ``"cuda"``); the random draws
         are made with NumPy on the host, so the result does not depend on it beyond
@@ -215,14 +248,19 @@ def simulate_batch(
         Keep the draws and the final models in ``result.extra`` (``idx`` (S, M) pool indices,
         ``holders`` (S, N, M), ``responding`` (R, S, N), ``test_idx`` (S, n_test), ``beta``
         (S, F, L) = ``X^T phi``): for tests and audits, memory-hungry.
-    seed : int
-        Root seed; chunk ``b`` uses ``SeedSequence(seed).spawn`` streams for data, partition,
-        sharing, stragglers and test subset, so settings run with one seed see the same
-        examples and the same straggler draws (paired comparison).
+    progress : callable(n), optional
+        Called after every (chunk, setting) with the number ``n`` of simulations just finished
+        (so the calls add up to ``n_sims * len(settings)``).
+    threads : int or None
+        Torch intra-op threads while the function runs (restored afterwards); None leaves
+        torch's setting. Default 1: the products are small and memory-bound, and on a shared
+        machine torch's thread pool spends more time synchronising than computing (measured:
+        a 20x300x20 ``cat`` takes 22 ms with 2 threads under load, 36 us with 1).
 
     Returns
     -------
-    AGCBatchResult
+    list of AGCBatchResult
+        One per setting, in order.
 
     Raises
     ------
@@ -235,9 +273,26 @@ def simulate_batch(
                         ("chunk", chunk), ("n_clients", n_clients)):
         if int(value) != value or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    if setting.d > n_clients - 1:
-        raise ValueError(f"d must be at most n_clients - 1 = {n_clients - 1}, got {setting.d}")
-    t0 = time.perf_counter()
+    settings = list(settings)
+    if not settings:
+        raise ValueError("settings must not be empty")
+    for st in settings:
+        if st.d > n_clients - 1:
+            raise ValueError(f"d must be at most n_clients - 1 = {n_clients - 1}, got {st.d} ({st.name})")
+    old_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(int(threads))
+    try:
+        return _simulate_study(x_train, y_train, x_test, y_test, settings, p, n_sims, rounds,
+                               n_clients, k, lr, decay, n_test, chunk, seed, device, keep_draws,
+                               progress)
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+def _simulate_study(x_train, y_train, x_test, y_test, settings, p, n_sims, rounds, n_clients, k,
+                    lr, decay, n_test, chunk, seed, device, keep_draws, progress):
+    t_start = time.perf_counter()
     dev = torch.device(device)
     x_train = np.asarray(x_train, dtype=np.float32)
     x_test = np.asarray(x_test, dtype=np.float32)
@@ -250,87 +305,110 @@ def simulate_batch(
     m = k * n_classes
     n_test = min(int(n_test), x_test.shape[0])
     streams = np.random.SeedSequence(seed).spawn((n_sims + chunk - 1) // chunk)
-
-    acc, mom, sqn, resp_n, shared, held = [], [], [], [], [], []
-    draws: dict[str, list] = {"idx": [], "holders": [], "responding": [], "test_idx": [], "beta": []}
+    keys = ("accuracy", "second_moment", "sq_norm", "responders", "shared_examples", "held_examples")
+    out: list[dict[str, list]] = [{key: [] for key in keys} for _ in settings]
+    draws: list[dict[str, list]] = [
+        {"idx": [], "holders": [], "responding": [], "test_idx": [], "beta": []} for _ in settings]
+    walls = [0.0] * len(settings)
+    labels = np.repeat(np.arange(n_classes), k)  # examples are class-sorted in every simulation
     for b, ss in enumerate(streams):
+        t_chunk = time.perf_counter()
         s = min(chunk, n_sims - b * chunk)
-        r_data, r_part, r_share, r_strag, r_test = (np.random.default_rng(q) for q in ss.spawn(5))
+        seeds = ss.spawn(5)
+        r_data, r_strag, r_test = (np.random.default_rng(seeds[i]) for i in (0, 3, 4))
         # K examples of every class, drawn uniformly without replacement, class-sorted order
         idx = np.concatenate(
             [pl[np.argpartition(r_data.random((s, pl.size)), k - 1, axis=1)[:, :k]] for pl in pools],
             axis=1,
         )  # (s, M)
-        part = make_partition(setting.setting, n_clients, n_classes, k, setting.c, n_sims=s,
-                              alpha=setting.alpha, rng=r_part)
-        if setting.c > 0 and setting.d > 0:
-            a = share_randomly(part.owner, part.nonprivate, n_clients, setting.d, r_share,
-                               setting.placement)
-        else:
-            a = part.holders()
-        w = torch.from_numpy(example_weights(a, p).astype(np.float32)).to(dev)  # (s, M)
-        af = torch.from_numpy(a.astype(np.float32)).to(dev)  # (s, N, M)
-        a_over_d = af / af.sum(dim=1, keepdim=True)
         x = torch.from_numpy(x_train[idx]).to(dev)  # (s, M, F)
         y = torch.zeros((s, m, n_classes), dtype=torch.float32, device=dev)
-        y[:, torch.arange(m), torch.from_numpy(part.labels[0])] = 1.0  # class-sorted labels
+        y[:, torch.arange(m), torch.from_numpy(labels)] = 1.0
         # Dual form: beta = X^T phi, since beta^(0) = 0 and every step lies in the row span
-        # of X. Logits X beta = (X X^T) phi; test logits X_t beta = (X_t X^T) phi;
-        # <g_j, g_k> = <x_j, x_k><r_j, r_k>, so E||g_hat||^2 = sum_jk Q_jk <r_j, r_k> with
-        # Q = X X^T (for ||g||^2) and Q = (X X^T) o sum_i (a_i/d)(a_i/d)^T (variance term).
+        # of X; logits X beta = (X X^T) phi, test logits X_t beta = (X_t X^T) phi, and
+        # <g_j, g_k> = <x_j, x_k><r_j, r_k>.
         gram_x = torch.bmm(x, x.transpose(1, 2))  # (s, M, M)
-        q_var = gram_x * torch.bmm(a_over_d.transpose(1, 2), a_over_d)
         tsel = np.argpartition(r_test.random((s, x_test.shape[0])), n_test - 1, axis=1)[:, :n_test]
         yt = torch.from_numpy(y_test[tsel]).to(dev)  # (s, n_test)
-        gram_t = torch.bmm(torch.from_numpy(x_test[tsel]).to(dev), x.transpose(1, 2))
-        x_keep = x if keep_draws else None
-        del x
+        gram_t = torch.bmm(torch.from_numpy(x_test[tsel]).to(dev), x.transpose(1, 2))  # (s, n_test, M)
         responding_np = r_strag.random((rounds, s, n_clients)) >= p
         responding = torch.from_numpy(responding_np.astype(np.float32)).to(dev)
+        shared_wall = time.perf_counter() - t_chunk
+        for si, st in enumerate(settings):
+            t_set = time.perf_counter()
+            part = make_partition(st.setting, n_clients, n_classes, k, st.c, n_sims=s,
+                                  alpha=st.alpha, rng=np.random.default_rng(seeds[1]))
+            if st.c > 0 and st.d > 0:
+                a = share_randomly(part.owner, part.nonprivate, n_clients, st.d,
+                                   np.random.default_rng(seeds[2]), st.placement)
+            else:
+                a = part.holders()
+            res = _run_rounds(gram_x, gram_t, y, yt, a, responding, p, rounds, lr, decay, dev)
+            o = out[si]
+            o["accuracy"].append(res[0])
+            o["second_moment"].append(res[1])
+            o["sq_norm"].append(res[2])
+            o["responders"].append(responding_np.sum(axis=2).T)
+            o["shared_examples"].append(a.sum(axis=(1, 2)) - m)
+            o["held_examples"].append(a.sum(axis=2))
+            if keep_draws:
+                dr = draws[si]
+                dr["idx"].append(idx)
+                dr["holders"].append(a)
+                dr["responding"].append(responding_np)
+                dr["test_idx"].append(tsel)
+                dr["beta"].append(torch.bmm(x.transpose(1, 2), res[3]).cpu().numpy())
+            walls[si] += time.perf_counter() - t_set + shared_wall / len(settings)
+            if progress is not None:
+                progress(s)
+    results = []
+    for si, st in enumerate(settings):
+        o = out[si]
+        results.append(AGCBatchResult(
+            setting=st,
+            p=float(p),
+            accuracy=np.concatenate(o["accuracy"]),
+            second_moment=np.concatenate(o["second_moment"]),
+            sq_norm=np.concatenate(o["sq_norm"]),
+            responders=np.concatenate(o["responders"]),
+            shared_examples=np.concatenate(o["shared_examples"]),
+            held_examples=np.concatenate(o["held_examples"]),
+            wall_s=walls[si],
+            extra={key: np.concatenate(v, axis=1 if key == "responding" else 0)
+                   for key, v in draws[si].items()} if keep_draws else {"total_wall_s":
+                                                                         time.perf_counter() - t_start},
+        ))
+    return results
 
-        phi = torch.zeros((s, m, n_classes), dtype=torch.float32, device=dev)
-        a_acc = np.empty((s, rounds + 1))
-        a_mom = np.empty((s, rounds))
-        a_sqn = np.empty((s, rounds))
-        for t in range(rounds):
-            a_acc[:, t] = _accuracy(gram_t, yt, phi)
-            r = torch.softmax(torch.bmm(gram_x, phi), dim=2) - y  # (s, M, L): softmax - Y
-            coef = torch.bmm(responding[t].unsqueeze(1), af).squeeze(1) * w  # eqs. (10)-(11)
-            v = coef.unsqueeze(2) * r  # g_hat = X^T v
-            kv = torch.bmm(gram_x, torch.cat([r, v], dim=2))
-            full = (kv[:, :, :n_classes] * r).sum(dim=(1, 2))  # ||sum_j g_j||^2
-            var = (torch.bmm(q_var, r) * r).sum(dim=(1, 2))
-            a_mom[:, t] = ((full.double() + p / (1 - p) * var.double()) / m**2).cpu().numpy()
-            a_sqn[:, t] = (kv[:, :, n_classes:] * v).sum(dim=(1, 2)).double().cpu().numpy() / m**2
-            phi -= (lr * decay**t / m) * v  # beta <- beta - eta_t g_hat / M
-        a_acc[:, rounds] = _accuracy(gram_t, yt, phi)
-        if keep_draws:
-            draws["idx"].append(idx)
-            draws["holders"].append(a)
-            draws["responding"].append(responding_np)
-            draws["test_idx"].append(tsel)
-            draws["beta"].append(torch.bmm(x_keep.transpose(1, 2), phi).cpu().numpy())
-        acc.append(a_acc)
-        mom.append(a_mom)
-        sqn.append(a_sqn)
-        resp_n.append(responding_np.sum(axis=2).T)
-        shared.append(a.sum(axis=(1, 2)) - m)
-        held.append(a.sum(axis=2))
-    return AGCBatchResult(
-        setting=setting,
-        p=float(p),
-        accuracy=np.concatenate(acc),
-        second_moment=np.concatenate(mom),
-        sq_norm=np.concatenate(sqn),
-        responders=np.concatenate(resp_n),
-        shared_examples=np.concatenate(shared),
-        held_examples=np.concatenate(held),
-        wall_s=time.perf_counter() - t0,
-        extra={k: np.concatenate(v, axis=1 if k == "responding" else 0) for k, v in draws.items()}
-        if keep_draws else {},
-    )
 
-
-def _accuracy(gram_t: "torch.Tensor", yt: "torch.Tensor", phi: "torch.Tensor") -> np.ndarray:
-    pred = torch.bmm(gram_t, phi).argmax(dim=2)  # (s, n_test)
-    return (pred == yt).double().mean(dim=1).cpu().numpy()
+def _run_rounds(gram_x, gram_t, y, yt, a, responding, p, rounds, lr, decay, dev):
+    """The rounds of one chunk and one setting; returns (acc, moment, sq_norm, phi)."""
+    s, m, n_classes = y.shape
+    w = torch.from_numpy(example_weights(a, p).astype(np.float32)).to(dev)  # (s, M)
+    af = torch.from_numpy(a.astype(np.float32)).to(dev)  # (s, N, M)
+    a_over_d = af / af.sum(dim=1, keepdim=True)
+    # E||g_hat||^2 = sum_jk Q_jk <r_j, r_k> with Q = X X^T for ||sum_j g_j||^2 and
+    # Q = (X X^T) o sum_i (a_i/d)(a_i/d)^T for the variance term p/(1-p) sum_i ||h_i||^2.
+    q_var = gram_x * torch.bmm(a_over_d.transpose(1, 2), a_over_d)
+    phi = torch.zeros((s, m, n_classes), dtype=torch.float32, device=dev)
+    z = torch.zeros_like(phi)  # train logits (X X^T) phi, updated incrementally
+    zt = torch.zeros((s, gram_t.shape[1], n_classes), dtype=torch.float32, device=dev)
+    acc = np.empty((s, rounds + 1))
+    mom = np.empty((s, rounds))
+    sqn = np.empty((s, rounds))
+    for t in range(rounds):
+        acc[:, t] = (zt.argmax(dim=2) == yt).double().mean(dim=1).cpu().numpy()
+        r = torch.softmax(z, dim=2) - y  # (s, M, L): softmax - Y
+        coef = torch.bmm(responding[t].unsqueeze(1), af).squeeze(1) * w  # eqs. (10)-(11)
+        v = coef.unsqueeze(2) * r  # g_hat = X^T v
+        kv = torch.bmm(gram_x, torch.cat([r, v], dim=2))
+        full = (kv[:, :, :n_classes] * r).sum(dim=(1, 2))  # ||sum_j g_j||^2
+        var = (torch.bmm(q_var, r) * r).sum(dim=(1, 2))
+        mom[:, t] = ((full.double() + p / (1 - p) * var.double()) / m**2).cpu().numpy()
+        sqn[:, t] = (kv[:, :, n_classes:] * v).sum(dim=(1, 2)).double().cpu().numpy() / m**2
+        step = lr * decay**t / m  # beta <- beta - eta_t g_hat / M
+        phi -= step * v
+        z -= step * kv[:, :, n_classes:]
+        zt -= step * torch.bmm(gram_t, v)
+    acc[:, rounds] = (zt.argmax(dim=2) == yt).double().mean(dim=1).cpu().numpy()
+    return acc, mom, sqn, phi
