@@ -98,6 +98,8 @@ def plot(results, engine, out: Path, p: float) -> list[Path]:
 
     paths = []
     for het in ("single-class", "dirichlet"):
+        if not any(r.setting.setting == het for r in results):
+            continue
         fig, ax = plt.subplots(2, 2, figsize=(12, 8))
         chosen = [r for r in results if r.setting.setting in (het, "iid")]
         for r in chosen:
