@@ -105,12 +105,21 @@ class ApproxGC(Protocol):
 
     @classmethod
     def check(cls, config: ApproxGCConfig, n_devices: int) -> None:
+        """Reject fewer than 2 devices and ``d > N - 1`` (ValueError naming the value)."""
         if n_devices < 2:
             raise ValueError(f"approx_gc needs at least 2 devices, got {n_devices}")
         if config.d > n_devices - 1:
             raise ValueError(f"d must be at most n_devices - 1 = {n_devices - 1}, got {config.d}")
 
     def validate(self) -> None:
+        """Check ``p`` against the network's dropout model and the settings against the data.
+
+        Raises
+        ------
+        ValueError
+            If ``p`` differs from the engine's dropout probability, the single-class setting
+            has ``N != L``, ``N`` does not divide ``M`` for IID, or ``k`` exceeds a class.
+        """
         super().validate()
         avail = self.sim.availability
         if isinstance(avail, BernoulliDropout):
@@ -138,6 +147,7 @@ class ApproxGC(Protocol):
 
     # -- phase 1 ------------------------------------------------------------------------------
     def setup(self) -> Generator:
+        """Draw the examples and their placement, then share the non-private ones (Sec. III-A)."""
         cfg, n, L = self.config, self.sim.n_devices, self.task.c
         x_pool = np.vstack(self.task.X)
         y_pool = np.argmax(np.vstack(self.task.Y), axis=1)
@@ -185,6 +195,7 @@ class ApproxGC(Protocol):
         return logistic_gradient(dev.state.X, dev.state.Y, beta, weights=dev.state.W)
 
     def round(self, epoch: int) -> Generator:
+        """Broadcast ``beta``; present devices send ``f_i`` (eq. 10); sum (eq. 11); SGD step."""
         replies = yield from self.gather(self.devices, self.local_sum, kind="weighted gradient",
                                          download=self.theta.astype(np.float32))
 
