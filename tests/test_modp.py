@@ -198,3 +198,15 @@ def test_scale_mod_keeps_storage_dtype():
     a = np.array([q - 1, 5], dtype=np.int64)
     out = scale_mod(q - 2, a, q)
     assert out.dtype == np.int64 and out.tolist() == [((q - 1) * (q - 2)) % q, (5 * (q - 2)) % q]
+
+
+def test_out_of_range_operands_are_refused():
+    q = Q73
+    a = np.array([[1, 2 * q]], dtype=object)
+    with pytest.raises(ValueError, match=r"\[0, q\)"):
+        prepare(a, q)
+    P = prepare(np.array([[1, 2]], dtype=object), q)
+    with pytest.raises(ValueError, match=r"\[0, q\)"):
+        P.matmul(np.array([[q], [0]], dtype=object))
+    with pytest.raises(ValueError, match=r"\[0, q\)"):
+        prepare(np.array([[-1, 2]]), Q31)

@@ -206,6 +206,8 @@ def as_field(x, q: int, *, name: str = "x") -> np.ndarray:
     dt = field_dtype(q)
     if dt == object:
         if a.dtype == object:
+            if a.size and all(type(v) is int for v in a.flat[:1]) and all(type(v) is int for v in a.flat[-1:]):
+                return a
             return np.array([int(v) for v in a.ravel()], dtype=object).reshape(a.shape)
         return a.astype(object)
     return a.astype(np.int64, copy=False)

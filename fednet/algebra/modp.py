@@ -354,7 +354,7 @@ class PreparedMatrix:
         a = np.asarray(a)
         if a.ndim != 2:
             raise ValueError(f"a must be a 2-D matrix, got shape {a.shape}")
-        a = as_field(a, q, name="a") if a.dtype != field_dtype(q) else a
+        a = as_field(a, q, name="a")               # validates [0, q): a wrong value never limbs silently
         self.q = q
         self.shape = a.shape
         m, k = a.shape
@@ -410,8 +410,7 @@ class PreparedMatrix:
         ValueError
             If the shapes do not align or ``b`` holds non-field values.
         """
-        b = np.asarray(b)
-        b = as_field(b, self.q, name="b") if b.dtype != field_dtype(self.q) else b
+        b = as_field(np.asarray(b), self.q, name="b")
         return self._matmul_balanced(balanced(b, self.q))
 
     def matmul_signed(self, b: np.ndarray) -> np.ndarray:
