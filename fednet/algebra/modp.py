@@ -127,7 +127,23 @@ def add_mod(a: np.ndarray, b: np.ndarray, q: int) -> np.ndarray:
 
 
 def sub_mod(a: np.ndarray, b: np.ndarray, q: int) -> np.ndarray:
-    """``(a - b) mod q`` element-wise; charges ``a.size`` MACs."""
+    """``(a - b) mod q`` element-wise; charges ``a.size`` MACs.
+
+    Parameters
+    ----------
+    a, b : ndarray, same shape, over GF(q) (canonical)
+    q : int
+
+    Returns
+    -------
+    ndarray
+        Same shape over GF(q).
+
+    Raises
+    ------
+    ValueError
+        If the shapes differ or ``q`` is not an integer >= 3.
+    """
     q = _check_q(q)
     _same_shape(a, b, "sub_mod")
     _charge_elementwise(a.size)
@@ -136,7 +152,18 @@ def sub_mod(a: np.ndarray, b: np.ndarray, q: int) -> np.ndarray:
 
 
 def neg_mod(a: np.ndarray, q: int) -> np.ndarray:
-    """``-a mod q`` element-wise (no MACs)."""
+    """``-a mod q`` element-wise (no MACs: a sign change).
+
+    Parameters
+    ----------
+    a : ndarray, any shape, over GF(q) (canonical)
+    q : int
+
+    Returns
+    -------
+    ndarray
+        Same shape over GF(q).
+    """
     q = _check_q(q)
     return np.where(a == 0, a, q - a)
 
@@ -391,7 +418,7 @@ class PreparedMatrix:
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the prepared limbs."""
+        """Bytes held by the prepared limbs (``L_a m k`` times 8 or 4)."""
         return self._stacked.nbytes
 
     def matmul(self, b: np.ndarray) -> np.ndarray:
@@ -469,9 +496,17 @@ class PreparedMatrix:
         return out[:, 0] if vec else out
 
 
-def prepare(a: np.ndarray, q: int, *, rhs_bits: int | None = None) -> PreparedMatrix:
-    """Prepare ``a`` (shape (m, k) over GF(q)) for repeated exact products; see :class:`PreparedMatrix`."""
-    return PreparedMatrix(a, q, rhs_bits=rhs_bits)
+def prepare(a: np.ndarray, q: int, *, rhs_bits: int | None = None, storage: str = "float64") -> PreparedMatrix:
+    """Prepare ``a`` (shape (m, k) over GF(q)) for repeated exact products.
+
+    Parameters and Raises as :class:`PreparedMatrix` (``rhs_bits``, ``storage``).
+
+    Returns
+    -------
+    PreparedMatrix
+        The prepared left operand.
+    """
+    return PreparedMatrix(a, q, rhs_bits=rhs_bits, storage=storage)
 
 
 def matmul_mod(a: np.ndarray, b: np.ndarray, q: int) -> np.ndarray:
