@@ -2,7 +2,15 @@
 
 Runs thousands of independent federated-learning simulations of the scheme at once: every
 array carries a leading simulation axis and a round is a handful of batched matrix products,
-so the paper's 1000 simulations x 50 rounds take seconds per setting instead of hours.
+so the paper's 1000 simulations x 50 rounds take well under a minute per setting instead of
+hours (measured: 13 settings in 494 s on a shared 2-core machine at load 10, one torch thread).
+
+Computation in dual form: ``beta^(0) = 0`` and every step ``X^T v`` lies in the row span of the
+simulation's ``X`` (M x F), so ``beta = X^T phi`` with ``phi`` (M x L); logits, gradient norms
+and test predictions only need the Gram matrices ``X X^T`` and ``X_test X^T``, computed once per
+simulation, and the train and test logits are updated incrementally from ``(X X^T) v``. Exact
+(up to float32 rounding); checked against a plain per-simulation eq. (10)-(11) implementation in
+``tests/test_approx_gc_batch.py``.
 
 Set-up (Makkonen et al., Sec. IV-A): ``N = 10`` clients, MNIST, ``M = 300`` training examples
 (``K = 30`` per class drawn uniformly at random from the 60 000, independently for every
@@ -14,7 +22,7 @@ estimator of eq. (11) divided by ``M``: ``beta <- beta - eta_t g_hat / M``, with
 example ``j``. Clients straggle independently with probability ``p`` in every round.
 
 Recorded per simulation and round ``t``: the test accuracy of ``beta^(t)`` (``t = 0..R``,
-on ``n_test`` test images drawn at random for each chunk of simulations), the exact
+on ``n_test`` test images drawn at random for each simulation), the exact
 conditional second moment ``E||g_hat^(t) / M||^2`` over the straggler draws at ``beta^(t)``
 (``||g||^2 + p/(1-p) sum_i ||sum_{j in S_i} g_j / d_j||^2``, divided by ``M^2``; computed from
 the Gram matrix of the per-example gradients, ``<g_j, g_k> = <x_j, x_k> <r_j, r_k>``), the
@@ -109,7 +117,8 @@ class AGCBatchResult:
     held_examples : ndarray, shape (S, N), int
         ``|S_i|`` per client after sharing.
     wall_s : float
-        Wall-clock seconds the batch took.
+        Wall-clock seconds attributed to this setting (its rounds plus an equal share of the
+        set-up the settings of one :func:`simulate_study` call share).
     """
 
     setting: AGCSetting
