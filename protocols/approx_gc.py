@@ -216,8 +216,7 @@ class ApproxGC(Protocol):
         acc = float(np.mean(np.argmax(self.task.x_test @ self.theta, axis=1) == self.task.y_test))
         return acc, logistic_loss(self.task.x_test, np.eye(self.task.c)[self.task.y_test], self.theta)
 
-    def _record(self, round: int) -> dict:
-        row = super()._record(round)
-        row["grad_sq_norm"] = getattr(self, "grad_sq_norm", float("nan")) if round else float("nan")
-        row["shared_copies"] = getattr(self, "shared_copies", 0)
-        return row
+    def round_metrics(self, round: int) -> dict:
+        """``grad_sq_norm`` (||g_hat / M||^2 of the round) and ``shared_copies`` (examples shared)."""
+        return {"grad_sq_norm": getattr(self, "grad_sq_norm", float("nan")) if round else float("nan"),
+                "shared_copies": getattr(self, "shared_copies", 0)}

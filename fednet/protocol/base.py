@@ -183,6 +183,14 @@ class Protocol:
         """Test accuracy and loss of the current model (not charged: the observer's work)."""
         return self.task.evaluate(self.theta)
 
+    def round_metrics(self, round: int) -> dict[str, Any]:
+        """Protocol-specific columns added to the trace row of ``round`` (none by default).
+
+        The study runner writes every column a protocol returns here to ``trace.csv`` after the
+        standard ones.
+        """
+        return {}
+
     # -- shorthands -------------------------------------------------------------------------
     @property
     def env(self) -> simpy.Environment:
@@ -381,6 +389,7 @@ class Protocol:
             "retransmissions": c.retransmissions,
             "used": "" if self.used is None else " ".join(map(str, sorted(self.used))),
         }
+        row.update(self.round_metrics(round))
         self.trace.append(row)
         return row
 

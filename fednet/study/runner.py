@@ -152,7 +152,8 @@ def run_study(study: Study, out_dir: str | os.PathLike, *, data_dir: str | os.Pa
                 run_dir = tmp / slug(run.name)
                 run_dir.mkdir()
                 with open(run_dir / "trace.csv", "w", newline="") as fh:
-                    w = csv.DictWriter(fh, fieldnames=TRACE_COLUMNS, extrasaction="ignore")
+                    extra = sorted({k for rows in traces[run.name].values() for r in rows for k in r} - set(TRACE_COLUMNS))
+                    w = csv.DictWriter(fh, fieldnames=TRACE_COLUMNS + extra)
                     w.writeheader()
                     for seed in study.seeds:
                         w.writerows(traces[run.name][seed])
