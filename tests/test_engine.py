@@ -221,3 +221,14 @@ def test_trace_compute_model_adds_per_round_delays() -> None:
     np.testing.assert_allclose(steps, [expected[1], expected[0], expected[1]], rtol=1e-6)
     with pytest.raises(ValueError, match=r"delays\[3\]"):
         TraceCompute({3: []})
+
+
+def test_round_metrics_extend_the_trace_row() -> None:
+    base = registry.get("conventional")
+
+    class Counting(base):
+        def round_metrics(self, round: int) -> dict:
+            return {"uploads_used": 0 if self.used is None else len(self.used)}
+
+    rows = Counting(lossless(), small_task(), {"drop_slowest": 1}).run(2)
+    assert [r["uploads_used"] for r in rows] == [0, 2, 2]
