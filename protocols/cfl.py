@@ -256,6 +256,10 @@ class CFL(Protocol):
                                               n_elements=self.c_p * (d + c))) for dev in self.devices]
         yield self.env.all_of(uploads)
 
+    def round_metrics(self, round: int) -> dict:
+        """The deadline and how many devices returned their load by it."""
+        return {"deadline_s": self.t_star, "returned": 0 if round == 0 else len(self.used or [])}
+
     def local_gradient(self, dev: Node) -> np.ndarray:
         """Plain gradient of the device's load (eq. 3 on ``l_j`` points); ``2 l_j d c`` MACs."""
         theta = dev.state.received.astype(np.float64)

@@ -491,6 +491,7 @@ class CodedPaddedFL(Protocol):
             eps = np.zeros((d, c), dtype=np.int64)     # a placeholder of the right size
         totals: dict[int, np.ndarray] = {}
         used: list[int] = []
+        self._round_error = self._round_bound = 0.0
 
         def group(g: int) -> Generator:
             members = self.groups[g]
@@ -521,6 +522,12 @@ class CodedPaddedFL(Protocol):
             self.step(G, self.task.m)
         # timing mode: the model is the cached exact trajectory's (see evaluate); theta stays put
 
+    def round_metrics(self, round: int) -> dict:
+        """Full mode with ``check_decoding``: this round's largest decode error and its bound."""
+        if self.config.mode != "full" or not self.config.check_decoding or round == 0:
+            return {}
+        return {"decode_error": self._round_error, "decode_bound": self._round_bound}
+
     def _decode_group(self, g: int, replies, eps: np.ndarray) -> np.ndarray:
         """Server: remove the pads of the responders of group ``g`` and decode (eq. 12)."""
         q = self.q
@@ -549,6 +556,8 @@ class CodedPaddedFL(Protocol):
         bound = code.error_bound(g_sum, e_max, local)
         self.max_decode_error = max(self.max_decode_error, err)
         self.decode_bound = max(self.decode_bound, bound)
+        self._round_error = max(self._round_error, err)
+        self._round_bound = max(self._round_bound, bound)
         if err > bound:
             raise AssertionError(f"decoded gradient of group {g} is off by {err:.3g} > bound {bound:.3g}")
 

@@ -71,6 +71,7 @@ def test_epochs_last_the_deadline_and_loaded_devices_return():
     returning = {i for i, (l, pr) in enumerate(zip(p.loads, p.return_probabilities)) if l > 0 and pr == 1.0}
     for r in rows[1:]:
         assert set(map(int, r["used"].split())) == returning
+        assert r["returned"] == len(returning) and r["deadline_s"] == p.t_star
     # parity upload once: c_p (d + c) float32 per device
     d, c = p.task.d, p.task.c
     assert rows[0]["bits_up"] == D * p.c_p * (d + c) * 32

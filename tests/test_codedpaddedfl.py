@@ -213,6 +213,7 @@ def test_full_mode_on_digits_features_tracks_plain_gradient_descent():
     p = CodedPaddedFL(sim, task, dict(alpha=3, groups=2, mode="full"))
     rows = p.run(15)
     assert 0 < p.max_decode_error <= p.decode_bound
+    assert all(0 <= r["decode_error"] <= r["decode_bound"] for r in rows[1:])
     theta = np.zeros((task.d, task.c))
     for e in range(1, 16):
         G = sum(x.T @ (x @ theta - y) for x, y in zip(task.X, task.Y))
