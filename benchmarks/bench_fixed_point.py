@@ -27,6 +27,7 @@ def _median_time(fn, repeat: int) -> float:
 
 
 def main() -> None:
+    """Time the products (module docstring) and print the medians in milliseconds."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--d", type=int, default=2000)
