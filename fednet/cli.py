@@ -52,6 +52,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     print(f"\n{study.name}: {len(study.runs)} runs x {len(study.seeds)} seeds in {time.perf_counter() - t0:.1f} s "
           f"(host wall time)\n")
+    if study.description:
+        print(study.description.strip() + "\n")
     print(result.table())
     print(f"\nresults in {result.out_dir}/ (summary.json, accuracy_vs_time.png, <run>/trace.csv)")
     return 0
