@@ -76,7 +76,7 @@ from fednet.algebra.fixed_point import (
     ring_scaled_sum,
     ring_shift,
 )
-from fednet.algebra.meter import MacMeter, matmul
+from fednet.algebra.meter import macs_of, matmul
 from fednet.codes.gradient_codes import CyclicGradientCode
 from fednet.protocol.base import Outgoing, Protocol, ProtocolConfig
 from fednet.sim.simulation import Node
@@ -289,39 +289,6 @@ def decode(q: FixedPoint, code: CyclicGradientCode, responders, P: np.ndarray) -
     return q.decode(q.matmul(a[None, :], flat)[0]).reshape(P.shape[1:])
 
 
-# ----------------------------------------------------------------------------- caches for timing mode
-_TRAJECTORIES: dict[tuple, dict] = {}
-_MACS: dict[tuple, int] = {}
-
-
-def _metered(key: tuple, fn) -> int:
-    """MACs that ``fn()`` meters, measured once per key (the real kernels at the real shapes)."""
-    if key not in _MACS:
-        with MacMeter() as m:
-            fn()
-        _MACS[key] = m.macs
-    return _MACS[key]
-
-
-def _trajectory(task, upto: int) -> dict:
-    """Plain full-batch GD (eqs. 3-5) on the task, cached: accuracy and loss after each epoch."""
-    key = (id(task), task.learning_rate, tuple(task.lr_milestones), task.lr_decay, task.weight_decay)
-    tr = _TRAJECTORIES.get(key)
-    if tr is None or tr["task"] is not task:
-        XtX = sum(x.T @ x for x in task.X)
-        XtY = sum(x.T @ y for x, y in zip(task.X, task.Y))
-        theta = np.zeros((task.d, task.c))
-        tr = {"task": task, "XtX": XtX, "XtY": XtY, "theta": theta, "rows": [task.evaluate(theta)]}
-        _TRAJECTORIES[key] = tr
-    while len(tr["rows"]) <= upto:
-        e = len(tr["rows"])
-        G = tr["XtX"] @ tr["theta"] - tr["XtY"]
-        mu = task.step_size(e)
-        tr["theta"] = tr["theta"] - mu * (G / task.m + task.weight_decay * tr["theta"])
-        tr["rows"].append(task.evaluate(tr["theta"]))
-    return tr
-
-
 # ----------------------------------------------------------------------------- the protocol
 class CodedPaddedFL(Protocol):
     """CodedPaddedFL (Schlegel et al., Sec. V) with grouping (Sec. V-E); module docstring.
@@ -402,7 +369,7 @@ class CodedPaddedFL(Protocol):
                          for local, dev in enumerate(members)}
         self.max_decode_error = 0.0
         self.decode_bound = 0.0
-        W, out = cfg.ring_bits, q.k + q.f
+        W = cfg.ring_bits
         self.server.state.pads = {}
         for dev in self.devices:                       # offline (Sec. VII): not timed
             dev.state.received_shares = {}
@@ -443,7 +410,7 @@ class CodedPaddedFL(Protocol):
                     dev.state.M = dev.state.G1 = None
         else:
             def encode_macs(node: Node) -> int:
-                return _metered(("encode", cfg.alpha, d, c, W), lambda: encode(
+                return macs_of(("encode", cfg.alpha, d, c, W), lambda: encode(
                     [1] * cfg.alpha, [np.zeros((1, d * (d + 1) // 2), np.int64)] * cfg.alpha,
                     [np.zeros((1, d, c), np.int64)] * cfg.alpha, 16, 0, 16))
             yield from self.compute_each(self.devices, None, macs=encode_macs)
@@ -504,12 +471,12 @@ class CodedPaddedFL(Protocol):
                                                  upload_bits=cfg.k)
                 totals[g] = yield from self.server_compute(self._decode_group, g, replies, eps)
             else:
-                macs = _metered(("epoch", d, c), lambda: matmul(np.zeros((d, d)), np.zeros((d, c))))
+                macs = macs_of(("epoch", d, c), lambda: matmul(np.zeros((d, d)), np.zeros((d, c))))
                 replies = yield from self.gather(nodes, None, kind="coded_gradient", first=code.n_responders,
                                                  download=eps, download_kind="epsilon", download_bits=cfg.k,
                                                  upload_elements=d * c, upload_bits=cfg.k,
                                                  macs=lambda n: macs)
-                dec = _metered(("decode", code.n_responders, d, c), lambda: code.decode(
+                dec = macs_of(("decode", code.n_responders, d, c), lambda: code.decode(
                     range(code.n_responders), np.zeros((code.n_responders, d, c))))
                 yield from self.server_compute(None, macs=code.n_responders * macs + dec)
             used.extend(n.index for n, _ in replies)
@@ -565,5 +532,4 @@ class CodedPaddedFL(Protocol):
         """Full mode: the model's accuracy; timing mode: the cached exact trajectory's."""
         if self.config.mode == "full":
             return super().evaluate()
-        tr = _trajectory(self.task, self.epoch)
-        return tr["rows"][self.epoch]
+        return self.task.full_batch_trajectory(self.epoch)[self.epoch]

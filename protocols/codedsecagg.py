@@ -67,13 +67,13 @@ from pydantic import Field, model_validator
 
 from fednet.algebra.fields import check_field_capacity, fixed_point_field, from_field, to_field
 from fednet.algebra.fixed_point import FixedPoint
-from fednet.algebra.meter import charge, matmul
+from fednet.algebra.meter import charge, macs_of, matmul
 from fednet.algebra.modp import PreparedMatrix, add_mod, sum_mod
 from fednet.codes.secagg_tree import aggregation_tree
 from fednet.codes.shamir import check_shamir_parameters, default_points, shamir_reconstruct, shamir_share
 from fednet.protocol.base import Outgoing, Protocol, ProtocolConfig, StragglerShortfall
 from fednet.sim.simulation import Node
-from protocols.codedpaddedfl import _metered, _trajectory, local_statistics, pack_upper, unpack_upper
+from protocols.codedpaddedfl import local_statistics, pack_upper, unpack_upper
 from topologies.grouping import equal_groups
 
 __all__ = [
@@ -276,7 +276,7 @@ class CodedSecAgg(Protocol):
     # -- phase 1 ---------------------------------------------------------------------------
     def setup(self) -> Generator:
         cfg = self.config
-        D, d, c = self.sim.n_devices, self.task.d, self.task.c
+        D = self.sim.n_devices
         self.groups = equal_groups(D, cfg.groups)
         self.n_prime = D // cfg.groups
         self.points = default_points(self.n_prime)
@@ -323,7 +323,7 @@ class CodedSecAgg(Protocol):
             yield from self.compute_each(self.devices, self._combine)
         else:
             def sum_macs(node: Node) -> int:
-                return _metered(("csa-sum", n1, self._share_elements()), lambda: sum_mod(
+                return macs_of(("csa-sum", n1, self._share_elements()), lambda: sum_mod(
                     [np.zeros(self._share_elements(), np.int64)] * n1, 2**31 - 1))
             yield from self.compute_each(self.devices, None, macs=sum_macs)
 
@@ -370,7 +370,7 @@ class CodedSecAgg(Protocol):
             raise StragglerShortfall(f"{self.label}: round {epoch} needs {kp} complete columns, "
                                      f"only {len(alive_columns)} have every device available")
         share_bits = self._share_bits()
-        eq13 = None if full else _metered(("csa-eq13", d, c), lambda: (
+        eq13 = None if full else macs_of(("csa-eq13", d, c), lambda: (
             matmul(np.zeros((d, d)), np.zeros((d, c))), charge(d * c)))
         add_macs = d * c
 
@@ -425,7 +425,7 @@ class CodedSecAgg(Protocol):
                 self._check(exact, G, eps)
             self.step(G, self.task.m)
         else:
-            dec = _metered(("csa-decode", kp, d, c), lambda: matmul(np.zeros((1, kp)), np.zeros((kp, d * c))))
+            dec = macs_of(("csa-decode", kp, d, c), lambda: matmul(np.zeros((1, kp)), np.zeros((kp, d * c))))
             yield from self.server_compute(None, macs=dec)
 
     def _eq13(self, node: Node) -> np.ndarray:
@@ -462,4 +462,4 @@ class CodedSecAgg(Protocol):
         """Full mode: the model's accuracy; timing mode: the cached exact trajectory's."""
         if self.config.mode == "full":
             return super().evaluate()
-        return _trajectory(self.task, self.epoch)["rows"][self.epoch]
+        return self.task.full_batch_trajectory(self.epoch)[self.epoch]

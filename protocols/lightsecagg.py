@@ -54,7 +54,7 @@ import simpy
 from pydantic import Field, model_validator
 
 from fednet.algebra.fields import check_prime, uniform
-from fednet.algebra.meter import charge
+from fednet.algebra.meter import charge, macs_of
 from fednet.algebra.modp import add_mod, sub_mod, sum_mod
 from fednet.codes.lagrange import (
     check_lsa_parameters,
@@ -68,7 +68,6 @@ from fednet.codes.lagrange import (
 )
 from fednet.protocol.base import Protocol, ProtocolConfig, StragglerShortfall
 from fednet.sim.simulation import Node
-from protocols.codedpaddedfl import _metered
 from protocols.conventional import minibatch_gradient
 
 __all__ = ["LightSecAggConfig", "LightSecAgg", "mask_upload", "unmask_aggregate"]
@@ -251,12 +250,12 @@ class LightSecAgg(Protocol):
         L = lsa_piece_length(d * c, U, T)
         full = cfg.mode == "full"
         bits = cfg.element_bits
-        enc_macs = None if full else _metered(("lsa-encode", N, U, T, d * c), lambda: lsa_encode_mask(
+        enc_macs = None if full else macs_of(("lsa-encode", N, U, T, d * c), lambda: lsa_encode_mask(
             np.zeros(d * c, np.int64), U, T, 2**31 - 1, np.random.default_rng(0), *default_lsa_points(N, U)))
         available = [dev for dev in self.devices if self.sim.available(dev)]
         if not full:
             pre = self._batched_gradients(available, epoch)
-            grad_macs = {dev.index: _metered(("lsa-grad", self.task.X[dev.index].shape[0], dev.state.batch, d, c),
+            grad_macs = {dev.index: macs_of(("lsa-grad", self.task.X[dev.index].shape[0], dev.state.batch, d, c),
                                              lambda dev=dev: (minibatch_gradient(
                                                  np.zeros_like(self.task.X[dev.index]), np.zeros_like(self.task.Y[dev.index]),
                                                  np.zeros((d, c)), np.arange(dev.state.batch)), charge(d * c)))
@@ -379,7 +378,7 @@ class LightSecAgg(Protocol):
             G = yield from self.server_compute(unmask_aggregate, [uploads[i] for i in U1], s, alphas,
                                                self.betas, U, T, (d, c), cfg.quant_bits, cfg.p)
         else:
-            dec = _metered(("lsa-decode", U, T, L, len(U1), d * c), lambda: unmask_aggregate(
+            dec = macs_of(("lsa-decode", U, T, L, len(U1), d * c), lambda: unmask_aggregate(
                 [np.zeros(d * c, np.int64)] * len(U1), np.zeros((U, L), np.int64), self.alphas[:U],
                 self.betas, U, T, (d, c), 0, 2**31 - 1))
             yield from self.server_compute(None, macs=dec)

@@ -35,7 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
-from fednet.algebra.fields import INT64_FIELD_LIMIT, as_field, field_dtype
+from fednet.algebra.fields import as_field, field_dtype
 from fednet.algebra.meter import charge
 
 __all__ = [

@@ -47,6 +47,7 @@ class LearningTask:
     lr_decay: float = 0.8
     weight_decay: float = 9e-6
     _y_test_onehot: np.ndarray = field(init=False, repr=False)
+    _gd: dict | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if len(self.X) != len(self.Y) or not self.X:
@@ -106,3 +107,29 @@ class LearningTask:
         r = pred - self._y_test_onehot
         loss = float(0.5 * np.sum(r * r) / len(self.y_test) + 0.5 * self.weight_decay * np.sum(theta * theta))
         return acc, loss
+
+    def full_batch_trajectory(self, upto: int) -> list[tuple[float, float]]:
+        """Test (accuracy, loss) after epochs ``0..upto`` of plain full-batch GD, cached on the task.
+
+        Eqs. (3)-(5) with ``G = X^T X Theta - X^T Y`` over all ``m`` points, in float64, from
+        ``Theta = 0``. Exactly decoding schemes (CodedPaddedFL, CodedSecAgg: Prop. 3 of Schlegel et
+        al.) follow this trajectory whatever the stragglers, so their timing-only modes replay it.
+
+        Returns
+        -------
+        list of (float, float)
+            Entry ``e`` is the test accuracy and loss after epoch ``e`` (entry 0: ``Theta = 0``).
+        """
+        tr = self._gd
+        if tr is None or tr["key"] != (self.learning_rate, tuple(self.lr_milestones), self.lr_decay, self.weight_decay):
+            theta = np.zeros((self.d, self.c))
+            tr = self._gd = {
+                "key": (self.learning_rate, tuple(self.lr_milestones), self.lr_decay, self.weight_decay),
+                "XtX": sum(x.T @ x for x in self.X), "XtY": sum(x.T @ y for x, y in zip(self.X, self.Y)),
+                "theta": theta, "rows": [self.evaluate(theta)]}
+        while len(tr["rows"]) <= upto:
+            e = len(tr["rows"])
+            G = tr["XtX"] @ tr["theta"] - tr["XtY"]
+            tr["theta"] = tr["theta"] - self.step_size(e) * (G / self.m + self.weight_decay * tr["theta"])
+            tr["rows"].append(self.evaluate(tr["theta"]))
+        return tr["rows"]
