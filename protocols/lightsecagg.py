@@ -288,7 +288,7 @@ class LightSecAgg(Protocol):
                     yield env.all_of(sends)
                 else:
                     yield from self.send(dev, self.server, enc if full else np.empty(0), kind="encoded_mask_relay",
-                                         n_elements=(N - 1) * L, element_bits=bits)
+                                         n_elements=(N - 1) * L, element_bits=bits, encrypted=True)
                     bundles[i] = enc
                     uploaded[i].succeed()
             except simpy.Interrupt:
@@ -311,7 +311,7 @@ class LightSecAgg(Protocol):
                 senders = [i for i in sorted(bundles) if i != j]
                 payload = np.stack([bundles[i][j] for i in senders]) if full else np.empty(0)
                 msg = yield from self.send(self.server, dev, payload, kind="encoded_mask_relay",
-                                           n_elements=len(senders) * L, element_bits=bits)
+                                           n_elements=len(senders) * L, element_bits=bits, encrypted=True)
             except simpy.Interrupt:
                 return
             for k, i in enumerate(senders):

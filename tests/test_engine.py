@@ -83,7 +83,8 @@ def test_relayed_message_takes_upload_plus_download() -> None:
     bits = 1000 * 48 * 1.1
     assert sim.now == pytest.approx(bits / 5e6 + bits / 10e6, rel=1e-12)
     assert [h[0] for h in proto.delivered.hops] == ["up", "down"]
-    assert proto.delivered in sim.server.view and proto.delivered in sim.devices[2].view
+    assert proto.delivered.encrypted and proto.delivered in sim.devices[2].view
+    assert proto.delivered in sim.server.relayed and proto.delivered not in sim.server.view
     assert proto.trace[1]["bits_up"] == proto.trace[1]["bits_down"] == 48000
 
 

@@ -223,15 +223,20 @@ class Protocol:
 
     # -- primitives -------------------------------------------------------------------------
     def _message(self, src: Node, dst: Node, payload: Any, kind: str, n_elements: int | None,
-                 element_bits: int | None) -> Message:
+                 element_bits: int | None, encrypted: bool = False) -> Message:
         return Message(src.index, dst.index, kind, payload,
                        payload_size(payload) if n_elements is None else int(n_elements),
-                       element_bits or self.element_bits, round=self.sim.round)
+                       element_bits or self.element_bits, round=self.sim.round, encrypted=encrypted)
 
     def send(self, src: Node, dst: Node, payload: Any, *, kind: str, n_elements: int | None = None,
-             element_bits: int | None = None) -> Generator[Any, Any, Message]:
-        """Send one message and wait until it is delivered; returns the :class:`Message`."""
-        msg = self._message(src, dst, payload, kind, n_elements, element_bits)
+             element_bits: int | None = None, encrypted: bool = False) -> Generator[Any, Any, Message]:
+        """Send one message and wait until it is delivered; returns the :class:`Message`.
+
+        ``encrypted=True`` marks a message to the server that the server only stores and
+        forwards (end-to-end encrypted for other devices): it goes to the server's ``relayed``
+        list, not its view. Device-to-device messages are always encrypted.
+        """
+        msg = self._message(src, dst, payload, kind, n_elements, element_bits, encrypted)
         return (yield from self.sim.transfer(msg))
 
     def broadcast(self, payload: Any, *, kind: str, to: Iterable[Node] | None = None,

@@ -46,6 +46,11 @@ class Message:
         Round whose keyed draws decide the message's losses.
     sent_at, delivered_at : float
         Simulated seconds.
+    encrypted : bool
+        End-to-end encrypted for its final recipient: a server that relays it sees only its size
+        and endpoints (it lands in the server's ``relayed`` list, not its ``view``). Every
+        device-to-device message is encrypted (Schlegel et al., Sec. III-B); a protocol may also
+        mark messages it sends to the server for forwarding.
     """
 
     src: int
@@ -55,6 +60,7 @@ class Message:
     n_elements: int
     element_bits: int
     round: int = 0
+    encrypted: bool = False
     sent_at: float = math.nan
     delivered_at: float = math.nan
     hops: list[tuple[str, int, float, float]] = field(default_factory=list)

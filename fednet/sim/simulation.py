@@ -83,7 +83,11 @@ class Node:
     state : SimpleNamespace
         Private per-node state of the protocol.
     view : list of Message
-        Every message the node received, in order (for privacy audits), if views are recorded.
+        Every message the node received and can read, in order (for privacy audits), if views
+        are recorded.
+    relayed : list of Message
+        Encrypted messages the node forwarded or stored for forwarding (the server): it knows
+        their sizes and endpoints, not their payloads.
     attrs : dict
         The remaining graph attributes (e.g. ``group``).
     """
@@ -98,6 +102,7 @@ class Node:
     downlink: Link | None = None
     state: SimpleNamespace = field(default_factory=SimpleNamespace)
     view: list[Message] = field(default_factory=list)
+    relayed: list[Message] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -262,7 +267,8 @@ class Simulation:
         """Move a message to its destination (``yield from``); returns it once delivered.
 
         Device to server uses the device's uplink, server to device its downlink, and device to
-        device both in turn (relayed through the server, which sees the message pass).
+        device both in turn (relayed through the server; such messages are end-to-end encrypted,
+        Sec. III-B, so the server records them in ``relayed``, not in its ``view``).
         """
         if msg.src == msg.dst:
             raise ValueError(f"message {msg.kind!r} from node {msg.src} to itself")
@@ -270,13 +276,15 @@ class Simulation:
         msg.sent_at = self.now
         if not src.is_server:
             yield from self._hop(msg, src, "up")
-            if self.record_views and not dst.is_server:
-                self.server.view.append(msg)      # the relay sees what it forwards
+            if not dst.is_server:
+                msg.encrypted = True
+                if self.record_views:
+                    self.server.relayed.append(msg)
         if not dst.is_server:
             yield from self._hop(msg, dst, "down")
         msg.delivered_at = self.now
         if self.record_views:
-            dst.view.append(msg)
+            (dst.relayed if dst.is_server and msg.encrypted else dst.view).append(msg)
         return msg
 
     def compute(self, node: Node, fn: Callable[..., Any] | None, *args: Any,
