@@ -11,7 +11,8 @@ Phase 1 (:meth:`CodedPaddedFL.setup`, round 0)
     (no traffic, as the paper assumes).  Each device shares ``(Phi_i, Psi_i)`` -- the upper
     triangle of ``Phi_i`` (Remark 1) and ``Psi_i``: ``d (d+1)/2 + d c`` elements -- with the
     ``alpha - 1`` devices that column ``i`` of ``Omega`` names, relayed through the server
-    (end-to-end encrypted in the paper; the server's view holds ciphertext in that reading).
+    (end-to-end encrypted, Sec. III-B: the engine keeps them in the server's ``relayed`` list,
+    not its view).
     Each device then encodes ``C_i``, ``Cbar_i`` (eqs. 8-9).  The server encodes the pads the
     same way, once.
 Phase 2 (:meth:`CodedPaddedFL.round`, each epoch)

@@ -45,7 +45,7 @@ What each party sees
     running sums of shares of other groups' gradients -- one share of each, so again nothing.
     The server sees only what is addressed to it in the clear: the ``k'`` master-group shares of
     ``G^(e)`` per round, which determine ``G^(e)`` and nothing else (relayed device-to-device
-    messages are encrypted; the engine records them in the relay's view, and audits drop them).
+    messages are encrypted: the engine keeps them in the server's ``relayed`` list, not its view).
 
 Modes
     ``full``: the exact math above every epoch; ``check_decoding`` compares the decoded integer
