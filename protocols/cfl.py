@@ -49,7 +49,6 @@ from __future__ import annotations
 from collections.abc import Generator
 
 import numpy as np
-import simpy
 from pydantic import Field
 from scipy import stats
 
@@ -271,26 +270,12 @@ class CFL(Protocol):
         return matmul(self.server.state.XtX, self.theta) - self.server.state.XtY
 
     def round(self, epoch: int) -> Generator:
-        model = self.theta.astype(np.float32)
-        arrived: list[tuple[Node, np.ndarray]] = []
-
-        def work(dev: Node) -> Generator:
-            try:
-                msg = yield from self.send(self.server, dev, model, kind="model")
-                dev.state.received = msg.payload
-                g = yield from self.sim.compute(dev, self.local_gradient, dev)
-                yield from self.send(dev, self.server, g, kind="gradient")
-                arrived.append((dev, g))
-            except simpy.Interrupt:
-                return
-
-        procs = [self.env.process(work(dev)) for dev, l_j in zip(self.devices, self.loads)
-                 if l_j > 0 and self.sim.available(dev)]
+        start = self.sim.now
         server = self.env.process(self.server_compute(self.parity_gradient))
-        yield self.env.timeout(self.t_star)
-        for p in procs:
-            if p.is_alive:
-                p.interrupt("deadline")
+        arrived = yield from self.gather([dev for dev, l_j in zip(self.devices, self.loads) if l_j > 0],
+                                         self.local_gradient, kind="gradient",
+                                         download=self.theta.astype(np.float32), deadline=self.t_star)
+        yield self.env.timeout(max(0.0, start + self.t_star - self.sim.now))    # the epoch lasts >= t*
         G = yield server
         for _, g in arrived:
             G = G + g

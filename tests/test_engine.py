@@ -233,3 +233,27 @@ def test_round_metrics_extend_the_trace_row() -> None:
 
     rows = Counting(lossless(), small_task(), {"drop_slowest": 1}).run(2)
     assert [r["uploads_used"] for r in rows] == [0, 2, 2]
+
+
+class _Deadline(Protocol):
+    """Test protocol: gather with a deadline between the devices' finishing times."""
+
+    deadline = 0.0
+
+    def round(self, epoch: int):
+        replies = yield from self.gather(self.devices, lambda dev: np.ones(10), kind="g", download=np.ones(10),
+                                         macs=lambda dev: 1_000_000, deadline=self.deadline)
+        self.used = [dev.index for dev, _ in replies]
+        self.end = self.sim.now
+
+
+def test_gather_deadline_returns_what_arrived_in_time() -> None:
+    """Deterministic devices at 1, 2, 4 MMAC/s finish 1 MMAC at ~1, ~0.5, ~0.25 s (+ tiny transfers)."""
+    proto = _Deadline(lossless(), small_task())
+    proto.deadline = 0.6
+    rows = proto.run(1)
+    assert rows[1]["used"] == "1 2" and proto.end == pytest.approx(0.6)
+    late = _Deadline(lossless(), small_task())
+    late.deadline = -1.0
+    with pytest.raises(ValueError, match="deadline must be >= 0 seconds, got -1"):
+        late.run(1)

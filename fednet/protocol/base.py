@@ -304,7 +304,7 @@ class Protocol:
                first: int | None = None, download: Any = None, download_kind: str = "model",
                download_elements: int | None = None, download_bits: int | None = None,
                upload_elements: int | Callable[[Any], int] | None = None, upload_bits: int | None = None,
-               macs: Callable[[Node], int] | None = None) -> Generator:
+               macs: Callable[[Node], int] | None = None, deadline: float | None = None) -> Generator:
         """Each node: receive ``download`` (if given), compute ``fn(node)``, upload the result.
 
         Nodes work in parallel, each starting its computation as soon as its own download
@@ -329,6 +329,9 @@ class Protocol:
             Size of an upload (default: :func:`payload_size` of the result).
         macs : callable(Node) -> int, optional
             MACs to charge in addition to those metered in ``fn``.
+        deadline : float, optional
+            Simulated seconds after which the server stops waiting: the results that arrived by
+            then are returned (possibly fewer than ``first``) and the rest are cancelled.
 
         Returns
         -------
@@ -338,11 +341,13 @@ class Protocol:
         Raises
         ------
         StragglerShortfall
-            If fewer than ``first`` nodes are available or finish.
+            If fewer than ``first`` nodes are available or finish (without a deadline).
         """
+        if deadline is not None and not deadline >= 0:
+            raise ValueError(f"deadline must be >= 0 seconds, got {deadline}")
         nodes = [n for n in nodes if self.sim.available(n)]
         need = len(nodes) if first is None else int(first)
-        if need > len(nodes):
+        if deadline is None and need > len(nodes):
             raise StragglerShortfall(f"{self.label}: round {self.epoch} needs {need} results but only "
                                      f"{len(nodes)} devices are available")
         arrived: list[tuple[Node, Any]] = []
@@ -373,13 +378,13 @@ class Protocol:
                 done.succeed()
 
         procs = [self.env.process(work(n)) for n in nodes]
-        if need == 0:
+        if need == 0 or not nodes:
             return []
-        yield done
+        yield done if deadline is None else done | self.env.timeout(deadline)
         for p in procs:
             if p.is_alive:
-                p.interrupt("cancelled: enough results arrived")
-        if len(arrived) < need:
+                p.interrupt("cancelled: enough results arrived, or the deadline passed")
+        if deadline is None and len(arrived) < need:
             raise StragglerShortfall(f"{self.label}: round {self.epoch} needs {need} results, got {len(arrived)}")
         return arrived[:need]
 
