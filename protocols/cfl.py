@@ -233,6 +233,8 @@ class CFL(Protocol):
                     setup_fraction=getattr(dev.compute_model, "setup_fraction", 0.0))
 
     def setup(self) -> Generator:
+        """Set-up (Prakash et al.): deadline and loads from the link and compute statistics;
+        the parity data uploaded once."""
         cfg, task = self.config, self.task
         d, c, m = task.d, task.c, task.m
         self.c_p = max(1, int(round(cfg.redundancy * m)))
@@ -270,6 +272,7 @@ class CFL(Protocol):
         return matmul(self.server.state.XtX, self.theta) - self.server.state.XtY
 
     def round(self, epoch: int) -> Generator:
+        """One epoch: devices compute on their loads until the deadline t*, the server on the parity data; sum and update."""
         start = self.sim.now
         server = self.env.process(self.server_compute(self.parity_gradient))
         arrived = yield from self.gather([dev for dev, l_j in zip(self.devices, self.loads) if l_j > 0],

@@ -312,6 +312,7 @@ class CodedPaddedFL(Protocol):
 
     @classmethod
     def check(cls, config: CodedPaddedFLConfig, n_devices: int) -> None:
+        """Refuse alpha larger than the smallest group, or more groups than devices."""
         if config.groups > n_devices:
             raise ValueError(f"groups must be at most the number of devices ({n_devices}), got {config.groups}")
         smallest = min(group_sizes(n_devices, config.groups))
@@ -322,6 +323,7 @@ class CodedPaddedFL(Protocol):
     # -- helpers ---------------------------------------------------------------------------
     @property
     def q(self) -> FixedPoint:
+        """The fixed-point format ``Q<k,f>`` of the configuration."""
         return FixedPoint(self.config.k, self.config.f)
 
     def _share_elements(self) -> int:
@@ -356,6 +358,7 @@ class CodedPaddedFL(Protocol):
 
     # -- phase 1 ---------------------------------------------------------------------------
     def setup(self) -> Generator:
+        """Phase 1 (Sec. V-A/C): pads, sharing of (Phi_i, Psi_i) along Omega, local encoding (eqs. 6-9)."""
         cfg, q = self.config, self.q
         D = self.sim.n_devices
         self.groups = equal_groups(D, cfg.groups)
@@ -450,6 +453,7 @@ class CodedPaddedFL(Protocol):
         return coded_gradient(self.q, dev.state.Cbar, dev.state.C, prepare(dev.state.received))
 
     def round(self, epoch: int) -> Generator:
+        """Phase 2 (Sec. V-B): broadcast epsilon, coded gradients (eq. 11), per-group decoding (eq. 12), update (eq. 5)."""
         cfg, q = self.config, self.q
         d, c = self.task.d, self.task.c
         full = cfg.mode == "full"

@@ -248,6 +248,7 @@ class CodedSecAgg(Protocol):
 
     @classmethod
     def check(cls, config: CodedSecAggConfig, n_devices: int) -> None:
+        """Refuse N not dividing D, groups smaller than k', or k' <= z (Sec. VI-D)."""
         N = config.groups
         if N > n_devices or n_devices % N:
             raise ValueError(f"groups must divide the number of devices ({n_devices}), got {N}")
@@ -260,10 +261,12 @@ class CodedSecAgg(Protocol):
     # -- helpers ---------------------------------------------------------------------------
     @property
     def fp(self) -> FixedPoint:
+        """The fixed-point format ``Q<k,f>`` of the configuration."""
         return FixedPoint(self.config.k, self.config.f)
 
     @property
     def q(self) -> int:
+        """The field size, the smallest prime above 2^(k+f) (Remark 3)."""
         return self.config.q
 
     def _share_bits(self) -> int:
@@ -275,6 +278,7 @@ class CodedSecAgg(Protocol):
 
     # -- phase 1 ---------------------------------------------------------------------------
     def setup(self) -> Generator:
+        """Phase 1 (Sec. VI-A): Shamir sharing of 2^f G_i^(1) and X_i^T X_i inside each group; sums of received shares."""
         cfg = self.config
         D = self.sim.n_devices
         self.groups = equal_groups(D, cfg.groups)
@@ -349,6 +353,7 @@ class CodedSecAgg(Protocol):
 
     # -- phase 2 ---------------------------------------------------------------------------
     def round(self, epoch: int) -> Generator:
+        """Phase 2 (Sec. VI-B/D): broadcast epsilon, shares of eq. 13, the tree of eqs. 14-15, k' master shares decoded."""
         cfg = self.config
         d, c = self.task.d, self.task.c
         full = cfg.mode == "full"

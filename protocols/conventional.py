@@ -75,11 +75,13 @@ class ConventionalFL(Protocol):
 
     @classmethod
     def check(cls, config: ConventionalFLConfig, n_devices: int) -> None:
+        """Refuse dropping as many devices as there are."""
         if config.drop_slowest >= n_devices:
             raise ValueError(f"drop_slowest must be less than the number of devices ({n_devices}), "
                              f"got {config.drop_slowest}")
 
     def setup(self) -> Generator:
+        """No set-up phase: only each device's minibatch size and sampling stream."""
         for dev in self.devices:
             n = self.task.X[dev.index].shape[0]
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * n)))
@@ -95,6 +97,7 @@ class ConventionalFL(Protocol):
         return minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], theta, rows)
 
     def round(self, epoch: int) -> Generator:
+        """One epoch: download Theta, minibatch gradient (eq. 3), upload; the server sums the first D - s and updates (eqs. 4-5)."""
         need = self.sim.n_devices - self.config.drop_slowest
         replies = yield from self.gather(self.devices, self.local_gradient, kind="gradient",
                                          first=need, download=self.theta.astype(np.float32))

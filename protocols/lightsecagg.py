@@ -181,14 +181,17 @@ class LightSecAgg(Protocol):
 
     @classmethod
     def check(cls, config: LightSecAggConfig, n_devices: int) -> None:
+        """Refuse parameters outside T < U <= N (So et al.), via :func:`check_lsa_parameters`."""
         U = n_devices if config.U is None else config.U
         check_lsa_parameters(n_devices, U, config.z, config.p)
 
     @property
     def U(self) -> int:
+        """The target number of survivors U (the configured value, or D)."""
         return self.sim.n_devices if self.config.U is None else self.config.U
 
     def setup(self) -> Generator:
+        """No data sharing: per-device minibatch streams and the mask-code points."""
         N = self.sim.n_devices
         self.alphas, self.betas = default_lsa_points(N, self.U)
         for dev in self.devices:
@@ -243,6 +246,7 @@ class LightSecAgg(Protocol):
 
     # -- the round ---------------------------------------------------------------------------
     def round(self, epoch: int) -> Generator:
+        """One round: offline masks (overlapping training), masked uploads, survivor set, aggregated encoded masks, unmasking."""
         cfg = self.config
         env = self.env
         N, U, T = self.sim.n_devices, self.U, cfg.z

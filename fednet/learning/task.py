@@ -62,6 +62,7 @@ class LearningTask:
 
     @property
     def n_devices(self) -> int:
+        """Number of devices D."""
         return len(self.X)
 
     @property

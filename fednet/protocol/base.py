@@ -194,18 +194,22 @@ class Protocol:
     # -- shorthands -------------------------------------------------------------------------
     @property
     def env(self) -> simpy.Environment:
+        """The SimPy environment of the simulation."""
         return self.sim.env
 
     @property
     def server(self) -> Node:
+        """The server node."""
         return self.sim.server
 
     @property
     def devices(self) -> list[Node]:
+        """The device nodes, in index order."""
         return self.sim.devices
 
     @property
     def element_bits(self) -> int:
+        """Wire width in bits of one number (the config's ``element_bits``)."""
         return self.config.element_bits
 
     def step(self, gradient_sum: np.ndarray, m_used: int) -> None:

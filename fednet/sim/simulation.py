@@ -107,6 +107,7 @@ class Node:
 
     @property
     def is_server(self) -> bool:
+        """True for the server node."""
         return self.role == "server"
 
     def __repr__(self) -> str:
@@ -221,6 +222,7 @@ class Simulation:
 
     @property
     def n_devices(self) -> int:
+        """Number of devices D."""
         return len(self.devices)
 
     def node(self, index: int) -> Node:

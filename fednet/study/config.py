@@ -166,6 +166,7 @@ class RunSpec(_Strict):
 
     @property
     def name(self) -> str:
+        """The run's label, or its protocol name when it has none."""
         return self.label or self.protocol
 
 

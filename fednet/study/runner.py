@@ -112,6 +112,7 @@ class StudyResult:
     wall_s: dict[str, dict[int, float]]
 
     def table(self) -> str:
+        """The summary as a plain-text table (:func:`~fednet.study.results.format_summary`)."""
         return format_summary(self.summary)
 
 
