@@ -48,7 +48,7 @@ from pydantic import Field, model_validator
 from fednet.algebra.meter import axpy
 from fednet.codes.approx_gc import example_weights, share_randomly
 from fednet.learning.heterogeneity import make_partition
-from fednet.learning.models import logistic_gradient, logistic_loss
+from fednet.learning.models import accuracy, logistic_gradient, logistic_loss
 from fednet.protocol.base import Outgoing, Protocol, ProtocolConfig
 from fednet.sim.compute import AlwaysAvailable, BernoulliDropout
 from fednet.sim.simulation import Node
@@ -213,7 +213,7 @@ class ApproxGC(Protocol):
 
     def evaluate(self) -> tuple[float, float]:
         """Test accuracy (argmax) and mean test cross-entropy of ``beta``."""
-        acc = float(np.mean(np.argmax(self.task.x_test @ self.theta, axis=1) == self.task.y_test))
+        acc = accuracy(self.task.x_test, self.task.y_test, self.theta)
         return acc, logistic_loss(self.task.x_test, np.eye(self.task.c)[self.task.y_test], self.theta)
 
     def round_metrics(self, round: int) -> dict:

@@ -53,6 +53,7 @@ from pydantic import Field
 from scipy import stats
 
 from fednet.algebra.meter import matmul
+from fednet.learning.models import ridge_gradient
 from fednet.protocol.base import Protocol, ProtocolConfig
 from fednet.sim.simulation import Node
 
@@ -265,7 +266,7 @@ class CFL(Protocol):
         """Plain gradient of the device's load (eq. 3 on ``l_j`` points); ``2 l_j d c`` MACs."""
         theta = dev.state.received.astype(np.float64)
         X, Y = self.task.X[dev.index][dev.state.rows], self.task.Y[dev.index][dev.state.rows]
-        return matmul(X.T, matmul(X, theta) - Y)
+        return ridge_gradient(X, Y, theta)
 
     def parity_gradient(self) -> np.ndarray:
         """Server: ``X~^T X~ Theta - X~^T Y~`` (``d^2 c`` MACs)."""

@@ -26,7 +26,8 @@ from collections.abc import Generator
 import numpy as np
 from pydantic import Field
 
-from fednet.algebra.meter import axpy, matmul
+from fednet.algebra.meter import axpy
+from fednet.learning.models import ridge_gradient
 from fednet.protocol.base import Protocol, ProtocolConfig
 from fednet.sim.simulation import Node
 
@@ -62,9 +63,7 @@ def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np
     ndarray, (d, c)
         ``(n_i / b) X_b^T (X_b Theta - Y_b)``; charges ``2 b d c`` MACs.
     """
-    xb = X[rows]
-    residual = matmul(xb, theta) - Y[rows]
-    return matmul(xb.T, residual) * (X.shape[0] / len(rows))
+    return ridge_gradient(X[rows], Y[rows], theta, scale=X.shape[0] / len(rows))
 
 
 class ConventionalFL(Protocol):
