@@ -5,15 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fednet.algebra.fields import fixed_point_field, from_field, prime_field, to_field
+from fednet.algebra.fields import fixed_point_field, to_field
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.algebra.meter import MacMeter
 from fednet.algebra.modp import PreparedMatrix, add_mod
 from fednet.codes.secagg_tree import aggregation_tree
 from fednet.codes.shamir import default_points, shamir_share
-from fednet.learning.task import LearningTask
-from fednet.sim.compute import Deterministic
-from fednet.sim.simulation import Simulation
 from protocols.codedpaddedfl import local_statistics, unpack_upper
 from protocols.codedsecagg import (
     CodedSecAgg,
@@ -23,22 +20,10 @@ from protocols.codedsecagg import (
     shamir_share_macs,
     share_secrets,
 )
-from topologies.lte import lte_star
+from factories import make_sim, make_task
 
 FP = FixedPoint(48, 24)
 Q = fixed_point_field(48, 24)
-
-
-def make_task(D=8, n=20, d=6, c=3, seed=0, lr=1.0):
-    rng = np.random.default_rng(seed)
-    X = [rng.uniform(-0.5, 0.5, (n, d)) for _ in range(D)]
-    Y = [np.eye(c)[rng.integers(0, c, n)] for _ in range(D)]
-    return LearningTask(X, Y, rng.uniform(-0.5, 0.5, (40, d)), rng.integers(0, c, 40), learning_rate=lr)
-
-
-def make_sim(D=8, seed=1, deterministic=False, loss=0.0):
-    g = lte_star(D, device_mac_rates=[1e6] * D, loss=loss)
-    return Simulation(g, seed, device_compute=Deterministic() if deterministic else None)
 
 
 def test_pure_pipeline_is_exact_in_the_field():

@@ -5,25 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fednet.learning.task import LearningTask
-from fednet.sim.compute import Deterministic
-from fednet.sim.simulation import Simulation
 from protocols.lightsecagg import LightSecAgg, LightSecAggConfig, mask_upload, unmask_aggregate
 from fednet.algebra.fields import uniform
 from fednet.codes.lagrange import default_lsa_points, lsa_aggregate_encoded, lsa_encode_mask
-from topologies.lte import lte_star
-
-
-def make_task(D=8, n=20, d=6, c=3, seed=0, lr=1.0):
-    rng = np.random.default_rng(seed)
-    X = [rng.uniform(-0.5, 0.5, (n, d)) for _ in range(D)]
-    Y = [np.eye(c)[rng.integers(0, c, n)] for _ in range(D)]
-    return LearningTask(X, Y, rng.uniform(-0.5, 0.5, (40, d)), rng.integers(0, c, 40), learning_rate=lr)
-
-
-def make_sim(D=8, seed=1, deterministic=False, loss=0.0):
-    g = lte_star(D, device_mac_rates=[1e6] * D, loss=loss)
-    return Simulation(g, seed, device_compute=Deterministic() if deterministic else None)
+from factories import make_sim, make_task
 
 
 def test_unmask_pure():

@@ -69,17 +69,11 @@ def test_t_colluding_users_see_uniform_mask_shares():
 def test_protocol_server_reads_no_encoded_mask():
     """On the engine, the bundles of encoded masks the server stores and forwards are encrypted:
     they are in its ``relayed`` list, never in its view; each user's view holds the shares addressed to it."""
-    from fednet.learning.task import LearningTask
-    from fednet.sim.simulation import Simulation
+    from factories import make_sim, make_task
     from protocols.lightsecagg import LightSecAgg
-    from topologies.lte import lte_star
 
-    rng = np.random.default_rng(0)
-    D, d, c = 5, 6, 2
-    X = [rng.normal(size=(10, d)) for _ in range(D)]
-    Y = [np.eye(c)[rng.integers(0, c, 10)] for _ in range(D)]
-    task = LearningTask(X, Y, rng.normal(size=(8, d)), rng.integers(0, c, 8), learning_rate=0.01)
-    sim = Simulation(lte_star(D, device_mac_rates=[1e6] * D), seed=0)
+    sim = make_sim(D=5, seed=0)
+    task = make_task(D=5, n=10, d=6, c=2, lr=0.01)
     LightSecAgg(sim, task, dict(z=1, U=4, mode="full")).run(2)
     assert sim.server.relayed and all(m.kind == "encoded_mask_relay" for m in sim.server.relayed)
     assert not [m for m in sim.server.view if m.kind.startswith("encoded_mask")]
