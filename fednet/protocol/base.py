@@ -381,9 +381,9 @@ class Protocol:
             if not done.triggered and (len(arrived) >= need or finished == len(nodes)):
                 done.succeed()
 
-        procs = [self.env.process(work(n)) for n in nodes]
         if need == 0 or not nodes:
             return []
+        procs = [self.env.process(work(n)) for n in nodes]
         yield done if deadline is None else done | self.env.timeout(deadline)
         for p in procs:
             if p.is_alive:
