@@ -12,7 +12,6 @@ from fednet.algebra.fields import (
     fixed_point_field,
     from_field,
     lagrange_coefficients,
-    next_prime_above,
     prime_field,
     to_field,
     uniform,
