@@ -21,6 +21,7 @@ from topologies.lte import lte_star
 
 
 def task(D: int, d: int, n: int, c: int = 10) -> LearningTask:
+    """D devices with n Gaussian points of d features, c classes."""
     rng = np.random.default_rng(0)
     X = [rng.normal(size=(n, d)) / np.sqrt(d) for _ in range(D)]
     Y = [np.eye(c)[rng.integers(0, c, n)] for _ in range(D)]
@@ -28,6 +29,7 @@ def task(D: int, d: int, n: int, c: int = 10) -> LearningTask:
 
 
 def bench(D: int, d: int, n: int, epochs: int) -> dict[str, float]:
+    """Run conventional FL for ``epochs`` rounds; events, events/s, host ms and simulated s per epoch."""
     t = task(D, d, n)
     sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0)
     events = 0
@@ -48,6 +50,7 @@ def bench(D: int, d: int, n: int, epochs: int) -> dict[str, float]:
 
 
 def main() -> None:
+    """Print the table for D in {25, 1000} and d in {20, 2000}."""
     print(f"{'D':>5} {'d':>5} {'epochs':>6} {'events':>9} {'events/s':>10} {'wall/epoch':>11} {'sim/epoch':>10}")
     for D, d, n, epochs in [(25, 20, 96, 400), (1000, 20, 96, 20), (25, 2000, 96, 100), (1000, 2000, 96, 5)]:
         r = bench(D, d, n, epochs)

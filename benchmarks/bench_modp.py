@@ -25,6 +25,7 @@ from fednet.algebra.modp import prepare
 
 
 def best_ms(fn, repeat: int) -> float:
+    """Best of ``repeat`` timings of ``fn()`` in milliseconds, after one warm-up call."""
     fn()
     times = []
     for _ in range(repeat):
@@ -35,6 +36,7 @@ def best_ms(fn, repeat: int) -> float:
 
 
 def main() -> None:
+    """Time the products for the sizes given on the command line and print the table."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--m", type=int, default=2000)
     ap.add_argument("--k", type=int, default=2000)

@@ -58,6 +58,7 @@ class ShiftedExponential(ComputeModel):
         self.setup_fraction = float(setup_fraction)
 
     def duration(self, node: int, round: int, macs: int, mac_rate: float, draw: ExpDraw) -> float:
+        """``rho / tau`` plus the keyed setup time scaled to ``setup_fraction * rho / tau`` (0 for no MACs)."""
         if macs == 0:
             return 0.0
         base = macs / mac_rate
@@ -71,6 +72,7 @@ class Deterministic(ComputeModel):
     """``rho / tau`` exactly: no random setup time (analytic tests, the server)."""
 
     def duration(self, node: int, round: int, macs: int, mac_rate: float, draw: ExpDraw) -> float:
+        """``rho / tau`` (no random part)."""
         return macs / mac_rate
 
     def __repr__(self) -> str:
@@ -94,6 +96,7 @@ class TraceCompute(ComputeModel):
         self.delays = {int(k): [float(x) for x in v] for k, v in delays.items()}
 
     def duration(self, node: int, round: int, macs: int, mac_rate: float, draw: ExpDraw) -> float:
+        """``rho / tau`` plus this node's trace entry for ``round`` (0 for nodes not in the table)."""
         seq = self.delays.get(node)
         extra = seq[round % len(seq)] if seq else 0.0
         return macs / mac_rate + extra
@@ -111,6 +114,7 @@ class AlwaysAvailable(Availability):
     """Every device responds in every round."""
 
     def available(self, node: int, round: int, draw: UniformDraw) -> bool:
+        """Always True."""
         return True
 
     def __repr__(self) -> str:
@@ -135,6 +139,7 @@ class BernoulliDropout(Availability):
         self.p = float(p)
 
     def available(self, node: int, round: int, draw: UniformDraw) -> bool:
+        """False with probability ``p``, from the keyed uniform of (node, "dropout", round)."""
         return self.p == 0.0 or draw() >= self.p
 
     def __repr__(self) -> str:
