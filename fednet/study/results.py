@@ -436,7 +436,9 @@ def load_results(out_dir: str | Path) -> Results:
         csv_path = out_dir / run.get("trace_csv", "")
         if not csv_path.is_file():
             raise FileNotFoundError(f"{csv_path}: trace of run {label!r} is missing")
-        df = pd.read_csv(csv_path, converters={"used": str, "protocol": str})
+        df = pd.read_csv(csv_path, dtype={"used": str, "protocol": str})
+        if "used" in df:
+            df["used"] = df["used"].fillna("").astype(object)
         frames.append(df.rename(columns={"protocol": "run"}).assign(run=label))
     rounds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     res = Results(rounds, pd.DataFrame(), summary, study)
