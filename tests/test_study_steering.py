@@ -322,3 +322,24 @@ def test_missing_dataset_without_url_fails_at_once(tmp_path, monkeypatch) -> Non
     msg = str(err.value)
     assert "4 data file(s) missing" in msg and "FEDNET_DATA_URL" in msg and "FEDNET_DATA" in msg
     assert not (tmp_path / "mnist").exists()
+
+
+def test_progress_total_follows_early_stops(tmp_path, monkeypatch) -> None:
+    import tqdm.auto
+
+    import fednet.study.runner as runner
+
+    seen = []
+
+    class Bar(tqdm.auto.tqdm):
+        def refresh(self, *a, **k):
+            seen.append((self.n, self.total, self.postfix))
+            return super().refresh(*a, **k)
+
+    monkeypatch.setattr(runner, "tqdm", Bar)
+    study = load_study(write(tmp_path, FDRAW), seeds=[0, 1, 2])
+    res = run_study(study, None, progress=True)
+    rounds = sum(len(r) for r in res.traces["GD"].values())
+    assert seen[0][1] == 3 * 151 and rounds < 3 * 151  # planned 3 x (150 + 1) rounds, stopped early at 95 %
+    assert seen[-1][0] == seen[-1][1] == rounds  # the bar ends full, at the true number of rounds
+    assert any("loading digits" in (p or "") for _, _, p in seen)
