@@ -98,6 +98,11 @@ def test_set_values_and_python_overrides_merge_deeply(tmp_path) -> None:
     assert s.network.dropout == 0.2 and s.network.n_devices == 5
     assert s.runs[1].params == {"drop_slowest": 2, "element_bits": 16} and s.runs[0].params == {"element_bits": 16}
     assert s.data.feature_seed == "per_seed"
+    s = load_study(path, sets=['runs."drop1".params={ drop_slowest = 3, minibatch_fraction = 0.5 }'])
+    assert s.runs[1].params == {"drop_slowest": 3, "minibatch_fraction": 0.5}
+    labelled = MINI.replace('label = "drop1"', 'label = "drop a=1.5"')
+    s = load_study(write(tmp_path, labelled, "l.toml"), sets=['runs."drop a=1.5".params.drop_slowest=2'])
+    assert s.runs[1].params == {"drop_slowest": 2}
     # Python overrides merge tables key by key (n_devices and n_components survive)
     s = load_study(path, network={"dropout": 0.1}, data={"partition": "iid"}, seeds=[7])
     assert (s.network.dropout, s.network.n_devices, s.data.n_components, s.data.partition, s.seeds) == (

@@ -20,9 +20,24 @@ accuracies and a list of runs (a protocol with its parameters). Example::
     protocol = "conventional"
     params = { drop_slowest = 0 }
 
+A run entry may sweep a parameter grid, expanded into one labelled run per combination
+(:func:`expand_sweeps`)::
+
+    [[runs]]
+    label = "CodedPaddedFL"            # -> "CodedPaddedFL alpha=6", "CodedPaddedFL alpha=16", ...
+    protocol = "codedpaddedfl"
+    params = { groups = 1, mode = "timing" }
+    sweep = { alpha = [6, 16, 23] }
+
+``[data] feature_seed = "per_seed"`` makes the random-Fourier draw vary with the study seed
+(paired across runs), so that intervals over seeds include it.
+
 Every protocol's ``params`` are validated by that protocol's ``Config`` when the study is
 loaded, together with :meth:`~fednet.protocol.base.Protocol.check` against the network, so
-a bad study fails before anything is computed or written.
+a bad study fails before anything is computed or written. :func:`load_study` reports every
+problem of a file at once, one per line, with a "did you mean" for unknown keys, and applies
+overrides (deep-merged tables, ``--set key.path=value`` assignments, run selection, an
+epoch cap) before validating, so an override is checked exactly like the file.
 """
 
 from __future__ import annotations
@@ -406,7 +421,9 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 def parse_assignment(text: str) -> tuple[list[str], Any]:
     """Split ``"key.path=value"`` into its path and a TOML-parsed value.
 
-    The value is read as a TOML value (``0.1``, ``true``, ``[1, 2]``, ``"x"``,
+    The path is split at dots; a segment in double quotes may hold dots and ``=``
+    (``runs."CodedPaddedFL alpha=23".params.alpha=16``). The value, after the first ``=``
+    outside quotes, is read as a TOML value (``0.1``, ``true``, ``[1, 2]``, ``"x"``,
     ``{ alpha = 6 }``); text that is not TOML is taken as a bare string (``mode=timing``).
 
     Raises
@@ -414,10 +431,25 @@ def parse_assignment(text: str) -> tuple[list[str], Any]:
     StudyError
         If there is no ``=`` or the key is empty.
     """
-    key, sep, value = text.partition("=")
-    path = [p.strip() for p in key.strip().split(".")]
-    if not sep or not all(path):
-        raise StudyError(f"--set {text!r}: expected key.path=value, e.g. network.dropout=0.1")
+    path: list[str] = []
+    seg, quoted, i = "", False, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch == ".":
+            path.append(seg.strip())
+            seg = ""
+        elif not quoted and ch == "=":
+            break
+        else:
+            seg += ch
+        i += 1
+    path.append(seg.strip())
+    value = text[i + 1:]
+    if i >= len(text) or quoted or not all(path):
+        raise StudyError(f"--set {text!r}: expected key.path=value, e.g. network.dropout=0.1 "
+                         '(quote a segment holding dots or "=": runs."CodedPaddedFL alpha=23".epochs=50)')
     try:
         parsed = tomllib.loads(f"v = {value.strip()}")["v"]
     except tomllib.TOMLDecodeError:
