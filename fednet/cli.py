@@ -108,16 +108,18 @@ def _saved(args: argparse.Namespace) -> Path | None:
 
 
 def _cmd_summarize(args: argparse.Namespace) -> int:
-    from fednet.study.results import format_per_seed, load_results
+    import json
+
+    from fednet.study.results import format_per_seed, format_summary
 
     out = _saved(args)
     if out is None:
         return 2
-    res = load_results(out)
-    print(f"{res.summary.get('study', out.name)} ({out})\n")
-    print(res.summary_table())
-    if args.per_seed or res.summary.get("feature_seeds"):
-        print("\nper seed:\n" + format_per_seed(res.summary))
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    print(f"{summary.get('study', out.name)} ({out})\n")
+    print(format_summary(summary))
+    if args.per_seed or summary.get("feature_seeds"):
+        print("\nper seed:\n" + format_per_seed(summary))
     return 0
 
 

@@ -259,6 +259,8 @@ def _num(v: float, scale: float = 1.0) -> str:
 
 
 def _interval(st: Mapping[str, Any] | None, centre: str, scale: float = 1.0) -> str:
+    if st is not None and st.get(centre) is None and st.get("mean") is not None:
+        centre = "mean"  # a summary.json written before the log-scale statistics
     if st is None or st.get(centre) is None:
         return "-"
     s = _num(st[centre], scale)
