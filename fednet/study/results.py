@@ -223,7 +223,9 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
                 entry["time_s_stats"], entry["time_s_stats_reason"] = log_interval(times, level), None
             else:
                 entry["time_s_stats"] = None
-                entry["time_s_stats_reason"] = f"reached by {len(reached)} of {len(recs)} seeds"
+                entry["time_s_stats_reason"] = (f"reached by {len(reached)} of {len(recs)} seeds"
+                                                if len(reached) < len(recs) else
+                                                "reached at simulated time 0 at some seed (no log-scale interval)")
             entry["time_s_range"] = [min(times), max(times)] if times else None
             entry["time_s_spread"] = max(times) / min(times) if times else None
             if baseline is not None and label != baseline and baseline in traces:
