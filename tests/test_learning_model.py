@@ -187,3 +187,22 @@ def test_params_and_argument_errors() -> None:
         RidgeModel(0, 2)
     with pytest.raises(ValueError, match="labels"):
         as_targets(np.array([0, 2]), 2)
+
+
+def test_sgd_equals_the_real_protocol_step() -> None:
+    """Against fednet.protocol.base.Protocol.step itself (what the coordinator replaces by the optimizer)."""
+    from factories import make_sim
+
+    from fednet.protocol.base import Protocol
+
+    task = _task(D=4)
+    proto = Protocol(make_sim(D=4), task)
+    rng = np.random.default_rng(7)
+    theta = proto.theta
+    for epoch in range(1, 7):
+        proto.epoch = epoch
+        G = rng.normal(size=theta.shape)
+        proto.step(G, 23)
+        theta = task.optimizer.step(theta, G, 23, epoch)
+        assert np.array_equal(proto.theta, theta)
+        assert proto.evaluate() == task.model.evaluate(theta, task.x_test, task.y_test)
