@@ -111,6 +111,10 @@ def test_ridge_model_gradient_is_ridge_gradient_and_metered() -> None:
     np.testing.assert_allclose(gp["theta"], g["theta"], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gx, r @ theta.T, rtol=1e-12)
     with MacMeter() as m:
+        g2, gx2 = model.gradient_with_input(theta, x, y)
+    assert m.macs == 3 * b * d * c
+    assert np.array_equal(g2["theta"], g["theta"]) and np.array_equal(gx2, gx)
+    with MacMeter() as m:
         task.evaluate(theta)
         model.predict(theta, x)
     assert m.macs == 0  # the observer's work is free

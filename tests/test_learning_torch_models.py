@@ -47,7 +47,8 @@ def test_mlp_trains_on_mnist_with_macs_from_the_layers_run(data_dir) -> None:
     assert model.n_params == 784 * 64 + 64 + 64 * 64 + 64 + 64 * 10 + 10
 
 
-@pytest.mark.parametrize("kind", ["forward", "loss", "gradient", "gradient_with_input", "backward"])
+@pytest.mark.parametrize("kind", ["forward", "loss", "gradient", "gradient_with_input", "backward",
+                                  "backward_params"])
 @pytest.mark.parametrize("cache", [True, False])
 def test_metered_calls_match_the_analytic_mlp_counts(kind: str, cache: bool) -> None:
     model = MLPModel((20, 8, 6, 3), "tanh", cache_macs=cache, dtype=torch.float64)
@@ -65,7 +66,8 @@ def test_metered_calls_match_the_analytic_mlp_counts(kind: str, cache: bool) -> 
             elif kind == "gradient_with_input":
                 model.gradient_with_input(p, x, y)
             else:
-                model.backward(p, x, rng.normal(size=(b, 3)))
+                gp, gx = model.backward(p, x, rng.normal(size=(b, 3)), input_grad=kind == "backward")
+                assert (gx is None) == (kind == "backward_params")
         expected = model.analytic_macs(b, kind)
         assert meter.macs == expected["total"]
         assert model.layer_macs(kind, b) == expected

@@ -32,6 +32,22 @@ Conventions shared by every model (a field model follows them over ``GF(p)``):
 
 ``y`` is either ``(b,)`` integer class labels or ``(b, n_outputs)`` float targets (one-hot rows);
 a model converts to what its loss needs.
+
+Implementing a model
+--------------------
+Subclass :class:`Model`; set ``n_inputs`` and ``n_outputs``; implement ``param_shapes`` (name ->
+shape, in a fixed order), ``init_params(seed)`` (a deterministic function of the seed),
+``forward``, ``loss``, ``gradient``, ``predict`` and ``evaluate``; ``backward`` and
+``gradient_with_input`` only if the model is a part of a split model. Charge MACs only through
+the metered kernels (:func:`fednet.algebra.meter.matmul`, ``charge`` from an exact kernel such as
+:mod:`fednet.algebra.modp`, or the torch counter of :mod:`fednet.learning.torch_models`), never by
+a hand formula beside the computation. Accept a bare array for a one-parameter model through
+:meth:`Model.as_params`. A model over a prime field (DReS-FL, Sec. 3.1; FedVS, Sec. 3) keeps the
+same signatures: its parameters are integer arrays (field elements), ``forward`` and
+``gradient`` are exact over ``GF(p)`` (the gradient summed over the rows, so that coded partial
+gradients add up before decoding), and ``loss``/``evaluate`` decode to real numbers with the
+fixed-point scale; its server update (decode, psi, clip, stochastic rounding) is an
+:class:`Optimizer` with the same ``step(params, gradient_sum, m_used, epoch)``.
 """
 
 from __future__ import annotations
@@ -156,7 +172,7 @@ class Model(ABC):
         """All-zero parameters of the right shapes (float64)."""
         return {k: np.zeros(s) for k, s in self.param_shapes().items()}
 
-    def params(self, p: ParamsOrArray) -> Params:
+    def as_params(self, p: ParamsOrArray) -> Params:
         """``p`` as :data:`Params`: a bare array is accepted for a single-parameter model.
 
         Raises
@@ -187,9 +203,12 @@ class Model(ABC):
     def gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> Params:
         """Gradient of ``sum_j l(f(x_j), y_j)`` (summed data term, no regulariser); metered."""
 
-    def backward(self, params: ParamsOrArray, x: np.ndarray,
-                 grad_output: np.ndarray) -> tuple[Params, np.ndarray]:
+    def backward(self, params: ParamsOrArray, x: np.ndarray, grad_output: np.ndarray, *,
+                 input_grad: bool = True) -> tuple[Params, np.ndarray | None]:
         """Vector-Jacobian product of :meth:`forward` (split models); metered.
+
+        Charges the backward pass only: the device ran (and was charged for) the forward pass
+        on ``x`` before ``grad_output`` arrived and kept what it needs.
 
         Parameters
         ----------
@@ -197,13 +216,15 @@ class Model(ABC):
         x : ndarray, shape (b, n_inputs)
         grad_output : ndarray, shape (b, n_outputs)
             ``dL/df(x)`` for some scalar ``L``.
+        input_grad : bool
+            Whether to compute (and charge) ``dL/dx`` too; a bottom model does not need it.
 
         Returns
         -------
         grads : Params
             ``dL/dparams``.
-        grad_input : ndarray, shape (b, n_inputs)
-            ``dL/dx``.
+        grad_input : ndarray, shape (b, n_inputs), or None
+            ``dL/dx`` (None without ``input_grad``).
 
         Raises
         ------
@@ -211,6 +232,26 @@ class Model(ABC):
             If the model does not support it.
         """
         raise NotImplementedError(f"{type(self).__name__} has no backward()")
+
+    def gradient_with_input(self, params: ParamsOrArray, x: np.ndarray,
+                            y: np.ndarray) -> tuple[Params, np.ndarray]:
+        """Gradients of ``sum_j l(f(x_j), y_j)`` w.r.t. the parameters and the input; metered.
+
+        The top model of a split model (FedVS, Sec. 3) needs both: it updates its parameters and
+        returns ``dL/dH`` to the bottom models.
+
+        Returns
+        -------
+        grads : Params
+            As :meth:`gradient`.
+        grad_input : ndarray, shape (b, n_inputs)
+
+        Raises
+        ------
+        NotImplementedError
+            If the model does not support it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no gradient_with_input()")
 
     # -- observer ---------------------------------------------------------------------------
     @abstractmethod
@@ -527,7 +568,7 @@ class RidgeModel(Model):
         return self.zeros()
 
     def _theta(self, params: ParamsOrArray) -> np.ndarray:
-        theta = np.asarray(self.params(params)["theta"])
+        theta = np.asarray(self.as_params(params)["theta"])
         if theta.shape != (self.n_inputs, self.n_outputs):
             raise ValueError(f"theta has shape {theta.shape}, expected ({self.n_inputs}, {self.n_outputs})")
         return theta
@@ -560,14 +601,21 @@ class RidgeModel(Model):
         """
         return {"theta": ridge_gradient(self._x(x), as_targets(y, self.n_outputs), self._theta(params))}
 
-    def backward(self, params: ParamsOrArray, x: np.ndarray,
-                 grad_output: np.ndarray) -> tuple[Params, np.ndarray]:
-        """``({"theta": x^T g}, g Theta^T)``; charges ``2 b d c`` MACs."""
+    def backward(self, params: ParamsOrArray, x: np.ndarray, grad_output: np.ndarray, *,
+                 input_grad: bool = True) -> tuple[Params, np.ndarray | None]:
+        """``({"theta": x^T g}, g Theta^T)``; charges ``b d c`` MACs per product computed."""
         theta, x = self._theta(params), self._x(x)
         g = np.asarray(grad_output)
         if g.shape != (x.shape[0], self.n_outputs):
             raise ValueError(f"grad_output has shape {g.shape}, expected ({x.shape[0]}, {self.n_outputs})")
-        return {"theta": matmul(x.T, g)}, matmul(g, theta.T)
+        return {"theta": matmul(x.T, g)}, (matmul(g, theta.T) if input_grad else None)
+
+    def gradient_with_input(self, params: ParamsOrArray, x: np.ndarray,
+                            y: np.ndarray) -> tuple[Params, np.ndarray]:
+        """``({"theta": X^T R}, R Theta^T)`` with ``R = X Theta - Y``; charges ``3 b d c`` MACs."""
+        theta, x = self._theta(params), self._x(x)
+        r = matmul(x, theta) - as_targets(y, self.n_outputs)
+        return {"theta": matmul(x.T, r)}, matmul(r, theta.T)
 
     def predict(self, params: ParamsOrArray, x: np.ndarray) -> np.ndarray:
         """``argmax_c (x Theta)_c``, shape (b,) int64 (not metered)."""

@@ -258,7 +258,7 @@ class TorchModel(Model):
 
     # -- helpers ------------------------------------------------------------------------------
     def _tensors(self, params: ParamsOrArray, grad: bool) -> dict[str, torch.Tensor]:
-        p = self.params(params)
+        p = self.as_params(params)
         out = {}
         for k, shape in self._shapes.items():
             a = np.asarray(p[k])
@@ -299,24 +299,30 @@ class TorchModel(Model):
             return 0.0
         return float(0.5 * self.weight_decay * sum(float((t.detach().double() ** 2).sum()) for t in tensors.values()))
 
-    def _run(self, kind: str, shape: tuple, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` and charge its MACs (measured, or cached per ``(kind, shape)``)."""
+    def _measure(self, kind: str, shape: tuple, fn: Callable[[], Any]) -> tuple[Any, int]:
+        """Run ``fn``; its MACs measured now, or cached per ``(kind, shape)``. Charges nothing."""
         key = (kind, shape)
         if self.cache_macs and key in self._macs:
-            charge(self._macs[key][0])
-            return fn()
+            return fn(), self._macs[key][0]
         result, macs, per_layer = count_macs(fn, self.module)
         self._macs[key] = (macs, per_layer)
+        return result, macs
+
+    def _run(self, kind: str, shape: tuple, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` and charge its MACs (measured, or cached per ``(kind, shape)``)."""
+        result, macs = self._measure(kind, shape, fn)
         charge(macs)
         return result
 
     def layer_macs(self, kind: str, batch: int) -> dict[str, int]:
-        """Per-layer MACs measured for a call (forward and backward together).
+        """Per-layer MACs measured for a call (what the call charged, per layer).
 
         Parameters
         ----------
-        kind : {"forward", "loss", "gradient", "backward", "gradient_with_input"}
-            The method that ran.
+        kind : {"forward", "loss", "gradient", "gradient_with_input", "backward", "backward_params"}
+            The method that ran (``"backward_params"``: :meth:`backward` with
+            ``input_grad=False``); forward and backward together except for the backward kinds,
+            which charge the backward pass only.
         batch : int
             Rows of ``x`` it ran on.
 
@@ -339,11 +345,7 @@ class TorchModel(Model):
         """Scores ``f(x)``, shape (b, c), the model's dtype; charges the forward MACs."""
         tensors, xt = self._tensors(params, False), self._input(x)
 
-        def run() -> np.ndarray:
-            with torch.no_grad():
-                return functional_call(self.module, tensors, (xt,)).numpy()
-
-        return self._run("forward", tuple(xt.shape), run)
+        return self._run("forward", tuple(xt.shape), lambda: self._no_grad_forward(tensors, xt)).numpy()
 
     def loss(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> float:
         """``(1/b) sum_j l(f(x_j), y_j) + lambda/2 ||params||^2``; charges the forward MACs."""
@@ -397,29 +399,63 @@ class TorchModel(Model):
         gx = grads[-1].reshape(xt.shape[0], self.n_inputs).numpy() if with_input else None
         return out, gx
 
-    def backward(self, params: ParamsOrArray, x: np.ndarray,
-                 grad_output: np.ndarray) -> tuple[Params, np.ndarray]:
-        """Gradients of ``sum(f(x) * grad_output)`` w.r.t. the parameters and ``x``; metered.
+    def backward(self, params: ParamsOrArray, x: np.ndarray, grad_output: np.ndarray, *,
+                 input_grad: bool = True) -> tuple[Params, np.ndarray | None]:
+        """Gradients of ``sum(f(x) * grad_output)`` w.r.t. the parameters (and ``x``); metered.
+
+        Charges the MACs of the backward pass only: a device keeps the activations of the
+        forward pass it ran (and was charged for) before the gradient arrived, so the forward
+        pass that this call re-executes on the host is subtracted; both counts are measured by
+        the torch counter at these shapes.
+
+        Parameters
+        ----------
+        params : Params
+        x : ndarray, (b, n_inputs)
+        grad_output : ndarray, (b, n_outputs)
+            ``dL/df(x)``.
+        input_grad : bool
+            Also compute ``dL/dx`` (a bottom model of a split model does not need it, and the
+            first layer's input gradient is then neither computed nor charged).
 
         Returns
         -------
         grads : Params
-        grad_input : ndarray, shape (b, n_inputs)
+        grad_input : ndarray, shape (b, n_inputs), or None without ``input_grad``
         """
-        tensors, xt = self._tensors(params, True), self._input(x, grad=True)
+        tensors, xt = self._tensors(params, True), self._input(x, grad=input_grad)
         g = np.asarray(grad_output)
         if g.shape != (xt.shape[0], self.n_outputs):
             raise ValueError(f"grad_output has shape {g.shape}, expected ({xt.shape[0]}, {self.n_outputs})")
         gt = torch.tensor(g, dtype=self.dtype)
         names = list(tensors)
+        shape = tuple(xt.shape)
 
         def run() -> tuple:
-            out = functional_call(self.module, tensors, (xt.view_as(xt),))  # a view: as in _grad
-            # through a view again, so that the last layer's backward hooks fire and its MACs are attributed to it
-            return torch.autograd.grad(out.view_as(out), [tensors[k] for k in names] + [xt], grad_outputs=gt)
+            # views, not the leaves, enter the module and leave it: FlopCounterMode's module tracker
+            # cannot hook a leaf input, and hooks the last layer's backward only below its output
+            out = functional_call(self.module, tensors, (xt.view_as(xt) if input_grad else xt,))
+            inputs = [tensors[k] for k in names] + ([xt] if input_grad else [])
+            return torch.autograd.grad(out.view_as(out), inputs, grad_outputs=gt)
 
-        grads = self._run("backward", tuple(xt.shape), run)
-        return {k: gr.numpy() for k, gr in zip(names, grads)}, grads[-1].reshape(xt.shape[0], self.n_inputs).numpy()
+        kind = "backward" if input_grad else "backward_params"
+        measured = not (self.cache_macs and (kind, shape) in self._macs)
+        grads, total = self._measure(kind, shape, run)
+        fwd_tensors = {k: t.detach() for k, t in tensors.items()}
+        _, fwd = self._measure("forward", shape, lambda: self._no_grad_forward(fwd_tensors, xt.detach()))
+        if measured:  # store the backward-only counts, per layer too
+            per = dict(self._macs[(kind, shape)][1])
+            for layer, m in self._macs[("forward", shape)][1].items():
+                per[layer] = per.get(layer, 0) - m
+            self._macs[(kind, shape)] = (total - fwd, per)
+        charge(self._macs[(kind, shape)][0])
+        out = {k: gr.numpy() for k, gr in zip(names, grads)}
+        gx = grads[-1].reshape(xt.shape[0], self.n_inputs).numpy() if input_grad else None
+        return out, gx
+
+    def _no_grad_forward(self, tensors: dict[str, torch.Tensor], xt: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return functional_call(self.module, tensors, (xt,))
 
     # -- observer -----------------------------------------------------------------------------
     def _scores(self, params: ParamsOrArray, x: np.ndarray) -> torch.Tensor:
@@ -480,12 +516,13 @@ class MLPModel(TorchModel):
 
         Layer ``i`` (``Linear(n_i, n_{i+1})``) on ``b`` rows: ``b n_i n_{i+1}`` forward;
         ``b n_i n_{i+1}`` for the weight gradient and as many for the input gradient (not for the
-        first layer unless ``kind`` asks for the input's gradient).
+        first layer unless ``kind`` asks for the input's gradient); the backward kinds exclude
+        the forward pass (:meth:`TorchModel.backward`).
 
         Parameters
         ----------
         batch : int
-        kind : {"forward", "loss", "gradient", "gradient_with_input", "backward"}
+        kind : {"forward", "loss", "gradient", "gradient_with_input", "backward", "backward_params"}
 
         Returns
         -------
@@ -497,7 +534,11 @@ class MLPModel(TorchModel):
             unit = batch * a * c
             if kind in ("forward", "loss"):
                 n = 1
-            elif kind in ("gradient_with_input", "backward") or i > 0:
+            elif kind == "backward":
+                n = 2
+            elif kind == "backward_params":
+                n = 2 if i > 0 else 1
+            elif kind == "gradient_with_input" or i > 0:
                 n = 3
             else:
                 n = 2
