@@ -52,8 +52,9 @@ fixed-point scale; its server update (decode, psi, clip, stochastic rounding) is
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Union
 
 import numpy as np
@@ -74,6 +75,7 @@ __all__ = [
     "flatten",
     "unflatten",
     "as_targets",
+    "unmetered",
 ]
 
 #: Parameters of a model: name -> array (float64/float32 for real models, integers in
@@ -82,6 +84,23 @@ __all__ = [
 Params = dict[str, np.ndarray]
 
 ParamsOrArray = Union[Params, np.ndarray]
+
+
+@contextlib.contextmanager
+def unmetered() -> Iterator[None]:
+    """Run metered kernels without charging the meters open around the block (the observer's work).
+
+    Evaluating a composite model (:class:`fednet.learning.split_model.SplitModel`) calls its
+    parts' metered ``forward``; inside this block no open meter is charged. It hides the open
+    meters exactly as :func:`fednet.algebra.meter.macs_of` does.
+    """
+    from fednet.algebra import meter as _meter
+
+    token = _meter._ACTIVE.set(())
+    try:
+        yield
+    finally:
+        _meter._ACTIVE.reset(token)
 
 
 def as_targets(y: np.ndarray, n_outputs: int, name: str = "y") -> np.ndarray:

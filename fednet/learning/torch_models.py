@@ -41,7 +41,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fednet.algebra.meter import charge
 from fednet.learning.model import Model, Params, ParamsOrArray, as_targets
 
-__all__ = ["Square", "ACTIVATIONS", "mlp", "TorchModel", "MLPModel", "count_macs"]
+__all__ = ["Square", "PolynomialLayer", "ACTIVATIONS", "mlp", "TorchModel", "MLPModel", "count_macs"]
 
 
 class Square(nn.Module):
@@ -52,6 +52,46 @@ class Square(nn.Module):
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:  # noqa: D102
         return z * z
+
+
+class PolynomialLayer(nn.Module):
+    """Polynomial network layer ``H = sum_{i=1}^{D} X^i W^i`` (element-wise powers ``X^i``).
+
+    Source: FedVS (Li et al.), Sec. 3, eq. (1): client ``n``'s bottom model over its feature block
+    ``X_n`` (``D_n`` terms; FashionMNIST: a 1-layer PN, App. C). The float counterpart of the
+    field model that FedVS evaluates on coded data; wrap it in :class:`TorchModel`. Its MACs are
+    the ``D`` products ``X^i W^i`` (``b p e`` each); the element-wise powers are not contractions
+    and are not charged.
+
+    Parameters
+    ----------
+    n_inputs : int
+        Features ``p_n`` of the block.
+    n_outputs : int
+        Embedding width ``e``.
+    degree : int
+        Number of terms ``D >= 1``.
+
+    Attributes
+    ----------
+    powers : nn.ModuleList of nn.Linear
+        ``powers[i-1].weight`` is ``(W^i)^T``, shape ``(e, p_n)``; parameter names
+        ``"powers.0.weight"``, ... (no bias).
+    """
+
+    def __init__(self, n_inputs: int, n_outputs: int, degree: int = 1) -> None:
+        super().__init__()
+        if isinstance(degree, bool) or int(degree) != degree or degree < 1:
+            raise ValueError(f"degree must be a positive integer, got {degree!r}")
+        self.powers = nn.ModuleList([nn.Linear(n_inputs, n_outputs, bias=False) for _ in range(int(degree))])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        out = self.powers[0](x)
+        xi = x
+        for lin in self.powers[1:]:
+            xi = xi * x
+            out = out + lin(xi)
+        return out
 
 
 #: Activation names accepted by :func:`mlp`.
@@ -441,9 +481,9 @@ class TorchModel(Model):
         kind = "backward" if input_grad else "backward_params"
         measured = not (self.cache_macs and (kind, shape) in self._macs)
         grads, total = self._measure(kind, shape, run)
-        fwd_tensors = {k: t.detach() for k, t in tensors.items()}
-        _, fwd = self._measure("forward", shape, lambda: self._no_grad_forward(fwd_tensors, xt.detach()))
-        if measured:  # store the backward-only counts, per layer too
+        if measured:  # subtract the forward pass (measured at this shape) and store backward-only counts
+            fwd_tensors = {k: t.detach() for k, t in tensors.items()}
+            _, fwd = self._measure("forward", shape, lambda: self._no_grad_forward(fwd_tensors, xt.detach()))
             per = dict(self._macs[(kind, shape)][1])
             for layer, m in self._macs[("forward", shape)][1].items():
                 per[layer] = per.get(layer, 0) - m
