@@ -22,10 +22,14 @@ Conventions shared by every model (a field model follows them over ``GF(p)``):
     device gradient ``G_i = X_i^T (X_i Theta - Y_i)`` of eq. (3) of Schlegel et al.: gradients
     of disjoint batches add up, and the optimiser divides the sum by the number of rows behind
     it and adds the regulariser's gradient (weight decay), eqs. (4)-(5).
-``backward(params, x, grad_output)``
-    Vector-Jacobian product for split models (FedVS, Sec. 3: the server's top model returns
-    ``dL/dH`` to the clients' bottom models): the gradients of ``sum(forward(params, x) *
-    grad_output)`` w.r.t. the parameters and the input; metered. Optional.
+``backward(params, x, grad_output, *, input_grad=True)``
+    Vector-Jacobian product for a bottom model of a split model (FedVS, Sec. 3: the clients'
+    bottom models receive ``dL/dH`` from the server): the gradients of ``sum(forward(params, x) *
+    grad_output)`` w.r.t. the parameters (and the input); metered, the backward pass only.
+    Optional.
+``gradient_with_input(params, x, y)``
+    :meth:`Model.gradient` and ``dL/dx`` together (a top model returns ``dL/dH``); metered.
+    Optional.
 ``predict(params, x)`` and ``evaluate(params, x, labels)``
     Predicted classes and ``(accuracy, loss)`` on a test set; *not* metered (the observer's
     work, never charged to a device).
@@ -64,6 +68,7 @@ from fednet.learning.models import ridge_gradient
 
 __all__ = [
     "Params",
+    "ParamsOrArray",
     "Model",
     "Schedule",
     "ConstantSchedule",
@@ -83,6 +88,7 @@ __all__ = [
 #: :func:`flatten`.
 Params = dict[str, np.ndarray]
 
+#: What the model methods accept: :data:`Params`, or a bare array for a one-parameter model.
 ParamsOrArray = Union[Params, np.ndarray]
 
 
@@ -149,7 +155,9 @@ class Model(ABC):
 
     Subclasses implement :meth:`param_shapes`, :meth:`init_params`, :meth:`forward`,
     :meth:`loss`, :meth:`gradient`, :meth:`predict` and :meth:`evaluate` (module docstring for
-    the conventions), and :meth:`backward` if they serve as a part of a split model.
+    the conventions), and :meth:`backward` (a bottom model) or :meth:`gradient_with_input` (a
+    top model) if they serve as a part of a split model
+    (:class:`fednet.learning.split_model.SplitModel`).
 
     Attributes
     ----------
