@@ -50,14 +50,14 @@ from collections.abc import Generator
 
 import numpy as np
 from pydantic import Field
-from scipy import stats
 
 from fednet.algebra.meter import matmul
+from fednet.codes.parity import load_weights, optimise_deadline, parity_gram, weighted_gram
 from fednet.learning.models import ridge_gradient
 from fednet.protocol.base import Protocol, ProtocolConfig
 from fednet.sim.simulation import Node
 
-__all__ = ["CFLConfig", "CFL", "return_probability", "optimise_deadline", "parity_gram"]
+__all__ = ["CFLConfig", "CFL"]
 
 
 class CFLConfig(ProtocolConfig):
@@ -79,134 +79,6 @@ class CFLConfig(ProtocolConfig):
     redundancy: float = Field(..., gt=0.0, lt=1.0)
     load_grid: int = Field(200, ge=2)
     max_tries: int = Field(12, ge=1)
-
-
-def return_probability(t: float, loads: np.ndarray, *, down_s: float, up_s: float, p_down: float,
-                       p_up: float, seconds_per_point: float, setup_fraction: float,
-                       max_tries: int = 12) -> np.ndarray:
-    """``P(T(l) <= t)`` for each load ``l`` (see the module docstring).
-
-    Parameters
-    ----------
-    t : float
-        Deadline, simulated seconds from the start of the epoch.
-    loads : ndarray of int, (L,)
-        Candidate numbers of points.
-    down_s, up_s : float
-        Seconds per try of the model download / gradient upload (headers included).
-    p_down, p_up : float
-        Loss probabilities per try (tries are geometric).
-    seconds_per_point : float
-        Deterministic compute seconds per point (``2 d c / tau``).
-    setup_fraction : float
-        Mean of the exponential setup time over the deterministic time (0 for deterministic).
-    max_tries : int
-
-    Returns
-    -------
-    ndarray, (L,)
-        Probabilities; load 0 returns with probability 1 (nothing to do, nothing to send).
-    """
-    loads = np.asarray(loads, dtype=np.float64)
-    n = np.arange(1, max_tries + 1)
-    pd = (1 - p_down) * p_down ** (n - 1)
-    pu = (1 - p_up) * p_up ** (n - 1)
-    comm = (n[:, None] * down_s + n[None, :] * up_s).reshape(-1)
-    w = (pd[:, None] * pu[None, :]).reshape(-1)
-    base = seconds_per_point * loads
-    slack = t - comm[:, None] - base[None, :]                     # (tries, L)
-    if setup_fraction > 0:
-        scale = np.maximum(setup_fraction * base, 1e-300)
-        cdf = np.where(slack >= 0, -np.expm1(-np.maximum(slack, 0) / scale[None, :]), 0.0)
-    else:
-        cdf = (slack >= 0).astype(np.float64)
-    out = w @ cdf
-    return np.where(loads == 0, 1.0, out)
-
-
-def optimise_deadline(n_points: list[int], params: list[dict], target: float, grid: int = 200,
-                      max_tries: int = 12) -> tuple[float, list[int], list[float]]:
-    """Deadline ``t*`` and loads ``l_j`` reaching an expected return of ``target`` points.
-
-    Parameters
-    ----------
-    n_points : list of int
-        ``n_j`` per device.
-    params : list of dict
-        Keyword arguments of :func:`return_probability` per device (all but ``t``, ``loads``).
-    target : float
-        Expected number of returned points to reach (``(1 - redundancy) m``).
-    grid : int
-        Candidate loads per device (evenly spaced in ``[0, n_j]``).
-
-    Returns
-    -------
-    t_star : float
-        Smallest deadline (bisection to 1e-6 relative) with expected return >= target.
-    loads : list of int
-    probabilities : list of float
-        ``P_j(l_j, t*)``.
-
-    Raises
-    ------
-    ValueError
-        If ``target`` exceeds the total number of points.
-    """
-    if target > sum(n_points):
-        raise ValueError(f"target {target} exceeds the {sum(n_points)} points")
-    cands = [np.unique(np.linspace(0, n, min(grid, n + 1)).round().astype(int)) for n in n_points]
-
-    def best(t: float):
-        loads, probs, total = [], [], 0.0
-        for c, prm in zip(cands, params):
-            p = return_probability(t, c, max_tries=max_tries, **prm)
-            k = int(np.argmax(c * p))
-            loads.append(int(c[k]))
-            probs.append(float(p[k]))
-            total += c[k] * p[k]
-        return total, loads, probs
-
-    hi = 1.0
-    while best(hi)[0] < target:
-        hi *= 2
-        if hi > 1e9:
-            raise ValueError("no deadline reaches the target return")
-    lo = 0.0
-    while hi - lo > 1e-6 * hi:
-        mid = 0.5 * (lo + hi)
-        if best(mid)[0] >= target:
-            hi = mid
-        else:
-            lo = mid
-    _, loads, probs = best(hi)
-    return hi, loads, probs
-
-
-def parity_gram(A: np.ndarray, c_p: int, rng: np.random.Generator) -> np.ndarray:
-    """Gram matrix of ``G A`` for ``G`` (c_p x m) with i.i.d. N(0, 1/c_p) entries, sampled exactly.
-
-    Parameters
-    ----------
-    A : ndarray, (r, r)
-        ``A^T A`` of the weighted data ``A = W [X, Y]`` (r = d + c).
-    c_p : int
-        Number of parity rows.
-    rng : numpy.random.Generator
-
-    Returns
-    -------
-    ndarray, (r, r)
-        ``(G A)^T (G A) = L S L^T / c_p`` with ``L L^T = A^T A`` and ``S ~ Wishart(c_p, I)``.
-    """
-    vals, vecs = np.linalg.eigh(A)
-    L = vecs * np.sqrt(np.clip(vals, 0, None))
-    r = A.shape[0]
-    if c_p >= r:
-        S = stats.wishart(df=c_p, scale=np.eye(r)).rvs(random_state=rng)
-    else:                                 # fewer parity rows than dimensions: sample Z directly
-        Z = rng.standard_normal((c_p, r))
-        S = Z.T @ Z
-    return L @ S @ L.T / c_p
 
 
 class CFL(Protocol):
@@ -247,10 +119,7 @@ class CFL(Protocol):
             X, Y = task.X[dev.index], task.Y[dev.index]
             order = self.sim.rng(dev, "cfl-load").permutation(X.shape[0])
             dev.state.rows = order[:l_j]
-            w = np.ones(X.shape[0])
-            w[dev.state.rows] = np.sqrt(max(0.0, 1.0 - p_j))
-            A = np.hstack([X, Y]) * w[:, None]
-            AtA += A.T @ A                      # offline parity encoding (module docstring)
+            AtA += weighted_gram(X, Y, load_weights(X.shape[0], dev.state.rows, p_j))   # offline
         gram = parity_gram(AtA, self.c_p, self.sim.rng(self.server, "cfl-parity"))
         self.server.state.XtX = gram[:d, :d]
         self.server.state.XtY = gram[:d, d:]
