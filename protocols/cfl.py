@@ -47,6 +47,7 @@ the leakage the CodedPaddedFL paper points out.
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import dataclass, field
 
 import numpy as np
 from pydantic import Field
@@ -57,7 +58,7 @@ from fednet.learning.models import ridge_gradient
 from fednet.protocol.base import Protocol, ProtocolConfig
 from fednet.sim.simulation import Node
 
-__all__ = ["CFLConfig", "CFL"]
+__all__ = ["CFLConfig", "CFL", "CFLDevice", "CFLServer", "CFLPlan"]
 
 
 class CFLConfig(ProtocolConfig):
@@ -81,23 +82,67 @@ class CFLConfig(ProtocolConfig):
     max_tries: int = Field(12, ge=1)
 
 
-class CFL(Protocol):
-    """Coded FL of Prakash et al. (module docstring for the reading).
+@dataclass
+class CFLDevice:
+    """Private state of device ``j``.
 
     Attributes
     ----------
+    rows : ndarray of int, (l_j,)
+        Indices of the points of its load (drawn from the device's own "cfl-load" stream).
+    received : ndarray or None
+        The model last downloaded (float32, (d, c)).
+    """
+
+    rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    received: np.ndarray | None = None
+
+
+@dataclass
+class CFLServer:
+    """The server's parity statistics: ``X~^T X~`` (d, d) and ``X~^T Y~`` (d, c)."""
+
+    XtX: np.ndarray
+    XtY: np.ndarray
+
+
+@dataclass(frozen=True)
+class CFLPlan:
+    """The set-up's plan (:func:`fednet.codes.parity.optimise_deadline`).
+
+    Attributes
+    ----------
+    c_p : int
+        Parity rows, ``max(1, round(redundancy m))``.
     t_star : float
-        The deadline in simulated seconds.
+        The deadline, simulated seconds per epoch.
     loads : list of int
         ``l_j`` per device.
     return_probabilities : list of float
         ``P_j(l_j, t*)``.
     """
 
+    c_p: int
+    t_star: float
+    loads: list[int]
+    return_probabilities: list[float]
+
+
+class CFL(Protocol):
+    """Coded FL of Prakash et al. (module docstring for the reading).
+
+    Attributes
+    ----------
+    plan : CFLPlan
+        Deadline, loads and parity size, fixed in the set-up.
+    """
+
     name = "cfl"
     Config = CFLConfig
+    plan: CFLPlan
 
     def _device_params(self, dev: Node) -> dict:
+        """Keyword arguments of :func:`fednet.codes.parity.return_probability` for ``dev``'s links and processor."""
         d, c = self.task.d, self.task.c
         bits = d * c * self.element_bits * (1 + self.sim.overhead)
         return dict(down_s=bits / dev.downlink.rate_bps, up_s=bits / dev.uplink.rate_bps,
@@ -110,26 +155,24 @@ class CFL(Protocol):
         the parity data uploaded once."""
         cfg, task = self.config, self.task
         d, c, m = task.d, task.c, task.m
-        self.c_p = max(1, int(round(cfg.redundancy * m)))
-        self.t_star, self.loads, self.return_probabilities = optimise_deadline(
+        t_star, loads, probs = optimise_deadline(
             task.n_points, [self._device_params(dev) for dev in self.devices], (1 - cfg.redundancy) * m,
             cfg.load_grid, cfg.max_tries)
+        plan = self.plan = CFLPlan(max(1, int(round(cfg.redundancy * m))), t_star, loads, probs)
         AtA = np.zeros((d + c, d + c))
-        for dev, l_j, p_j in zip(self.devices, self.loads, self.return_probabilities):
+        for dev, l_j, p_j in zip(self.devices, loads, probs):
             X, Y = task.X[dev.index], task.Y[dev.index]
-            order = self.sim.rng(dev, "cfl-load").permutation(X.shape[0])
-            dev.state.rows = order[:l_j]
+            dev.state = CFLDevice(rows=self.sim.rng(dev, "cfl-load").permutation(X.shape[0])[:l_j])
             AtA += weighted_gram(X, Y, load_weights(X.shape[0], dev.state.rows, p_j))   # offline
-        gram = parity_gram(AtA, self.c_p, self.sim.rng(self.server, "cfl-parity"))
-        self.server.state.XtX = gram[:d, :d]
-        self.server.state.XtY = gram[:d, d:]
+        gram = parity_gram(AtA, plan.c_p, self.sim.rng(self.server, "cfl-parity"))
+        self.server.state = CFLServer(XtX=gram[:d, :d], XtY=gram[:d, d:])
         uploads = [self.env.process(self.send(dev, self.server, None, kind="parity",
-                                              n_elements=self.c_p * (d + c))) for dev in self.devices]
+                                              n_elements=plan.c_p * (d + c))) for dev in self.devices]
         yield self.env.all_of(uploads)
 
     def round_metrics(self, round: int) -> dict:
         """The deadline and how many devices returned their load by it."""
-        return {"deadline_s": self.t_star, "returned": 0 if round == 0 else len(self.used or [])}
+        return {"deadline_s": self.plan.t_star, "returned": 0 if round == 0 else len(self.used or [])}
 
     def local_gradient(self, dev: Node) -> np.ndarray:
         """Plain gradient of the device's load (eq. 3 on ``l_j`` points); ``2 l_j d c`` MACs."""
@@ -145,10 +188,10 @@ class CFL(Protocol):
         """One epoch: devices compute on their loads until the deadline t*, the server on the parity data; sum and update."""
         start = self.sim.now
         server = self.env.process(self.server_compute(self.parity_gradient))
-        arrived = yield from self.gather([dev for dev, l_j in zip(self.devices, self.loads) if l_j > 0],
+        arrived = yield from self.gather([dev for dev, l_j in zip(self.devices, self.plan.loads) if l_j > 0],
                                          self.local_gradient, kind="gradient",
-                                         download=self.theta.astype(np.float32), deadline=self.t_star)
-        yield self.env.timeout(max(0.0, start + self.t_star - self.sim.now))    # the epoch lasts >= t*
+                                         download=self.theta.astype(np.float32), deadline=self.plan.t_star)
+        yield self.env.timeout(max(0.0, start + self.plan.t_star - self.sim.now))    # the epoch lasts >= t*
         G = yield server
         for _, g in arrived:
             G = G + g

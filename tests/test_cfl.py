@@ -28,16 +28,16 @@ def test_epochs_last_the_deadline_and_loaded_devices_return():
     p = CFL(sim, make_task(D), dict(redundancy=0.3))
     rows = p.run(4)
     # deterministic and lossless: a device either returns its load surely or not at all
-    assert all(pr in (0.0, 1.0) or l == 0 for pr, l in zip(p.return_probabilities, p.loads))
+    assert all(pr in (0.0, 1.0) or l == 0 for pr, l in zip(p.plan.return_probabilities, p.plan.loads))
     times = [r["time_s"] for r in rows]
-    np.testing.assert_allclose(np.diff(times), p.t_star, rtol=1e-9)
-    returning = {i for i, (l, pr) in enumerate(zip(p.loads, p.return_probabilities)) if l > 0 and pr == 1.0}
+    np.testing.assert_allclose(np.diff(times), p.plan.t_star, rtol=1e-9)
+    returning = {i for i, (l, pr) in enumerate(zip(p.plan.loads, p.plan.return_probabilities)) if l > 0 and pr == 1.0}
     for r in rows[1:]:
         assert set(map(int, r["used"].split())) == returning
-        assert r["returned"] == len(returning) and r["deadline_s"] == p.t_star
+        assert r["returned"] == len(returning) and r["deadline_s"] == p.plan.t_star
     # parity upload once: c_p (d + c) float32 per device
     d, c = p.task.d, p.task.c
-    assert rows[0]["bits_up"] == D * p.c_p * (d + c) * 32
+    assert rows[0]["bits_up"] == D * p.plan.c_p * (d + c) * 32
 
 
 def test_cfl_learns_on_easy_data():
