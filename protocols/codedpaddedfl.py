@@ -30,14 +30,16 @@ eqs. (6)-(12) is in :mod:`fednet.codes.padded`. The shares' width on the wire is
 ``share_element_bits`` (default: ``W``; the paper counts ``k`` = 48 -- a study reproducing its
 figures says so explicitly).
 
-Modes
------
+Modes (:mod:`fednet.protocol.modes`; one code path)
+-----------------------------------------------------
 ``full``: all of the above, every epoch, with the metered exact kernels; the decoded gradient
-is compared with the plain one (``max_decode_error``, ``decode_bound``).
+is compared with the plain one (``max_decode_error``, ``decode_bound``; the observer's work).
 ``timing``: exact decoding makes the learning trajectory independent of the stragglers
 (Prop. 3), so the trajectory is plain full-batch gradient descent (float64, computed once per
-task and cached) and each step is charged the MACs the real kernels meter at the real shapes
-(measured once per shape and cached).  Traffic and schedules are those of full mode.
+task and cached) and each step charges the closed-form MAC count of :mod:`fednet.codes.padded`
+that full mode checks against the metered kernels at every call.  Traffic and schedules are
+those of full mode; the gradient codes skip the conditioning search (only their shape matters).
+The sum over groups is not charged (``N d c`` additions, as in the paper's count).
 
 Sharing schedule (left open by Sec. V-C; a study names its choice)
     ``relay_steps`` (default): ``alpha - 1`` successive steps, row ``r`` of ``Omega`` in step
@@ -53,37 +55,38 @@ Sharing schedule (left open by Sec. V-C; a study names its choice)
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from fednet.algebra.fixed_point import FixedPoint, prepare
-from fednet.algebra.meter import macs_of, matmul
+from fednet.algebra.fixed_point import FixedPoint
 from fednet.codes.gradient_codes import CyclicGradientCode
 from fednet.codes.padded import (
     coded_gradient,
-    decode,
     decode_error,
-    encode,
-    encoded_operands,
+    encode_macs,
+    encode_prepared,
+    epoch_macs,
     local_statistics,
     pack_upper,
     pad,
-    remove_pads,
     ring_bits,
     share_elements,
     support,
     unpack_upper,
+    unpad_and_decode,
+    unpad_and_decode_macs,
 )
-from fednet.protocol.base import Outgoing, Protocol, ProtocolConfig
+from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, ServerState
+from fednet.protocol.modes import Shape
 from fednet.sim.simulation import Node
 from topologies.grouping import equal_groups, group_sizes
 
-__all__ = ["CodedPaddedFLConfig", "CodedPaddedFL"]
+__all__ = ["CodedPaddedFLConfig", "CodedPaddedFL", "CodedPaddedFLState", "CodedPaddedFLServerState"]
 
-# Re-exported for modules not yet moved to fednet.codes.padded (protocols/codedsecagg.py); new code
-# imports them from fednet.codes.padded.
+# Re-exported for tests not yet moved to fednet.codes.padded (tests/test_codedsecagg.py).
 _REEXPORTED = (local_statistics, pack_upper, unpack_upper)
 
 
@@ -140,7 +143,46 @@ class CodedPaddedFLConfig(ProtocolConfig):
         return ring_bits(self.k, self.f, self.code_fraction_bits)
 
 
-# ----------------------------------------------------------------------------- the protocol
+@dataclass
+class CodedPaddedFLState(NodeState):
+    """A device's private state.
+
+    Attributes
+    ----------
+    M, G1 : ndarray, (d, d) and (d, c) int64
+        ``X_i^T X_i`` and ``G_i^(1)`` in ``Q<k,f>`` (kept for the observer's check only).
+    share : (Phi, Psi)
+        Its padded data (eqs. 6-7), ring limbs; freed after encoding.
+    received_shares : dict of int -> (Phi, Psi)
+        The padded data of the devices in its support (phase 1); freed after encoding.
+    Cbar, C : PreparedOperand (d, d), ndarray (L', d, c)
+        Its encoded data (eqs. 8-9), kept across rounds.
+    """
+
+    M: Any = None
+    G1: Any = None
+    share: Any = None
+    received_shares: dict = field(default_factory=dict)
+    Cbar: Any = None
+    C: Any = None
+
+
+@dataclass
+class CodedPaddedFLServerState(ServerState):
+    """The server's private state.
+
+    Attributes
+    ----------
+    pads : dict of int -> (RX, RG)
+        Every device's pads (from their seeds); freed after encoding.
+    encoded_pads : dict of int -> (Rbar, R)
+        Every device's pads encoded as the device encodes its data, kept across rounds.
+    """
+
+    pads: dict = field(default_factory=dict)
+    encoded_pads: dict = field(default_factory=dict)
+
+
 class CodedPaddedFL(Protocol):
     """CodedPaddedFL (Schlegel et al., Sec. V) with grouping (Sec. V-E); module docstring.
 
@@ -159,6 +201,13 @@ class CodedPaddedFL(Protocol):
 
     name = "codedpaddedfl"
     Config = CodedPaddedFLConfig
+    State = CodedPaddedFLState
+    ServerStateType = CodedPaddedFLServerState
+    exact_trajectory = True
+    groups: list[list[int]]
+    codes: list[CyclicGradientCode]
+    max_decode_error: float = 0.0
+    decode_bound: float = 0.0
 
     @classmethod
     def check(cls, config: CodedPaddedFLConfig, n_devices: int) -> None:
@@ -170,193 +219,118 @@ class CodedPaddedFL(Protocol):
             raise ValueError(f"alpha must be at most the smallest group size ({smallest} with "
                              f"{config.groups} groups of {n_devices} devices), got {config.alpha}")
 
-    # -- helpers ---------------------------------------------------------------------------
     @property
     def q(self) -> FixedPoint:
         """The fixed-point format ``Q<k,f>`` of the configuration."""
         return FixedPoint(self.config.k, self.config.f)
 
-    def _share_elements(self) -> int:
-        return share_elements(self.task.d, self.task.c)
-
-    def _share_bits(self) -> int:
-        return self.config.share_element_bits or self.config.ring_bits
-
-    def _sharing_steps(self) -> list[list[Outgoing]]:
-        """Row r of Omega is step r: device omega_ri sends its shares to device i."""
-        steps: list[list[Outgoing]] = []
-        n, bits = self._share_elements(), self._share_bits()
-        for r in range(1, self.config.alpha):
-            step = []
-            for g, members in enumerate(self.groups):
-                for local, dev in enumerate(members):
-                    src = members[self.codes[g].Omega[r, local]]
-                    step.append(Outgoing(self.devices[src], self.devices[dev],
-                                         self.devices[src].state.share, "share", n, bits))
-            steps.append(step)
-        return steps
-
-    def _deliver(self, messages) -> None:
-        for msg in messages:
-            self.devices[msg.dst].state.received_shares[msg.src] = msg.payload
-
     # -- phase 1 ---------------------------------------------------------------------------
     def setup(self) -> Generator:
         """Phase 1 (Sec. V-A/C): pads, sharing of (Phi_i, Psi_i) along Omega, local encoding (eqs. 6-9)."""
-        cfg, q = self.config, self.q
-        D = self.sim.n_devices
-        self.groups = equal_groups(D, cfg.groups)
+        cfg, q, mode = self.config, self.q, self.mode
+        d, c, W = self.task.d, self.task.c, cfg.ring_bits
+        self.groups = equal_groups(self.sim.n_devices, cfg.groups)
         bq = FixedPoint(min(62, cfg.code_fraction_bits + 24), cfg.code_fraction_bits)
-        full = cfg.mode == "full"
-        # timing mode needs only the code's shape (responders, decoding cost): no conditioning search
+        search = mode.exact                         # timing mode needs only the code's shape
         self.codes = [CyclicGradientCode(cfg.alpha, len(members), self.sim.rng(self.server, "gradient-code", g),
-                                         fixed_point=bq, a_format=q, n_draws=cfg.code_draws if full else 1,
-                                         max_patterns=2000 if full else 1)
+                                         fixed_point=bq, a_format=q, n_draws=cfg.code_draws if search else 1,
+                                         max_patterns=2000 if search else 1)
                       for g, members in enumerate(self.groups)]
         self.group_of = {dev: (g, local) for g, members in enumerate(self.groups)
                          for local, dev in enumerate(members)}
-        self.max_decode_error = 0.0
-        self.decode_bound = 0.0
-        W = cfg.ring_bits
-        self.server.state.pads = {}
+        self._round_check: tuple[float, float] | None = None
+        limbs = -(-W // 16)
         for dev in self.devices:                       # offline (Sec. VII): not timed
-            dev.state.received_shares = {}
-            if full:
-                M, G1 = local_statistics(q, self.task.X[dev.index], self.task.Y[dev.index])
-                dev.state.M, dev.state.G1 = M, G1      # kept for the observer's check only
-                Phi, Psi, RX, RG = pad(q, W, M, G1, self.sim.rng(dev, "pads"))
-                dev.state.share = (Phi, Psi)
-                self.server.state.pads[dev.index] = (RX, RG)   # the seed is what travels
-            else:
-                dev.state.share = np.empty(0)
-        if cfg.alpha > 1:
-            if cfg.sharing_schedule == "upload_once":
-                ups = [[Outgoing(dev, self.server, dev.state.share, "share", self._share_elements(),
-                                 self._share_bits()) for dev in self.devices]]
-                yield from self.send_all(ups)
-                relays = self._sharing_steps()
-                downs = [[Outgoing(self.server, o.dst, o.payload, "share", o.n_elements, o.element_bits)
-                          for o in step] for step in relays]
-                delivered = yield from self.send_all(downs, barrier=False)
-                for step_msgs, step in zip(delivered, relays):
-                    for msg, o in zip(step_msgs, step):
-                        self.devices[msg.dst].state.received_shares[o.src.index] = msg.payload
-            else:
-                delivered = yield from self.send_all(self._sharing_steps(),
-                                                     barrier=cfg.sharing_schedule == "relay_steps")
-                for step in delivered:
-                    self._deliver(step)
-        d, c = self.task.d, self.task.c
-        if full:
-            yield from self.compute_each(self.devices, self._encode_device)
-            yield from self.server_compute(self._encode_pads)
-            # only the encoded forms are used from now on: free the expanded shares and pads
-            self.server.state.pads = None
-            for dev in self.devices:
-                dev.state.share = None
-                if not cfg.check_decoding:
-                    dev.state.M = dev.state.G1 = None
-        else:
-            def encode_macs(node: Node) -> int:
-                return macs_of(("encode", cfg.alpha, d, c, W), lambda: encode(
-                    [1] * cfg.alpha, [np.zeros((1, d * (d + 1) // 2), np.int64)] * cfg.alpha,
-                    [np.zeros((1, d, c), np.int64)] * cfg.alpha, 16, 0, 16))
-            yield from self.compute_each(self.devices, None, macs=encode_macs)
-            pad_macs = sum(encode_macs(dev) for dev in self.devices)
-            yield from self.server_compute(None, macs=pad_macs)
+            st = dev.state
+            st.M, st.G1 = mode.offline(local_statistics, q, self.task.X[dev.index], self.task.Y[dev.index],
+                                       like=(Shape((d, d), np.int64), Shape((d, c), np.int64)))
+            Phi, Psi, RX, RG = mode.offline(pad, q, W, st.M, st.G1, self.sim.rng(dev, "pads"),
+                                            like=(Shape((limbs, d * (d + 1) // 2), np.int64),
+                                                  Shape((limbs, d, c), np.int64)) * 2)
+            st.share = (Phi, Psi)
+            self.server.state.pads[dev.index] = (RX, RG)   # the seed is what travels
+        steps = [[(self.devices[members[code.Omega[r, local]]], self.devices[dev])       # row r of Omega
+                  for code, members in zip(self.codes, self.groups) for local, dev in enumerate(members)]
+                 for r in range(1, cfg.alpha)]
+        delivered = yield from self.exchange(steps, lambda src, dst: src.state.share, kind="share",
+                                             schedule=cfg.sharing_schedule, n_elements=share_elements(d, c),
+                                             element_bits=cfg.share_element_bits or W)
+        for (src, dst), share in delivered.items():
+            self.devices[dst].state.received_shares[src] = share
+        yield from self.compute_each(self.devices, self._encode_device)
+        yield from self.server_compute(self._encode_pads)
+        self.server.state.pads = {}                    # only the encoded forms are used from now on
+        for dev in self.devices:
+            dev.state.share, dev.state.received_shares = None, {}
+            if not cfg.check_decoding:
+                dev.state.M = dev.state.G1 = None
+
+    def _encode(self, local: int, g: int, terms: list) -> tuple:
+        """Eqs. (8)-(9) over the support of row ``local`` of group ``g``'s code."""
+        cfg, q = self.config, self.q
+        _, coef = support(self.codes[g], local)
+        return self.mode.run(encode_prepared, coef, [t[0] for t in terms], [t[1] for t in terms], cfg.ring_bits,
+                             cfg.code_fraction_bits, q.k + q.f, self.task.d,
+                             macs=encode_macs(cfg.alpha, self.task.d, self.task.c),
+                             like=(Shape((self.task.d, self.task.d), np.int64),
+                                   Shape((-(-(q.k + q.f) // 16), self.task.d, self.task.c), np.int64)))
+
+    def _support_nodes(self, dev: int) -> tuple[int, int, list[int]]:
+        g, local = self.group_of[dev]
+        return g, local, [self.groups[g][j] for j in support(self.codes[g], local)[0]]
 
     def _encode_device(self, dev: Node) -> None:
-        """Eqs. (8)-(9) on device ``dev`` from its own and its received shares."""
-        cfg, q = self.config, self.q
-        g, local = self.group_of[dev.index]
-        members, coef = support(self.codes[g], local)
-        sup = [self.groups[g][j] for j in members]
-        shares = [dev.state.share if j == dev.index else dev.state.received_shares[j] for j in sup]
-        Cbar, C = encode(coef, [s[0] for s in shares], [s[1] for s in shares], cfg.ring_bits,
-                         cfg.code_fraction_bits, q.k + q.f)
-        dev.state.Cbar, dev.state.C = encoded_operands(Cbar, C, self.task.d)  # kept across rounds
-        dev.state.received_shares = {}
+        """Device ``dev``: eqs. (8)-(9) from its own and its received shares."""
+        g, local, sup = self._support_nodes(dev.index)
+        terms = [dev.state.share if j == dev.index else dev.state.received_shares[j] for j in sup]
+        dev.state.Cbar, dev.state.C = self._encode(local, g, terms)
 
     def _encode_pads(self) -> None:
         """The server encodes every device's pads exactly as the device encodes its shares."""
-        cfg, q = self.config, self.q
-        self.server.state.encoded_pads = {}
         for dev in self.devices:
-            g, local = self.group_of[dev.index]
-            members, coef = support(self.codes[g], local)
-            pads = [self.server.state.pads[self.groups[g][j]] for j in members]
-            Rbar, R = encode(coef, [p[0] for p in pads], [p[1] for p in pads], cfg.ring_bits,
-                             cfg.code_fraction_bits, q.k + q.f)
-            self.server.state.encoded_pads[dev.index] = encoded_operands(Rbar, R, self.task.d)
+            g, local, sup = self._support_nodes(dev.index)
+            self.server.state.encoded_pads[dev.index] = self._encode(local, g, [self.server.state.pads[j]
+                                                                                for j in sup])
 
     # -- phase 2 ---------------------------------------------------------------------------
-    def _device_epoch(self, dev: Node) -> np.ndarray:
-        """Eq. (11) on ``dev`` with the epsilon it downloaded."""
-        return coded_gradient(self.q, dev.state.Cbar, dev.state.C, prepare(dev.state.received))
-
     def round(self, epoch: int) -> Generator:
         """Phase 2 (Sec. V-B): broadcast epsilon, coded gradients (eq. 11), per-group decoding (eq. 12), update (eq. 5)."""
-        cfg, q = self.config, self.q
+        cfg, q, mode = self.config, self.q, self.mode
         d, c = self.task.d, self.task.c
-        full = cfg.mode == "full"
-        if full:
-            eps = q.encode(self.theta)                 # Theta^(1) = 0, so epsilon = Theta (eq. 10)
-        else:
-            eps = np.zeros((d, c), dtype=np.int64)     # a placeholder of the right size
-        totals: dict[int, np.ndarray] = {}
+        eps = mode.offline(q.encode, self.theta, like=Shape((d, c), np.int64))  # Theta^(1) = 0: eps = Theta (eq. 10)
+        totals: dict[int, Any] = {}
         used: list[int] = []
-        self._round_error = self._round_bound = 0.0
+        self._round_check = None
 
         def group(g: int) -> Generator:
-            members = self.groups[g]
-            code = self.codes[g]
-            nodes = [self.devices[i] for i in members]
-            if full:
-                replies = yield from self.gather(nodes, self._device_epoch, kind="coded_gradient",
-                                                 first=code.n_responders, download=eps,
-                                                 download_kind="epsilon", download_bits=cfg.k,
-                                                 upload_bits=cfg.k)
-                totals[g] = yield from self.server_compute(self._decode_group, g, replies, eps)
-            else:
-                macs = macs_of(("epoch", d, c), lambda: matmul(np.zeros((d, d)), np.zeros((d, c))))
-                replies = yield from self.gather(nodes, None, kind="coded_gradient", first=code.n_responders,
-                                                 download=eps, download_kind="epsilon", download_bits=cfg.k,
-                                                 upload_elements=d * c, upload_bits=cfg.k,
-                                                 macs=lambda n: macs)
-                dec = macs_of(("decode", code.n_responders, d, c), lambda: code.decode(
-                    range(code.n_responders), np.zeros((code.n_responders, d, c))))
-                yield from self.server_compute(None, macs=code.n_responders * macs + dec)
-            used.extend(n.index for n, _ in replies)
+            members, code = self.groups[g], self.codes[g]
+            replies = yield from self.gather([self.devices[i] for i in members], self._device_epoch,
+                                             kind="coded_gradient", first=code.n_responders, download=eps,
+                                             download_kind="epsilon", download_bits=cfg.k,
+                                             upload_elements=d * c, upload_bits=cfg.k)
+            local = [self.group_of[n.index][1] for n in replies.nodes]
+            pads = [self.server.state.encoded_pads[n.index] for n in replies.nodes]
+            totals[g] = yield from self.server_compute(self._decode_group, g, local, replies.values, pads, eps)
+            if cfg.check_decoding:
+                mode.observe(self._check, g, local, totals[g], eps)
+            used.extend(n.index for n in replies.nodes)
 
-        procs = [self.env.process(group(g)) for g in range(len(self.groups))]
-        yield self.env.all_of(procs)
+        yield self.env.all_of([self.env.process(group(g)) for g in range(len(self.groups))])
         self.used = used
-        if full:
-            G = sum(totals[g] for g in range(len(self.groups)))
-            self.step(G, self.task.m)
-        # timing mode: the model is the cached exact trajectory's (see evaluate); theta stays put
+        G = mode.offline(sum, [totals[g] for g in range(len(self.groups))], like=Shape((d, c), np.float64))
+        mode.update(self, G, self.task.m)                                              # eq. (5)
 
-    def round_metrics(self, round: int) -> dict:
-        """Full mode with ``check_decoding``: this round's largest decode error and its bound."""
-        if self.config.mode != "full" or not self.config.check_decoding or round == 0:
-            return {}
-        return {"decode_error": self._round_error, "decode_bound": self._round_bound}
+    def _decode_group(self, g: int, local: list[int], received: list, pads: list, eps: Any) -> Any:
+        """Server: remove the pads of group ``g``'s responders and decode (eq. 12)."""
+        d, c = self.task.d, self.task.c
+        return self.mode.run(unpad_and_decode, self.q, self.codes[g], local, received, pads, eps,
+                             macs=unpad_and_decode_macs(len(local), d, c), like=Shape((d, c), np.float64))
 
-    def _decode_group(self, g: int, replies, eps: np.ndarray) -> np.ndarray:
-        """Server: remove the pads of the responders of group ``g`` and decode (eq. 12)."""
-        q = self.q
-        members = self.groups[g]
-        pe = prepare(eps)
-        local, P = [], []
-        for node, received in replies:
-            Rbar, R = self.server.state.encoded_pads[node.index]
-            pad_part = coded_gradient(q, Rbar, R, pe)
-            P.append(remove_pads(q, received, pad_part))
-            local.append(members.index(node.index))
-        G = decode(q, self.codes[g], local, np.stack(P))
-        if self.config.check_decoding:
-            self._check(g, local, G, eps)
-        return G
+    def _device_epoch(self, dev: Node) -> Any:
+        """Eq. (11) on ``dev`` with the epsilon it downloaded (``d^2 c`` MACs)."""
+        d, c = self.task.d, self.task.c
+        return self.mode.run(coded_gradient, self.q, dev.state.Cbar, dev.state.C, dev.state.received,
+                             macs=epoch_macs(d, c), like=Shape((d, c), np.int64))
 
     def _check(self, g: int, local: list[int], G: np.ndarray, eps: np.ndarray) -> None:
         """Observer: compare with the plain gradient from the same fixed-point data (not charged)."""
@@ -364,13 +338,13 @@ class CodedPaddedFL(Protocol):
         err, bound = decode_error(self.q, self.codes[g], local, G, eps, stats)
         self.max_decode_error = max(self.max_decode_error, err)
         self.decode_bound = max(self.decode_bound, bound)
-        self._round_error = max(self._round_error, err)
-        self._round_bound = max(self._round_bound, bound)
+        prev = self._round_check or (0.0, 0.0)
+        self._round_check = (max(prev[0], err), max(prev[1], bound))
         if err > bound:
             raise AssertionError(f"decoded gradient of group {g} is off by {err:.3g} > bound {bound:.3g}")
 
-    def evaluate(self) -> tuple[float, float]:
-        """Full mode: the model's accuracy; timing mode: the cached exact trajectory's."""
-        if self.config.mode == "full":
-            return super().evaluate()
-        return self.task.full_batch_trajectory(self.epoch)[self.epoch]
+    def round_metrics(self, round: int) -> dict:
+        """Where the observer checked this round's decoding: its largest error and its bound."""
+        if self._round_check is None:
+            return {}
+        return {"decode_error": self._round_check[0], "decode_bound": self._round_check[1]}

@@ -22,6 +22,11 @@ The pipeline, for device ``i`` of a group with code ``(A, B)`` and assignment ma
 6. :func:`decode`: ``sum_{i in A} a_i P_i = G^(e)`` (eq. 12) from any ``D - alpha + 1``
    responders.
 
+:func:`local_statistics`, :func:`pack_upper` and :func:`unpack_upper` are shared with CodedSecAgg
+and live in :mod:`fednet.codes.gram` (re-exported here). :func:`encode_macs`, :func:`epoch_macs`
+and :func:`unpad_and_decode_macs` are the closed-form MAC counts of the steps (Sec. V-D), tested
+against the metered kernels.
+
 Exactness: the ring of the shares
 ---------------------------------
 Multiplying a padded value by a *fractional* public number (a code coefficient ``b_ij``, then
@@ -55,6 +60,7 @@ from fednet.algebra.fixed_point import (
     ring_shift,
 )
 from fednet.codes.gradient_codes import CyclicGradientCode
+from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
 
 __all__ = [
     "ring_bits",
@@ -66,10 +72,15 @@ __all__ = [
     "support",
     "encode",
     "encoded_operands",
+    "encode_prepared",
     "coded_gradient",
     "remove_pads",
     "decode",
+    "unpad_and_decode",
     "decode_error",
+    "encode_macs",
+    "epoch_macs",
+    "unpad_and_decode_macs",
 ]
 
 
@@ -113,71 +124,6 @@ def share_elements(d: int, c: int) -> int:
     int
     """
     return d * (d + 1) // 2 + d * c
-
-
-def pack_upper(a: np.ndarray) -> np.ndarray:
-    """Upper triangle (with diagonal) of the last two axes, row by row (Remark 1).
-
-    Parameters
-    ----------
-    a : ndarray, (..., d, d)
-
-    Returns
-    -------
-    ndarray, (..., d(d+1)/2)
-    """
-    d = a.shape[-1]
-    iu = np.triu_indices(d)
-    return a[..., iu[0], iu[1]]
-
-
-def unpack_upper(p: np.ndarray, d: int) -> np.ndarray:
-    """Inverse of :func:`pack_upper` for symmetric matrices.
-
-    Parameters
-    ----------
-    p : ndarray, (..., d(d+1)/2)
-    d : int
-
-    Returns
-    -------
-    ndarray, (..., d, d), symmetric in the last two axes.
-
-    Raises
-    ------
-    ValueError
-        If the last axis of ``p`` is not ``d(d+1)/2`` long.
-    """
-    if p.shape[-1] != d * (d + 1) // 2:
-        raise ValueError(f"packed length {p.shape[-1]} is not d(d+1)/2 for d = {d}")
-    out = np.empty(p.shape[:-1] + (d, d), dtype=p.dtype)
-    iu = np.triu_indices(d)
-    out[..., iu[0], iu[1]] = p
-    out[..., iu[1], iu[0]] = p
-    return out
-
-
-def local_statistics(q: FixedPoint, X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``X^T X`` and the first gradient ``G^(1) = -X^T Y`` (eq. 3 at ``Theta^(1) = 0``) in ``Q<k,f>``.
-
-    Parameters
-    ----------
-    q : FixedPoint
-    X : ndarray, (n_i, d) float64
-    Y : ndarray, (n_i, c) float64
-
-    Returns
-    -------
-    M : ndarray, (d, d) int64
-        ``X^T X`` (exact sum of the quantised data, floored once).
-    G1 : ndarray, (d, c) int64
-        Charges ``n_i d (d + c)`` MACs in all.
-    """
-    xb = q.encode(X)
-    px = q.prepare(np.ascontiguousarray(xb.T))
-    M = q.matmul(px, xb)
-    G1 = q.wrap(-q.matmul(px, q.encode(Y)))
-    return M, G1
 
 
 def pad(q: FixedPoint, bits: int, M: np.ndarray, G1: np.ndarray, rng: np.random.Generator):
@@ -277,6 +223,25 @@ def encoded_operands(Cbar: np.ndarray, C: np.ndarray, d: int) -> tuple[PreparedO
     return prepared_from_limbs(unpack_upper(Cbar, d)), C
 
 
+def encode_prepared(coefficients, Phis, Psis, bits: int, code_fraction_bits: int, out_bits: int,
+                    d: int) -> tuple[PreparedOperand, np.ndarray]:
+    """:func:`encode` then :func:`encoded_operands`: the pair a device (or the server, for the pads) keeps.
+
+    Parameters
+    ----------
+    coefficients, Phis, Psis, bits, code_fraction_bits, out_bits
+        As in :func:`encode`.
+    d : int
+        Number of features.
+
+    Returns
+    -------
+    (PreparedOperand, ndarray)
+        ``Cbar`` (d, d) prepared, ``C`` (L', d, c) limbs; charges :func:`encode_macs` MACs.
+    """
+    return encoded_operands(*encode(coefficients, Phis, Psis, bits, code_fraction_bits, out_bits), d)
+
+
 def coded_gradient(q: FixedPoint, Cbar, C: np.ndarray, eps) -> np.ndarray:
     """Eq. (11): ``C + Cbar epsilon`` in ``Q<k,f>`` (the product exact mod ``2^(k+f)``, one shift).
 
@@ -336,6 +301,47 @@ def decode(q: FixedPoint, code: CyclicGradientCode, responders, P: np.ndarray) -
     a = code.decoding_vector_fixed(F)
     flat = P[order].reshape(len(F), -1)
     return q.decode(q.matmul(a[None, :], flat)[0]).reshape(P.shape[1:])
+
+
+def unpad_and_decode(q: FixedPoint, code: CyclicGradientCode, responders: Sequence[int],
+                     received: Sequence[np.ndarray], encoded_pads: Sequence[tuple], eps) -> np.ndarray:
+    """The server's work on one group per epoch: pads removed (Sec. V-B), then eq. (12).
+
+    Parameters
+    ----------
+    q : FixedPoint
+    code : CyclicGradientCode
+    responders : sequence of int
+        Group-local indices of the ``D_g - alpha + 1`` responders, in arrival order.
+    received : sequence of ndarray, (d, c) int64
+        Their uploads ``G~_i`` (eq. 11), in the same order.
+    encoded_pads : sequence of (PreparedOperand, ndarray)
+        Their encoded pads ``(Rbar_i, R_i)`` (:func:`encode_prepared` of the pads), same order.
+    eps : ndarray, (d, c) int64
+        ``epsilon`` of this epoch in ``Q<k,f>``.
+
+    Returns
+    -------
+    ndarray, (d, c) float64
+        The group's decoded gradient sum; charges :func:`unpad_and_decode_macs` MACs.
+    """
+    P = [remove_pads(q, g, coded_gradient(q, Rbar, R, eps)) for g, (Rbar, R) in zip(received, encoded_pads)]
+    return decode(q, code, list(responders), np.stack(P))
+
+
+def encode_macs(alpha: int, d: int, c: int) -> int:
+    """MACs of :func:`encode` (and :func:`encode_prepared`): ``alpha (d(d+1)/2 + d c)``."""
+    return alpha * share_elements(d, c)
+
+
+def epoch_macs(d: int, c: int) -> int:
+    """MACs of :func:`coded_gradient`: ``d^2 c`` per device and epoch (Sec. V-D)."""
+    return d * d * c
+
+
+def unpad_and_decode_macs(n_responders: int, d: int, c: int) -> int:
+    """MACs of :func:`unpad_and_decode`: ``n (d^2 c + d c)`` for ``n`` responders."""
+    return n_responders * (d * d * c + d * c)
 
 
 def decode_error(q: FixedPoint, code: CyclicGradientCode, responders: Sequence[int], G: np.ndarray,
