@@ -40,21 +40,20 @@ the non-private examples placed at it. Private examples never leave their owner.
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from fednet.algebra.meter import axpy
-from fednet.codes.approx_gc import example_weights, share_randomly
+from fednet.codes.approx_gc import example_weights, share_randomly, sum_responses
 from fednet.learning.heterogeneity import make_partition
 from fednet.learning.models import accuracy, logistic_gradient, logistic_loss
-from fednet.protocol.base import Outgoing, Protocol, ProtocolConfig
+from fednet.protocol.base import NodeState, Outgoing, Protocol, ProtocolConfig
 from fednet.sim.compute import AlwaysAvailable, BernoulliDropout
 from fednet.sim.simulation import Node
 
-__all__ = ["ApproxGCConfig", "ApproxGC", "ApproxGCDevice", "Sharing"]
+__all__ = ["ApproxGCConfig", "ApproxGC", "ApproxGCState", "Sharing"]
 
 
 class ApproxGCConfig(ProtocolConfig):
@@ -99,7 +98,7 @@ class ApproxGCConfig(ProtocolConfig):
 
 
 @dataclass
-class ApproxGCDevice:
+class ApproxGCState(NodeState):
     """Private state of device ``i`` after the sharing (Sec. III-A).
 
     Attributes
@@ -110,14 +109,11 @@ class ApproxGCDevice:
         Their one-hot labels.
     W : ndarray, (|S_i|,)
         Their weights ``W_j = 1 / ((1 - p) d_j)`` (eq. 10).
-    received : ndarray or None
-        The model last downloaded (float32, (F, L)).
     """
 
-    X: np.ndarray
-    Y: np.ndarray
-    W: np.ndarray
-    received: np.ndarray | None = None
+    X: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    Y: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    W: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 @dataclass(frozen=True)
@@ -160,6 +156,7 @@ class ApproxGC(Protocol):
 
     name = "approx_gc"
     Config = ApproxGCConfig
+    State = ApproxGCState
     p: float
     sharing: Sharing
     grad_sq_norm: float = float("nan")
@@ -241,11 +238,14 @@ class ApproxGC(Protocol):
             yield from self.send_all([ups, downs])
         for dev in self.devices:
             held = np.flatnonzero(holders[dev.index])
-            dev.state = ApproxGCDevice(x[held], y[held], weights[held])
+            dev.state.X, dev.state.Y, dev.state.W = x[held], y[held], weights[held]
 
     # -- phase 2 ------------------------------------------------------------------------------
     def local_sum(self, dev: Node) -> np.ndarray:
-        """``f_i = sum_{j in S_i} W_j g_j`` on the model ``dev`` received (eq. 10), metered."""
+        """``f_i = sum_{j in S_i} W_j g_j`` on the model ``dev`` received (eq. 10), metered.
+
+        A device holding no example (possible under Dirichlet placement) sends zeros, at no cost.
+        """
         beta = dev.state.received.astype(np.float64)
         if dev.state.X.shape[0] == 0:
             return np.zeros_like(beta)
@@ -253,17 +253,12 @@ class ApproxGC(Protocol):
 
     def round(self, epoch: int) -> Generator:
         """Broadcast ``beta``; present devices send ``f_i`` (eq. 10); sum (eq. 11); SGD step."""
+        empty = any(dev.state.X.shape[0] == 0 for dev in self.devices)   # an empty f_i costs nothing
         replies = yield from self.gather(self.devices, self.local_sum, kind="weighted gradient",
-                                         download=self.theta.astype(np.float32))
-
-        def aggregate() -> np.ndarray:  # eq. (11)
-            total = np.zeros_like(self.theta)
-            for _, f in replies:
-                total = axpy(1.0, f, total)
-            return total
-
-        g_hat = yield from self.server_compute(aggregate)
-        self.used = [dev.index for dev, _ in replies]
+                                         download=self.theta.astype(np.float32), free=empty)
+        g_hat = yield from self.server_compute(sum_responses, replies.values, self.theta.shape,
+                                               free=not replies.results)                          # eq. (11)
+        self.used = [dev.index for dev in replies.nodes]
         eta = self.config.learning_rate * self.config.lr_decay ** (epoch - 1)
         m = self.sharing.m
         self.grad_sq_norm = float(np.sum((g_hat / m) ** 2))

@@ -55,10 +55,10 @@ from pydantic import Field
 from fednet.algebra.meter import matmul
 from fednet.codes.parity import load_weights, optimise_deadline, parity_gram, weighted_gram
 from fednet.learning.models import ridge_gradient
-from fednet.protocol.base import Protocol, ProtocolConfig
+from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, ServerState
 from fednet.sim.simulation import Node
 
-__all__ = ["CFLConfig", "CFL", "CFLDevice", "CFLServer", "CFLPlan"]
+__all__ = ["CFLConfig", "CFL", "CFLState", "CFLServerState", "CFLPlan"]
 
 
 class CFLConfig(ProtocolConfig):
@@ -83,27 +83,24 @@ class CFLConfig(ProtocolConfig):
 
 
 @dataclass
-class CFLDevice:
+class CFLState(NodeState):
     """Private state of device ``j``.
 
     Attributes
     ----------
     rows : ndarray of int, (l_j,)
         Indices of the points of its load (drawn from the device's own "cfl-load" stream).
-    received : ndarray or None
-        The model last downloaded (float32, (d, c)).
     """
 
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    received: np.ndarray | None = None
 
 
 @dataclass
-class CFLServer:
+class CFLServerState(ServerState):
     """The server's parity statistics: ``X~^T X~`` (d, d) and ``X~^T Y~`` (d, c)."""
 
-    XtX: np.ndarray
-    XtY: np.ndarray
+    XtX: np.ndarray | None = None
+    XtY: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +136,8 @@ class CFL(Protocol):
 
     name = "cfl"
     Config = CFLConfig
+    State = CFLState
+    ServerStateType = CFLServerState
     plan: CFLPlan
 
     def _device_params(self, dev: Node) -> dict:
@@ -162,10 +161,10 @@ class CFL(Protocol):
         AtA = np.zeros((d + c, d + c))
         for dev, l_j, p_j in zip(self.devices, loads, probs):
             X, Y = task.X[dev.index], task.Y[dev.index]
-            dev.state = CFLDevice(rows=self.sim.rng(dev, "cfl-load").permutation(X.shape[0])[:l_j])
+            dev.state.rows = self.sim.rng(dev, "cfl-load").permutation(X.shape[0])[:l_j]
             AtA += weighted_gram(X, Y, load_weights(X.shape[0], dev.state.rows, p_j))   # offline
         gram = parity_gram(AtA, plan.c_p, self.sim.rng(self.server, "cfl-parity"))
-        self.server.state = CFLServer(XtX=gram[:d, :d], XtY=gram[:d, d:])
+        self.server.state.XtX, self.server.state.XtY = gram[:d, :d], gram[:d, d:]
         uploads = [self.env.process(self.send(dev, self.server, None, kind="parity",
                                               n_elements=plan.c_p * (d + c))) for dev in self.devices]
         yield self.env.all_of(uploads)
@@ -185,7 +184,11 @@ class CFL(Protocol):
         return matmul(self.server.state.XtX, self.theta) - self.server.state.XtY
 
     def round(self, epoch: int) -> Generator:
-        """One epoch: devices compute on their loads until the deadline t*, the server on the parity data; sum and update."""
+        """One epoch: devices compute on their loads until the deadline t*, the server on the parity data.
+
+        The results in by ``t*`` are added to the parity gradient (uncharged additions, as in the
+        set-up's model) and the update is eqs. (4)-(5) with ``m``; the epoch lasts ``max(t*, server)``.
+        """
         start = self.sim.now
         server = self.env.process(self.server_compute(self.parity_gradient))
         arrived = yield from self.gather([dev for dev, l_j in zip(self.devices, self.plan.loads) if l_j > 0],
@@ -193,7 +196,7 @@ class CFL(Protocol):
                                          download=self.theta.astype(np.float32), deadline=self.plan.t_star)
         yield self.env.timeout(max(0.0, start + self.plan.t_star - self.sim.now))    # the epoch lasts >= t*
         G = yield server
-        for _, g in arrived:
+        for g in arrived.values:
             G = G + g
-        self.used = [dev.index for dev, _ in arrived]
-        self.step(G, self.task.m)
+        self.used = [dev.index for dev in arrived.nodes]
+        self.mode.update(self, G, self.task.m)

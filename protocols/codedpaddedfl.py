@@ -41,20 +41,16 @@ that full mode checks against the metered kernels at every call.  Traffic and sc
 those of full mode; the gradient codes skip the conditioning search (only their shape matters).
 The sum over groups is not charged (``N d c`` additions, as in the paper's count).
 
-Sharing schedule (left open by Sec. V-C; a study names its choice)
-    ``relay_steps`` (default): ``alpha - 1`` successive steps, row ``r`` of ``Omega`` in step
-    ``r``; each step is an upload and a download per device, and the next step starts when the
-    slowest relay of the step is delivered (the literal reading of "alpha - 1 successive
-    transmissions consisting of upload and download").
-    ``relay_asap``: every relay launched at once; each link serves its queue first come first
-    served, so a device's next upload starts as soon as its previous one ends.
-    ``upload_once``: each device uploads once and the server forwards it ``alpha - 1`` times
-    (the traffic count of Sec. V-D: one upload, ``alpha - 1`` downloads).
+Sharing schedule (left open by Sec. V-C; a study names its choice; see
+:meth:`fednet.protocol.primitives.Primitives.exchange`): ``relay_steps`` (default; row ``r`` of
+``Omega`` in step ``r``, the literal reading of "alpha - 1 successive transmissions consisting of
+upload and download"), ``relay_asap`` (all relays at once, links first come first served) or
+``upload_once`` (one upload per device, ``alpha - 1`` forwards: the traffic count of Sec. V-D).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -63,22 +59,8 @@ from pydantic import Field, model_validator
 
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.codes.gradient_codes import CyclicGradientCode
-from fednet.codes.padded import (
-    coded_gradient,
-    decode_error,
-    encode_macs,
-    encode_prepared,
-    epoch_macs,
-    local_statistics,
-    pack_upper,
-    pad,
-    ring_bits,
-    share_elements,
-    support,
-    unpack_upper,
-    unpad_and_decode,
-    unpad_and_decode_macs,
-)
+from fednet.codes import padded
+from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, ServerState
 from fednet.protocol.modes import Shape
 from fednet.sim.simulation import Node
@@ -86,7 +68,7 @@ from topologies.grouping import equal_groups, group_sizes
 
 __all__ = ["CodedPaddedFLConfig", "CodedPaddedFL", "CodedPaddedFLState", "CodedPaddedFLServerState"]
 
-# Re-exported for tests not yet moved to fednet.codes.padded (tests/test_codedsecagg.py).
+# Re-exported for tests/test_codedsecagg.py until it imports them from fednet.codes.gram.
 _REEXPORTED = (local_statistics, pack_upper, unpack_upper)
 
 
@@ -140,7 +122,7 @@ class CodedPaddedFLConfig(ProtocolConfig):
     @property
     def ring_bits(self) -> int:
         """``W = k + f_B + f``, the ring of the shares (:func:`fednet.codes.padded.ring_bits`)."""
-        return ring_bits(self.k, self.f, self.code_fraction_bits)
+        return padded.ring_bits(self.k, self.f, self.code_fraction_bits)
 
 
 @dataclass
@@ -192,6 +174,8 @@ class CodedPaddedFL(Protocol):
         Device indices of each group.
     codes : list of CyclicGradientCode
         The ``(alpha, D_g)`` code of each group.
+    group_of : dict of int -> (int, int)
+        Device -> (group, index in the group).
     max_decode_error : float
         Full mode: largest max-norm difference seen between a decoded group gradient and the
         plain one computed from the same fixed-point data.
@@ -206,8 +190,10 @@ class CodedPaddedFL(Protocol):
     exact_trajectory = True
     groups: list[list[int]]
     codes: list[CyclicGradientCode]
+    group_of: dict[int, tuple[int, int]]
     max_decode_error: float = 0.0
     decode_bound: float = 0.0
+    _round_check: tuple[float, float] | None = None     # this round's (error, bound), if observed
 
     @classmethod
     def check(cls, config: CodedPaddedFLConfig, n_devices: int) -> None:
@@ -238,13 +224,12 @@ class CodedPaddedFL(Protocol):
                       for g, members in enumerate(self.groups)]
         self.group_of = {dev: (g, local) for g, members in enumerate(self.groups)
                          for local, dev in enumerate(members)}
-        self._round_check: tuple[float, float] | None = None
         limbs = -(-W // 16)
         for dev in self.devices:                       # offline (Sec. VII): not timed
             st = dev.state
             st.M, st.G1 = mode.offline(local_statistics, q, self.task.X[dev.index], self.task.Y[dev.index],
                                        like=(Shape((d, d), np.int64), Shape((d, c), np.int64)))
-            Phi, Psi, RX, RG = mode.offline(pad, q, W, st.M, st.G1, self.sim.rng(dev, "pads"),
+            Phi, Psi, RX, RG = mode.offline(padded.pad, q, W, st.M, st.G1, self.sim.rng(dev, "pads"),
                                             like=(Shape((limbs, d * (d + 1) // 2), np.int64),
                                                   Shape((limbs, d, c), np.int64)) * 2)
             st.share = (Phi, Psi)
@@ -253,8 +238,8 @@ class CodedPaddedFL(Protocol):
                   for code, members in zip(self.codes, self.groups) for local, dev in enumerate(members)]
                  for r in range(1, cfg.alpha)]
         delivered = yield from self.exchange(steps, lambda src, dst: src.state.share, kind="share",
-                                             schedule=cfg.sharing_schedule, n_elements=share_elements(d, c),
-                                             element_bits=cfg.share_element_bits or W)
+                                             schedule=cfg.sharing_schedule, element_bits=cfg.share_element_bits or W,
+                                             n_elements=padded.share_elements(d, c))
         for (src, dst), share in delivered.items():
             self.devices[dst].state.received_shares[src] = share
         yield from self.compute_each(self.devices, self._encode_device)
@@ -265,36 +250,31 @@ class CodedPaddedFL(Protocol):
             if not cfg.check_decoding:
                 dev.state.M = dev.state.G1 = None
 
-    def _encode(self, local: int, g: int, terms: list) -> tuple:
-        """Eqs. (8)-(9) over the support of row ``local`` of group ``g``'s code."""
-        cfg, q = self.config, self.q
-        _, coef = support(self.codes[g], local)
-        return self.mode.run(encode_prepared, coef, [t[0] for t in terms], [t[1] for t in terms], cfg.ring_bits,
-                             cfg.code_fraction_bits, q.k + q.f, self.task.d,
-                             macs=encode_macs(cfg.alpha, self.task.d, self.task.c),
-                             like=(Shape((self.task.d, self.task.d), np.int64),
-                                   Shape((-(-(q.k + q.f) // 16), self.task.d, self.task.c), np.int64)))
-
-    def _support_nodes(self, dev: int) -> tuple[int, int, list[int]]:
+    def _encode(self, dev: int, term: Callable[[int], tuple]) -> tuple:
+        """Eqs. (8)-(9) for device ``dev``: its code row over ``term(j)`` for ``j`` in its support."""
+        cfg, q, (d, c) = self.config, self.q, (self.task.d, self.task.c)
         g, local = self.group_of[dev]
-        return g, local, [self.groups[g][j] for j in support(self.codes[g], local)[0]]
+        members, coef = padded.support(self.codes[g], local)
+        terms = [term(self.groups[g][j]) for j in members]
+        return self.mode.run(padded.encode_prepared, coef, [t[0] for t in terms], [t[1] for t in terms],
+                             cfg.ring_bits, cfg.code_fraction_bits, q.k + q.f, d,
+                             macs=padded.encode_macs(cfg.alpha, d, c),
+                             like=(Shape((d, d), np.int64), Shape((-(-(q.k + q.f) // 16), d, c), np.int64)))
 
     def _encode_device(self, dev: Node) -> None:
         """Device ``dev``: eqs. (8)-(9) from its own and its received shares."""
-        g, local, sup = self._support_nodes(dev.index)
-        terms = [dev.state.share if j == dev.index else dev.state.received_shares[j] for j in sup]
-        dev.state.Cbar, dev.state.C = self._encode(local, g, terms)
+        st = dev.state
+        st.Cbar, st.C = self._encode(dev.index, lambda j: st.share if j == dev.index else st.received_shares[j])
 
     def _encode_pads(self) -> None:
         """The server encodes every device's pads exactly as the device encodes its shares."""
+        pads = self.server.state.pads
         for dev in self.devices:
-            g, local, sup = self._support_nodes(dev.index)
-            self.server.state.encoded_pads[dev.index] = self._encode(local, g, [self.server.state.pads[j]
-                                                                                for j in sup])
+            self.server.state.encoded_pads[dev.index] = self._encode(dev.index, pads.__getitem__)
 
     # -- phase 2 ---------------------------------------------------------------------------
     def round(self, epoch: int) -> Generator:
-        """Phase 2 (Sec. V-B): broadcast epsilon, coded gradients (eq. 11), per-group decoding (eq. 12), update (eq. 5)."""
+        """Phase 2 (Sec. V-B): broadcast epsilon, coded gradients (eq. 11), decoding per group (eq. 12), eq. (5)."""
         cfg, q, mode = self.config, self.q, self.mode
         d, c = self.task.d, self.task.c
         eps = mode.offline(q.encode, self.theta, like=Shape((d, c), np.int64))  # Theta^(1) = 0: eps = Theta (eq. 10)
@@ -323,19 +303,19 @@ class CodedPaddedFL(Protocol):
     def _decode_group(self, g: int, local: list[int], received: list, pads: list, eps: Any) -> Any:
         """Server: remove the pads of group ``g``'s responders and decode (eq. 12)."""
         d, c = self.task.d, self.task.c
-        return self.mode.run(unpad_and_decode, self.q, self.codes[g], local, received, pads, eps,
-                             macs=unpad_and_decode_macs(len(local), d, c), like=Shape((d, c), np.float64))
+        return self.mode.run(padded.unpad_and_decode, self.q, self.codes[g], local, received, pads, eps,
+                             macs=padded.unpad_and_decode_macs(len(local), d, c), like=Shape((d, c), np.float64))
 
     def _device_epoch(self, dev: Node) -> Any:
         """Eq. (11) on ``dev`` with the epsilon it downloaded (``d^2 c`` MACs)."""
         d, c = self.task.d, self.task.c
-        return self.mode.run(coded_gradient, self.q, dev.state.Cbar, dev.state.C, dev.state.received,
-                             macs=epoch_macs(d, c), like=Shape((d, c), np.int64))
+        return self.mode.run(padded.coded_gradient, self.q, dev.state.Cbar, dev.state.C, dev.state.received,
+                             macs=padded.epoch_macs(d, c), like=Shape((d, c), np.int64))
 
     def _check(self, g: int, local: list[int], G: np.ndarray, eps: np.ndarray) -> None:
         """Observer: compare with the plain gradient from the same fixed-point data (not charged)."""
         stats = [(self.devices[i].state.M, self.devices[i].state.G1) for i in self.groups[g]]
-        err, bound = decode_error(self.q, self.codes[g], local, G, eps, stats)
+        err, bound = padded.decode_error(self.q, self.codes[g], local, G, eps, stats)
         self.max_decode_error = max(self.max_decode_error, err)
         self.decode_bound = max(self.decode_bound, bound)
         prev = self._round_check or (0.0, 0.0)

@@ -113,3 +113,13 @@ def test_bad_configurations() -> None:
     task5 = LearningTask(X=task5.X[:5], Y=task5.Y[:5], x_test=task5.x_test, y_test=task5.y_test)
     with pytest.raises(ValueError, match="single-class"):
         ApproxGC(sim5, task5, dict(k=5))
+
+
+def test_empty_rounds_and_devices_without_examples_run() -> None:
+    """Dirichlet(0.01) leaves devices with no example and p = 0.9 leaves rounds with no response:
+    both are legitimate zero-MAC steps (an empty sum), not uncharged compute."""
+    proto = _run(dict(setting="dirichlet", alpha=0.01, k=5), dropout=0.9, rounds=10, seed=0)
+    assert any(dev.state.X.shape[0] == 0 for dev in proto.devices)
+    empty = [r for r in proto.trace[1:] if r["used"] == ""]
+    assert empty and all(r["server_macs"] == 0 and r["grad_sq_norm"] == 0.0 for r in empty)
+    assert any(r["used"] for r in proto.trace[1:])

@@ -25,7 +25,10 @@ from fednet.codes.padded import (
     decode,
     decode_error,
     encode,
+    encode_macs,
+    encode_prepared,
     encoded_operands,
+    epoch_macs,
     local_statistics,
     pack_upper,
     pad,
@@ -34,6 +37,8 @@ from fednet.codes.padded import (
     share_elements,
     support,
     unpack_upper,
+    unpad_and_decode,
+    unpad_and_decode_macs,
 )
 
 Q = FixedPoint(48, 24)
@@ -221,3 +226,29 @@ def test_pads_hide_the_shared_data():
         tops = [pad(Q, W, np.full((3, 3), secret), G1, rng)[0][-1] for _ in range(400)]
         means.append(np.mean(tops))
     assert abs(means[0] - means[1]) < 0.05 * 2**16
+
+
+def test_closed_form_macs_match_the_metered_kernels():
+    """encode_macs, epoch_macs and unpad_and_decode_macs (what timing mode charges) equal the meters."""
+    D, alpha, d, c = 5, 3, 6, 2
+    rng = np.random.default_rng(6)
+    X, Y = _data(D=D, d=d, c=c, seed=6)
+    code = CyclicGradientCode(alpha, D, rng, a_format=Q, n_draws=1)
+    padded = [pad(Q, W, *local_statistics(Q, x, y), rng) for x, y in zip(X, Y)]
+    enc, pads = [], []
+    for i in range(D):
+        sup, coef = support(code, i)
+        with MacMeter() as m:
+            enc.append(encode_prepared(coef, [padded[j][0] for j in sup], [padded[j][1] for j in sup], W, 24, 72, d))
+        assert m.macs == encode_macs(alpha, d, c)
+        pads.append(encode_prepared(coef, [padded[j][2] for j in sup], [padded[j][3] for j in sup], W, 24, 72, d))
+    eps = Q.encode(rng.uniform(-1, 1, (d, c)))
+    with MacMeter() as m:
+        sent = [coded_gradient(Q, Cbar, C, eps) for Cbar, C in enc]
+    assert m.macs == D * epoch_macs(d, c)
+    F = [4, 1, 2]
+    with MacMeter() as m:
+        G = unpad_and_decode(Q, code, F, [sent[i] for i in F], [pads[i] for i in F], eps)
+    assert m.macs == unpad_and_decode_macs(3, d, c)
+    P = np.stack([remove_pads(Q, sent[i], coded_gradient(Q, *pads[i], eps)) for i in F])
+    np.testing.assert_array_equal(G, decode(Q, code, F, P))
