@@ -47,7 +47,8 @@ MACs the real kernels meter at the real shapes.  Traffic is identical.
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 import simpy
@@ -55,22 +56,22 @@ from pydantic import Field, model_validator
 
 from fednet.algebra.fields import check_prime, uniform
 from fednet.algebra.meter import charge, macs_of
-from fednet.algebra.modp import add_mod, sub_mod, sum_mod
-from fednet.codes.lagrange import (
+from fednet.algebra.quantize import quantize
+from fednet.codes.lightsecagg import (
     check_lsa_parameters,
     default_lsa_points,
-    dequantize,
     lsa_aggregate_encoded,
-    lsa_decode_aggregate_mask,
     lsa_encode_mask,
     lsa_piece_length,
-    quantize,
+    mask_upload,
+    unmask_aggregate,
 )
-from fednet.protocol.base import Protocol, ProtocolConfig, StragglerShortfall
+from fednet.learning.models import ridge_gradient
+from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, StragglerShortfall
 from fednet.sim.simulation import Node
-from protocols.conventional import minibatch_gradient
 
-__all__ = ["LightSecAggConfig", "LightSecAgg", "mask_upload", "unmask_aggregate"]
+__all__ = ["LightSecAggConfig", "LightSecAgg", "LightSecAggState", "mask_upload", "unmask_aggregate",
+           "minibatch_gradient"]
 
 #: Largest prime below 2**32: 32-bit field elements (the paper's 32-bit baseline data).
 P32 = 2**32 - 5
@@ -122,55 +123,28 @@ class LightSecAggConfig(ProtocolConfig):
         return self
 
 
-def mask_upload(G: np.ndarray, z_mask: np.ndarray, b: int, p: int, n_summands: int) -> np.ndarray:
-    """A user's upload ``Q(G) + z_i`` over GF(p).
+@dataclass
+class LightSecAggState(NodeState):
+    """A user's private state.
 
-    Parameters
+    Attributes
     ----------
-    G : ndarray, (d, c) float64
-        Local gradient.
-    z_mask : ndarray, (d c,) over GF(p)
-    b, p : int
-        Quantisation bits and field.
-    n_summands : int
-        Number of uploads that will be summed (the field must hold their sum).
-
-    Returns
-    -------
-    ndarray, (d c,) over GF(p); charges ``d c`` MACs.
-
-    Raises
-    ------
-    ValueError
-        If the field is too small for the sum of ``n_summands`` quantised gradients.
+    batch : int
+        Its minibatch size ``b_i``.
+    mask : ndarray, (d c,) over GF(p)
+        This round's mask ``z_i``.
+    rng_mask : numpy.random.Generator
+        This round's mask stream (the encoder's noise pieces).
     """
-    return add_mod(quantize(G.reshape(-1), b, p, n_summands=n_summands), z_mask, p)
+
+    batch: int = 0
+    mask: Any = None
+    rng_mask: Any = None
 
 
-def unmask_aggregate(masked: list[np.ndarray], s: np.ndarray, alphas, betas, U: int, T: int,
-                     shape: tuple[int, int], b: int, p: int) -> np.ndarray:
-    """Server: ``sum x~_i - decode(s)``, dequantised (LightSecAgg, references.md).
-
-    Parameters
-    ----------
-    masked : list of ndarray, each (d c,) over GF(p)
-        Masked uploads of the survivors U1.
-    s : ndarray, (R, L) over GF(p)
-        Aggregated encoded masks of ``R >= U`` survivors, at points ``alphas``.
-    alphas, betas : sequences of int
-    U, T : int
-    shape : (d, c)
-    b, p : int
-
-    Returns
-    -------
-    ndarray, (d, c) float64
-        ``sum_{i in U1} Q(G_i) / 2**b``; charges ``(U - T) U L + |U1| d c`` MACs.
-    """
-    n = shape[0] * shape[1]
-    agg_mask = lsa_decode_aggregate_mask(s, alphas, betas, U, T, n, p)
-    total = sum_mod(masked, p)
-    return dequantize(sub_mod(total, agg_mask, p), b, p).reshape(shape)
+def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Unbiased minibatch estimate of eq. (3), ``(n_i / b) X_b^T (X_b Theta - Y_b)``; charges ``2 b d c`` MACs."""
+    return ridge_gradient(X[rows], Y[rows], theta, scale=X.shape[0] / len(rows))
 
 
 class LightSecAgg(Protocol):
@@ -178,6 +152,7 @@ class LightSecAgg(Protocol):
 
     name = "lightsecagg"
     Config = LightSecAggConfig
+    State = LightSecAggState
 
     @classmethod
     def check(cls, config: LightSecAggConfig, n_devices: int) -> None:
