@@ -127,6 +127,9 @@ class GatherResult:
         Nodes still working when the deadline passed; their work was interrupted.
     surplus : list of (Node, Any)
         Results that arrived at the same simulated instant as the ``k``-th but after it (not used).
+    pending : list of (Node, simpy.Process)
+        With ``cancel=False``: the work still running when the ``k``-th result arrived (it goes on
+        until :meth:`Primitives.cancel`; later results are not collected).
     """
 
     results: list[tuple[Node, Any]] = field(default_factory=list)
@@ -134,6 +137,7 @@ class GatherResult:
     cancelled: list[Node] = field(default_factory=list)
     missed_deadline: list[Node] = field(default_factory=list)
     surplus: list[tuple[Node, Any]] = field(default_factory=list)
+    pending: list[tuple[Node, Any]] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[Node]:
@@ -328,8 +332,10 @@ class Primitives:
         return self.sim.env.process(gen)
 
     def cancel(self, *items: Any) -> None:
-        """Interrupt what is still running: processes, or the ``pending`` work of a :class:`GatherResult`."""
+        """Interrupt what is still running: processes, or the ``pending`` work of a :class:`GatherResult` (None: skipped)."""
         for item in items:
+            if item is None:
+                continue
             procs = [p for _, p in item.pending] if isinstance(item, GatherResult) else [item]
             for p in procs:
                 if p.is_alive:
@@ -516,6 +522,18 @@ class Primitives:
         yield env.all_of(procs)
         return {n.index: p.value for n, p in zip(nodes, procs)}
 
+    def compute(self, node: Node, fn: Callable[..., Any], *args: Any, free: bool = False, step: str | None = None,
+                **kwargs: Any) -> Generator:
+        """Run ``fn(*args, **kwargs)`` on ``node``'s processor (metered); returns its result.
+
+        Raises
+        ------
+        UnchargedCompute
+            If ``fn`` metered no MAC and ``free`` is False.
+        """
+        run = self._charged(fn, step or getattr(fn, "__name__", "compute"), free)
+        return (yield from self.sim.compute(node, run, *args, **kwargs))
+
     def server_compute(self, fn: Callable[..., Any] | None, *args: Any, macs: int | None = None,
                        free: bool = False, step: str | None = None, **kwargs: Any) -> Generator:
         """Run ``fn(*args, **kwargs)`` on the server (metered, plus ``macs``); returns its result.
@@ -531,7 +549,7 @@ class Primitives:
 
     # -- first k -----------------------------------------------------------------------------
     def first_k(self, work: Sequence[tuple[Node, Generator]], k: int | None = None, *,
-                deadline: float | None = None, dropped: Sequence[Node] = ()) -> Generator:
+                deadline: float | None = None, dropped: Sequence[Node] = (), cancel: bool = True) -> Generator:
         """Run each ``(node, generator)`` in parallel; keep the first ``k`` to finish, cancel the rest.
 
         Parameters
@@ -547,6 +565,9 @@ class Primitives:
             returned (possibly fewer than ``k``), the rest are cancelled as ``missed_deadline``.
         dropped : sequence of Node
             Nodes that took no part (copied to the result).
+        cancel : bool
+            False leaves the work still running when ``k`` results are in going on (in the
+            result's ``pending``; end it with :meth:`cancel`): it keeps its links and processors busy.
 
         Returns
         -------
@@ -560,10 +581,10 @@ class Primitives:
             For a negative deadline.
         """
         return (yield from self._first_k([(node, gen, True) for node, gen in work], k, deadline=deadline,
-                                         dropped=dropped))
+                                         dropped=dropped, cancel=cancel))
 
     def _first_k(self, items: Sequence[tuple[Node, Generator, bool]], k: int | None, *,
-                 deadline: float | None = None, dropped: Sequence[Node] = ()) -> Generator:
+                 deadline: float | None = None, dropped: Sequence[Node] = (), cancel: bool = True) -> Generator:
         """:meth:`first_k` over ``(node, generator, counted)``, launched in order; uncounted work
         (inner nodes of a tree) runs beside the counted and is interrupted with the late ones."""
         if deadline is not None and not deadline >= 0:
@@ -605,12 +626,14 @@ class Primitives:
                  for node, gen, counted in items]
         yield done if deadline is None else done | env.timeout(deadline)
         late = result.cancelled if done.triggered else result.missed_deadline
+        result.results, result.surplus = arrived[:need], arrived[need:]
         for node, p, counted in procs:
-            if p.is_alive:
+            if p.is_alive and not cancel:
+                result.pending.append((node, p))
+            elif p.is_alive:
                 p.interrupt("cancelled: enough results arrived, or the deadline passed")
                 if counted:
                     late.append(node)
-        result.results, result.surplus = arrived[:need], arrived[need:]
         self._note_failures(result)
         if deadline is None and len(arrived) < need:
             raise StragglerShortfall(f"{self.label}: round {self.epoch} needs {need} results, got {len(arrived)}")
@@ -621,7 +644,8 @@ class Primitives:
                download_elements: int | None = None, download_bits: int | None = None,
                upload_elements: int | Callable[[Any], int] | None = None, upload_bits: int | None = None,
                macs: Callable[[Node], int] | None = None, deadline: float | None = None,
-               free: bool = False) -> Generator:
+               free: bool = False, cancel: bool = True,
+               wait: Callable[[Node], simpy.Event] | None = None) -> Generator:
         """Each node: receive ``download`` (if given), compute ``fn(node)``, upload the result.
 
         Nodes work in parallel, each starting its computation as soon as its own download
@@ -652,6 +676,11 @@ class Primitives:
             Simulated seconds after which the server stops waiting (see :meth:`first_k`).
         free : bool
             ``fn`` deliberately charges nothing.
+        cancel : bool
+            False lets the nodes still working when ``first`` results are in go on (see :meth:`first_k`).
+        wait : callable(Node) -> simpy.Event, optional
+            An event a node waits for after its download and before computing (e.g. the shares
+            it needs, :meth:`Mailbox.wait`).
 
         Returns
         -------
@@ -675,6 +704,8 @@ class Primitives:
                 msg = yield from self.send(self.sim.server, node, download, kind=download_kind,
                                            n_elements=download_elements, element_bits=download_bits)
                 node.state.received = msg.payload
+            if wait is not None:
+                yield wait(node)
             result = yield from self.sim.compute(node, run, node, macs=None if macs is None else macs(node))
             if callable(upload_elements):
                 size = upload_elements(result)
@@ -685,7 +716,8 @@ class Primitives:
             yield from self.send(node, self.sim.server, result, kind=kind, n_elements=size, element_bits=upload_bits)
             return result
 
-        return (yield from self.first_k([(n, work(n)) for n in up], first, deadline=deadline, dropped=absent))
+        return (yield from self.first_k([(n, work(n)) for n in up], first, deadline=deadline, dropped=absent,
+                                        cancel=cancel))
 
     def tree_aggregate(self, tree: nx.DiGraph, fn: Callable[[Node], Any], combine: Callable[[Any, Any], Any], *,
                        kind: str, root_kind: str, first: int | None = None, download: Any = None,
