@@ -71,6 +71,12 @@ class Shape:
         a = np.asarray(a)
         return cls(tuple(a.shape), a.dtype, value)
 
+    def __getitem__(self, i: int) -> "Shape":
+        """The stand-in of ``a[i]`` for an integer ``i`` (the first axis dropped)."""
+        if not isinstance(i, (int, np.integer)) or not self.shape or not -self.shape[0] <= i < self.shape[0]:
+            raise IndexError(f"a Shape{self.shape} stand-in supports an integer index on its first axis, got {i!r}")
+        return Shape(self.shape[1:], self.dtype)
+
     def zeros(self) -> np.ndarray:
         """Zero operand of this shape and dtype (to meter a kernel)."""
         return np.zeros(self.shape, dtype=self.dtype)
@@ -160,7 +166,7 @@ class Mode:
     exact: ClassVar[bool] = True
 
     def run(self, fn: Callable[..., Any], *args: Any, macs: int | Callable[[], Any] | None = None,
-            like: Any = None, stand_in: Callable[[], Any] | None = None, **kwargs: Any) -> Any:
+            like: Any = None, stand_in: Callable[[], Any] | None = None, key: Any = None, **kwargs: Any) -> Any:
         """Evaluate a charged step ``fn(*args, **kwargs)`` (see :class:`Full`, :class:`Timing`).
 
         Parameters
@@ -177,6 +183,9 @@ class Mode:
             Timing mode's outputs when ``macs`` is given (stand-ins of the right shapes).
         stand_in : callable() -> Any, optional
             Timing mode: the host's (uncharged) value of the output, carried as ``Shape.value``.
+        key : hashable, optional
+            With a ``macs`` closure: what its count depends on (default: the shape signature of the
+            arguments, which holds the values of scalar and list arguments).
         """
         raise NotImplementedError
 
@@ -206,7 +215,7 @@ class Full(Mode):
     name = "full"
     exact = True
 
-    def run(self, fn, *args, macs=None, like=None, stand_in=None, **kwargs):
+    def run(self, fn, *args, macs=None, like=None, stand_in=None, key=None, **kwargs):
         """``fn(*args, **kwargs)``; with an int ``macs``, checks the metered count equals it.
 
         Raises
@@ -238,10 +247,11 @@ class Timing(Mode):
     name = "timing"
     exact = False
 
-    def run(self, fn, *args, macs=None, like=None, stand_in=None, **kwargs):
+    def run(self, fn, *args, macs=None, like=None, stand_in=None, key=None, **kwargs):
         """Charge ``fn``'s metered MACs at these shapes; return stand-ins (with ``stand_in()`` as value)."""
         key = ("fednet.protocol.modes", getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn)),
-               _signature(args), _signature(kwargs))
+               (_signature(args), _signature(kwargs)) if key is None or macs is None or isinstance(macs, int)
+               else ("key", key))
         if isinstance(macs, int) and not isinstance(macs, bool):
             n, out = macs, like
         elif macs is not None:

@@ -44,11 +44,11 @@ from fednet.algebra.meter import MacMeter
 from fednet.sim.network import Message
 from fednet.sim.simulation import Node
 
-__all__ = ["Primitives", "GatherResult", "Outgoing", "StragglerShortfall", "UnchargedCompute", "payload_size",
-           "SCHEDULES", "cyclic_steps"]
+__all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
+           "payload_size", "SCHEDULES", "cyclic_steps"]
 
 #: The sharing schedules of :meth:`Primitives.exchange`.
-SCHEDULES = ("relay_steps", "relay_asap", "upload_once")
+SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
 
 
 class StragglerShortfall(RuntimeError):
@@ -127,6 +127,9 @@ class GatherResult:
         Nodes still working when the deadline passed; their work was interrupted.
     surplus : list of (Node, Any)
         Results that arrived at the same simulated instant as the ``k``-th but after it (not used).
+    pending : list of (Node, simpy.Process)
+        With ``cancel=False``: the work still running when the ``k``-th result arrived (it goes on
+        until :meth:`Primitives.cancel`; later results are not collected).
     """
 
     results: list[tuple[Node, Any]] = field(default_factory=list)
@@ -134,6 +137,7 @@ class GatherResult:
     cancelled: list[Node] = field(default_factory=list)
     missed_deadline: list[Node] = field(default_factory=list)
     surplus: list[tuple[Node, Any]] = field(default_factory=list)
+    pending: list[tuple[Node, Any]] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[Node]:
@@ -153,6 +157,49 @@ class GatherResult:
 
     def __getitem__(self, i):
         return self.results[i]
+
+
+class Mailbox:
+    """Payloads delivered from node to node, with events to wait for a given set of senders.
+
+    :meth:`Primitives.exchange` posts every delivered payload here when given one; a protocol may
+    post a node's own share itself. Nodes are named by index.
+
+    Parameters
+    ----------
+    env : simpy.Environment
+    """
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._box: dict[tuple[int, int], Any] = {}
+        self._events: dict[tuple[int, int], simpy.Event] = {}
+
+    def _event(self, src: int, dst: int) -> simpy.Event:
+        if (src, dst) not in self._events:
+            self._events[(src, dst)] = self.env.event()
+        return self._events[(src, dst)]
+
+    def put(self, src: int, dst: int, payload: Any) -> None:
+        """Deliver ``payload`` from ``src`` to ``dst`` (once per pair).
+
+        Raises
+        ------
+        ValueError
+            If ``(src, dst)`` was already delivered.
+        """
+        if (src, dst) in self._box:
+            raise ValueError(f"a payload from {src} to {dst} was already delivered")
+        self._box[(src, dst)] = payload
+        self._event(src, dst).succeed()
+
+    def get(self, src: int, dst: int) -> Any:
+        """The payload ``src`` delivered to ``dst`` (KeyError if none)."""
+        return self._box[(src, dst)]
+
+    def wait(self, dst: int, srcs: Iterable[int]) -> simpy.Event:
+        """An event that fires once ``dst`` holds a payload from every node of ``srcs``."""
+        return self.env.all_of([self._event(int(i), dst) for i in srcs])
 
 
 def cyclic_steps(groups: Sequence[Sequence[Node]]) -> list[list[tuple[Node, Node]]]:
@@ -280,9 +327,24 @@ class Primitives:
             out = [[p.value for p in step] for step in launched]
         return out
 
+    def background(self, gen: Generator) -> simpy.Process:
+        """Start ``gen`` as a process beside the caller (cancel it with :meth:`cancel`)."""
+        return self.sim.env.process(gen)
+
+    def cancel(self, *items: Any) -> None:
+        """Interrupt what is still running: processes, or the ``pending`` work of a :class:`GatherResult` (None: skipped)."""
+        for item in items:
+            if item is None:
+                continue
+            procs = [p for _, p in item.pending] if isinstance(item, GatherResult) else [item]
+            for p in procs:
+                if p.is_alive:
+                    p.interrupt("cancelled: the round is over")
+
     def exchange(self, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Callable[[Node, Node], Any], *,
-                 kind: str, schedule: Literal["relay_steps", "relay_asap", "upload_once"] = "relay_steps",
-                 n_elements: int | None = None, element_bits: int | None = None) -> Generator:
+                 kind: str, schedule: Literal["relay_steps", "relay_asap", "upload_once", "bundled"] = "relay_steps",
+                 n_elements: int | None = None, element_bits: int | None = None,
+                 prepare: Callable[[Node], Generator] | None = None, mailbox: Mailbox | None = None) -> Generator:
         """Device-to-device exchange of shares, relayed through the server, on a sharing schedule.
 
         Parameters
@@ -291,23 +353,34 @@ class Primitives:
             Who sends to whom, step by step (e.g. :func:`cyclic_steps` for all-to-all in groups,
             or the rows of a gradient code's support matrix).
         payload : callable(src, dst) -> Any
-            The share ``src`` sends to ``dst``.
+            The share ``src`` sends to ``dst`` (evaluated once ``src`` is prepared).
         kind : str
-        schedule : {"relay_steps", "relay_asap", "upload_once"}
+        schedule : {"relay_steps", "relay_asap", "upload_once", "bundled"}
             ``relay_steps``: the steps in turn, each an upload and a download per message, the next
             step starting when the slowest message of the step is delivered. ``relay_asap``: every
-            message launched at once; each link serves its queue first come, first served.
-            ``upload_once``: every sender uploads once (encrypted: the server only stores it), then
-            the server forwards it to each of its destinations, all forwards launched at once (one
-            upload and ``len(dsts)`` downloads per sender; meant for a payload that does not depend
-            on ``dst``: the upload carries ``payload(src, first dst)``).
+            message launched as soon as its sender is prepared; each link serves its queue first
+            come, first served. ``upload_once``: every sender uploads once (encrypted: the server
+            only stores it), then, when all uploads are in, the server forwards it to each of its
+            destinations, all forwards launched at once (one upload and ``len(dsts)`` downloads per
+            sender; meant for a payload that does not depend on ``dst``: the upload carries
+            ``payload(src, first dst)``). ``bundled``: every sender uploads one message holding its
+            shares for all its destinations (``n_elements`` each); when all uploads are in, the
+            server sends each destination *available this round* one message holding the shares
+            addressed to it (senders in index order).
         n_elements, element_bits : int, optional
-            Size of each message (default :func:`payload_size`) and bits per number.
+            Size of each share (default :func:`payload_size`) and bits per number.
+        prepare : callable(src) -> generator, optional
+            Run for each sender (in parallel, in order of first appearance) before its shares are
+            formed, e.g. its encoding on its processor.
+        mailbox : Mailbox, optional
+            Every delivered share is also posted here as it arrives.
 
         Returns
         -------
         dict of (int, int) -> Any
-            ``{(src.index, dst.index): delivered payload}``, in the order of ``steps``.
+            ``{(src.index, dst.index): delivered payload}``; for ``relay_*``/``upload_once`` in the
+            order of ``steps``, for ``bundled`` in order of delivery. If the exchange is cancelled
+            (interrupted: run it with :meth:`background`), what was delivered by then.
 
         Raises
         ------
@@ -316,26 +389,101 @@ class Primitives:
         """
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
-        relays = [[Outgoing(s, d, payload(s, d), kind, n_elements, element_bits) for s, d in step] for step in steps]
+        env = self.sim.env
         delivered: dict[tuple[int, int], Any] = {}
-        if not any(relays):
+        children: list[simpy.Process] = []
+        senders: dict[int, Node] = {}
+        dsts: dict[int, list[Node]] = {}
+        for step in steps:
+            for src, dst in step:
+                senders.setdefault(src.index, src)
+                dsts.setdefault(src.index, []).append(dst)
+        if not senders:
             return delivered
-        if schedule == "upload_once":
-            first: dict[int, Outgoing] = {}
-            for step in relays:
-                for o in step:
-                    first.setdefault(o.src.index, o)
-            ups = [[Outgoing(o.src, self.sim.server, o.payload, kind, n_elements, element_bits, encrypted=True)
-                    for _, o in sorted(first.items())]]
-            yield from self.send_all(ups)
-            downs = [[Outgoing(self.sim.server, o.dst, o.payload, kind, n_elements, element_bits) for o in step]
-                     for step in relays]
-            msgs = yield from self.send_all(downs, barrier=False)
-        else:
-            msgs = yield from self.send_all(relays, barrier=schedule == "relay_steps")
-        for step_msgs, step in zip(msgs, relays):
-            for msg, o in zip(step_msgs, step):
-                delivered[(o.src.index, o.dst.index)] = msg.payload
+
+        def spawn(gen: Generator) -> simpy.Process:
+            def guarded() -> Generator:
+                try:
+                    return (yield from gen)
+                except simpy.Interrupt:
+                    return None
+            p = env.process(guarded())
+            children.append(p)
+            return p
+
+        def post(src: Node, dst: Node, value: Any) -> None:
+            delivered[(src.index, dst.index)] = value
+            if mailbox is not None:
+                mailbox.put(src.index, dst.index, value)
+
+        def relay(src: Node, dst: Node, value: Any) -> Generator:
+            msg = yield from self.send(src, dst, value, kind=kind, n_elements=n_elements, element_bits=element_bits)
+            post(src, dst, msg.payload)
+
+        def upload(src: Node) -> Generator:
+            if prepare is not None:
+                yield from prepare(src)
+            if schedule == "bundled":
+                value = {dst.index: payload(src, dst) for dst in dsts[src.index]}
+                size = None if n_elements is None else n_elements * len(value)
+            else:
+                value = payload(src, dsts[src.index][0])
+                size = n_elements
+            msg = yield from self.send(src, self.sim.server, value, kind=kind, n_elements=size,
+                                       element_bits=element_bits, encrypted=True)
+            return msg.payload
+
+        def forward(dst: Node, parts: list[tuple[Node, Any]]) -> Generator:
+            size = None if n_elements is None else n_elements * len(parts)
+            msg = yield from self.send(self.sim.server, dst, [v for _, v in parts], kind=kind, n_elements=size,
+                                       element_bits=element_bits)
+            for (src, _), value in zip(parts, msg.payload):
+                post(src, dst, value)
+
+        def forward_copy(src: Node, dst: Node, value: Any) -> Generator:
+            msg = yield from self.send(self.sim.server, dst, value, kind=kind, n_elements=n_elements,
+                                       element_bits=element_bits)
+            post(src, dst, msg.payload)
+
+        def prepared_sends(src: Node) -> Generator:
+            if prepare is not None:
+                yield from prepare(src)
+            sends = [spawn(relay(src, dst, payload(src, dst))) for dst in dsts[src.index]]
+            yield env.all_of(sends)
+
+        try:
+            if schedule == "relay_asap" and prepare is None:       # every message at once, step by step
+                yield env.all_of([spawn(relay(src, dst, payload(src, dst))) for step in steps for src, dst in step])
+            elif schedule == "relay_asap":
+                yield env.all_of([spawn(prepared_sends(src)) for src in senders.values()])
+            elif schedule == "relay_steps":
+                if prepare is not None:
+                    yield env.all_of([spawn(prepare(src)) for src in senders.values()])
+                for step in steps:
+                    yield env.all_of([spawn(relay(src, dst, payload(src, dst))) for src, dst in step])
+            else:
+                order = sorted(senders) if schedule == "upload_once" else list(senders)
+                ups = {i: spawn(upload(senders[i])) for i in order}
+                yield env.all_of(list(ups.values()))
+                if schedule == "upload_once":
+                    yield env.all_of([spawn(forward_copy(src, dst, ups[src.index].value))
+                                      for step in steps for src, dst in step])
+                else:
+                    by_dst: dict[int, list[tuple[Node, Any]]] = {}
+                    dst_nodes: dict[int, Node] = {}
+                    for i in sorted(senders):
+                        for dst in dsts[i]:
+                            by_dst.setdefault(dst.index, []).append((senders[i], ups[i].value[dst.index]))
+                            dst_nodes[dst.index] = dst
+                    yield env.all_of([spawn(forward(dst_nodes[j], by_dst[j])) for j in sorted(by_dst)
+                                      if self.sim.available(dst_nodes[j])])
+        except simpy.Interrupt:
+            for p in children:
+                if p.is_alive:
+                    p.interrupt("cancelled: the exchange is no longer needed")
+        if schedule != "bundled":
+            order_keys = [(src.index, dst.index) for step in steps for src, dst in step]
+            delivered = {k: delivered[k] for k in order_keys if k in delivered}
         return delivered
 
     # -- computation -----------------------------------------------------------------------
@@ -374,6 +522,18 @@ class Primitives:
         yield env.all_of(procs)
         return {n.index: p.value for n, p in zip(nodes, procs)}
 
+    def compute(self, node: Node, fn: Callable[..., Any], *args: Any, free: bool = False, step: str | None = None,
+                **kwargs: Any) -> Generator:
+        """Run ``fn(*args, **kwargs)`` on ``node``'s processor (metered); returns its result.
+
+        Raises
+        ------
+        UnchargedCompute
+            If ``fn`` metered no MAC and ``free`` is False.
+        """
+        run = self._charged(fn, step or getattr(fn, "__name__", "compute"), free)
+        return (yield from self.sim.compute(node, run, *args, **kwargs))
+
     def server_compute(self, fn: Callable[..., Any] | None, *args: Any, macs: int | None = None,
                        free: bool = False, step: str | None = None, **kwargs: Any) -> Generator:
         """Run ``fn(*args, **kwargs)`` on the server (metered, plus ``macs``); returns its result.
@@ -389,7 +549,7 @@ class Primitives:
 
     # -- first k -----------------------------------------------------------------------------
     def first_k(self, work: Sequence[tuple[Node, Generator]], k: int | None = None, *,
-                deadline: float | None = None, dropped: Sequence[Node] = ()) -> Generator:
+                deadline: float | None = None, dropped: Sequence[Node] = (), cancel: bool = True) -> Generator:
         """Run each ``(node, generator)`` in parallel; keep the first ``k`` to finish, cancel the rest.
 
         Parameters
@@ -405,6 +565,9 @@ class Primitives:
             returned (possibly fewer than ``k``), the rest are cancelled as ``missed_deadline``.
         dropped : sequence of Node
             Nodes that took no part (copied to the result).
+        cancel : bool
+            False leaves the work still running when ``k`` results are in going on (in the
+            result's ``pending``; end it with :meth:`cancel`): it keeps its links and processors busy.
 
         Returns
         -------
@@ -418,10 +581,10 @@ class Primitives:
             For a negative deadline.
         """
         return (yield from self._first_k([(node, gen, True) for node, gen in work], k, deadline=deadline,
-                                         dropped=dropped))
+                                         dropped=dropped, cancel=cancel))
 
     def _first_k(self, items: Sequence[tuple[Node, Generator, bool]], k: int | None, *,
-                 deadline: float | None = None, dropped: Sequence[Node] = ()) -> Generator:
+                 deadline: float | None = None, dropped: Sequence[Node] = (), cancel: bool = True) -> Generator:
         """:meth:`first_k` over ``(node, generator, counted)``, launched in order; uncounted work
         (inner nodes of a tree) runs beside the counted and is interrupted with the late ones."""
         if deadline is not None and not deadline >= 0:
@@ -463,12 +626,14 @@ class Primitives:
                  for node, gen, counted in items]
         yield done if deadline is None else done | env.timeout(deadline)
         late = result.cancelled if done.triggered else result.missed_deadline
+        result.results, result.surplus = arrived[:need], arrived[need:]
         for node, p, counted in procs:
-            if p.is_alive:
+            if p.is_alive and not cancel:
+                result.pending.append((node, p))
+            elif p.is_alive:
                 p.interrupt("cancelled: enough results arrived, or the deadline passed")
                 if counted:
                     late.append(node)
-        result.results, result.surplus = arrived[:need], arrived[need:]
         self._note_failures(result)
         if deadline is None and len(arrived) < need:
             raise StragglerShortfall(f"{self.label}: round {self.epoch} needs {need} results, got {len(arrived)}")
@@ -479,7 +644,8 @@ class Primitives:
                download_elements: int | None = None, download_bits: int | None = None,
                upload_elements: int | Callable[[Any], int] | None = None, upload_bits: int | None = None,
                macs: Callable[[Node], int] | None = None, deadline: float | None = None,
-               free: bool = False) -> Generator:
+               free: bool = False, cancel: bool = True,
+               wait: Callable[[Node], simpy.Event] | None = None) -> Generator:
         """Each node: receive ``download`` (if given), compute ``fn(node)``, upload the result.
 
         Nodes work in parallel, each starting its computation as soon as its own download
@@ -510,6 +676,11 @@ class Primitives:
             Simulated seconds after which the server stops waiting (see :meth:`first_k`).
         free : bool
             ``fn`` deliberately charges nothing.
+        cancel : bool
+            False lets the nodes still working when ``first`` results are in go on (see :meth:`first_k`).
+        wait : callable(Node) -> simpy.Event, optional
+            An event a node waits for after its download and before computing (e.g. the shares
+            it needs, :meth:`Mailbox.wait`).
 
         Returns
         -------
@@ -533,6 +704,8 @@ class Primitives:
                 msg = yield from self.send(self.sim.server, node, download, kind=download_kind,
                                            n_elements=download_elements, element_bits=download_bits)
                 node.state.received = msg.payload
+            if wait is not None:
+                yield wait(node)
             result = yield from self.sim.compute(node, run, node, macs=None if macs is None else macs(node))
             if callable(upload_elements):
                 size = upload_elements(result)
@@ -543,7 +716,8 @@ class Primitives:
             yield from self.send(node, self.sim.server, result, kind=kind, n_elements=size, element_bits=upload_bits)
             return result
 
-        return (yield from self.first_k([(n, work(n)) for n in up], first, deadline=deadline, dropped=absent))
+        return (yield from self.first_k([(n, work(n)) for n in up], first, deadline=deadline, dropped=absent,
+                                        cancel=cancel))
 
     def tree_aggregate(self, tree: nx.DiGraph, fn: Callable[[Node], Any], combine: Callable[[Any, Any], Any], *,
                        kind: str, root_kind: str, first: int | None = None, download: Any = None,
