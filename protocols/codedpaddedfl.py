@@ -21,14 +21,10 @@ Phase 2 (:meth:`CodedPaddedFL.round`, each epoch)
     elements; per group the server waits for the ``D_g - alpha + 1`` fastest, removes the pads,
     decodes (eq. 12), sums the groups and updates (eq. 5).
 
-Exactness
----------
-The shares live in the ring ``Z_2^W``, ``W = k + f_B + f``, so that encoding and the coded
-gradient are exact up to one unit per dropped-bit step; the decoded gradient meets the bound of
-:func:`fednet.codes.padded.decode_error` (checked every epoch in full mode). The math of
-eqs. (6)-(12) is in :mod:`fednet.codes.padded`. The shares' width on the wire is
-``share_element_bits`` (default: ``W``; the paper counts ``k`` = 48 -- a study reproducing its
-figures says so explicitly).
+Exactness: the shares live in the ring ``Z_2^W``, ``W = k + f_B + f``
+(:mod:`fednet.codes.padded`, which holds the math of eqs. 6-12); their width on the wire is
+``share_element_bits`` (default ``W``; the paper counts ``k`` = 48, which a study reproducing its
+figures says explicitly).
 
 Modes (:mod:`fednet.protocol.modes`; one code path)
 -----------------------------------------------------
