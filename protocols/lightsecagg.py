@@ -195,7 +195,7 @@ class LightSecAgg(Protocol):
         cfg, N, U = self.config, self.sim.n_devices, self.U
         d, c = self.task.d, self.task.c
         L = lsa_piece_length(d * c, U, cfg.z)
-        available = [dev for dev in self.devices if self.sim.available(dev)]
+        available = [dev for dev in self.devices if self.available(dev)]
         if len(available) < U:
             raise StragglerShortfall(f"{self.label}: round {epoch} needs U = {U} users, {len(available)} available")
         masks = Mailbox(self.env)
@@ -277,7 +277,7 @@ class LightSecAgg(Protocol):
             theta = self.theta.astype(np.float32).astype(np.float64)     # the model the devices download
             out: dict[int, np.ndarray] = {}
             shapes: dict[tuple[int, int], list[Node]] = {}
-            for dev in (dev for dev in self.devices if self.sim.available(dev)):
+            for dev in (dev for dev in self.devices if self.available(dev)):
                 shapes.setdefault((self.task.X[dev.index].shape[0], dev.state.batch), []).append(dev)
             for (n, bsz), group in shapes.items():
                 for start in range(0, len(group), 32):
