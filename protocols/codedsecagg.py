@@ -245,7 +245,7 @@ class CodedSecAgg(Protocol):
             element_bits=self._share_bits())
         for (_, j), share in delivered.items():
             self.devices[j].state.in_shares.append(share)
-        yield from self.compute_each(self.devices, self._combine)
+        yield from self.compute_each(self.devices, self._combine, free=self.n_prime == 1)   # n' = 1: nothing to add
 
     def _share_bits(self) -> int:
         return self.config.share_element_bits or self.q.bit_length()

@@ -222,7 +222,7 @@ class LightSecAgg(Protocol):
         survivors = yield from self.gather(
             [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1, masks, L), kind="aggregated_mask",
             download=np.asarray(U1), download_kind="survivors", upload_elements=L,
-            wait=lambda dev: masks.wait(dev.index, U1))
+            wait=lambda dev: masks.wait(dev.index, U1), free=len(U1) == 1)              # |U1| = 1: nothing to add
         self.cancel(online, offline)                      # whatever is still running is not needed
         uploads = dict((dev.index, up) for dev, up in online)
         replies = sorted(survivors, key=lambda r: r[0].index)
