@@ -177,3 +177,17 @@ def test_trace_keeps_the_old_columns_first() -> None:
            "server_macs", "retransmissions", "used"]
     assert list(COLUMNS[:len(old)]) == old
     assert {"event", "dropped", "decode_failed"} <= set(COLUMNS)
+
+
+def test_record_update_rows_split_the_round_counters() -> None:
+    def body(self):
+        yield from self.gather(self.devices[:2], work, kind="g")
+        self.record("update")
+        yield from self.gather(self.devices[2:], work, kind="g")
+        return None
+    p = run(body)
+    events = [r["event"] for r in p.trace]
+    assert events == ["phase", "update", "round"]
+    assert p.trace[1]["device_macs"] == 2000 and p.trace[2]["device_macs"] == 4000
+    with pytest.raises(ValueError, match="event must be one of"):
+        p.record("epoch")
