@@ -4,15 +4,8 @@ Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: 
 mitigation and secure aggregation in federated learning", Sec. VI (eq. 13, Remark 3), Sec. VI-D
 (grouping and the inter-group tree, eqs. 14-15, Fig. 3), Sec. VII-D (Fig. 7).
 
-Number system (Remark 3)
-    Data are ``Q<k,f>`` integers; all share arithmetic is over GF(q) with q the smallest prime
-    above ``2**(k+f)`` (``2**72 + 15`` for ``Q<48,24>``), signed integers mapped ``-x -> q - x``.
-    Scaling is postponed until after decoding: ``X_i^T X_i`` is shared at scale ``2**f`` and the
-    first gradient at scale ``2**(2f)`` (``G_i^(1)`` multiplied by ``2**f`` before encoding), so
-    ``Psi + Phi epsilon`` is an exact integer at scale ``2**(2f)`` and the decoded aggregate equals
-    ``sum_i (2**f G_i^(1) + M_i epsilon)`` *exactly* in the field.  A decoded value outside
-    ``Z_<k+f>`` raises (never wraps silently).  Field elements travel as ``share_element_bits``
-    bits (default ``q.bit_length()`` = 73; the paper counts ``k + f`` = 72).
+Number system (Remark 3): shares over GF(q), q the smallest prime above ``2**(k+f)``, scaling
+postponed until after decoding, so the decoded aggregate is exact (see :mod:`fednet.codes.secagg`).
 
 Phase 1 (:meth:`CodedSecAgg.setup`, round 0), inside each group of ``n' = D/N`` devices
     Offline (Sec. VII, not timed): device ``i`` computes ``M_i = X_i^T X_i`` and
@@ -75,6 +68,7 @@ from fednet.codes.secagg import (
     column_tree,
     combine_shares,
     decode_aggregate,
+    decode_shares,
     device_share,
     shamir_share_macs,
     share_device_secrets,
@@ -251,7 +245,7 @@ class CodedSecAgg(Protocol):
             element_bits=self._share_bits())
         for (_, j), share in delivered.items():
             self.devices[j].state.in_shares.append(share)
-        yield from self.compute_each(self.devices, self._combine)
+        yield from self.compute_each(self.devices, self._combine, free=self.n_prime == 1)   # n' = 1: nothing to add
 
     def _share_bits(self) -> int:
         return self.config.share_element_bits or self.q.bit_length()
@@ -294,7 +288,7 @@ class CodedSecAgg(Protocol):
 
     def _decode(self, shares: list, cols: list[int]):
         d, c, kp = self.task.d, self.task.c, self.config.threshold
-        return self.mode.run(decode_shares_list, shares, [self.points[i] for i in cols], kp, self.q, self.config.k,
+        return self.mode.run(decode_shares, shares, [self.points[i] for i in cols], kp, self.q, self.config.k,
                              self.config.f, macs=kp * d * c, like=(Shape((d, c), object), Shape((d, c), np.float64)))
 
     def _eq13(self, node: Node):
@@ -311,8 +305,3 @@ class CodedSecAgg(Protocol):
         err = check_aggregate(exact, G, [dev.state.M for dev in self.devices], [dev.state.G1 for dev in self.devices],
                               eps, self.config.f)
         self.max_decode_error = max(self.max_decode_error, err)
-
-
-def decode_shares_list(shares, points, k_prime: int, q: int, k: int, f: int):
-    """:func:`decode_aggregate` (looked up in this module, so tests may patch it) of a list of shares."""
-    return decode_aggregate(np.stack(shares), points, k_prime, q, k, f)

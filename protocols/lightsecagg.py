@@ -195,7 +195,7 @@ class LightSecAgg(Protocol):
         cfg, N, U = self.config, self.sim.n_devices, self.U
         d, c = self.task.d, self.task.c
         L = lsa_piece_length(d * c, U, cfg.z)
-        available = [dev for dev in self.devices if self.sim.available(dev)]
+        available = [dev for dev in self.devices if self.available(dev)]
         if len(available) < U:
             raise StragglerShortfall(f"{self.label}: round {epoch} needs U = {U} users, {len(available)} available")
         masks = Mailbox(self.env)
@@ -222,7 +222,7 @@ class LightSecAgg(Protocol):
         survivors = yield from self.gather(
             [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1, masks, L), kind="aggregated_mask",
             download=np.asarray(U1), download_kind="survivors", upload_elements=L,
-            wait=lambda dev: masks.wait(dev.index, U1))
+            wait=lambda dev: masks.wait(dev.index, U1), free=len(U1) == 1)              # |U1| = 1: nothing to add
         self.cancel(online, offline)                      # whatever is still running is not needed
         uploads = dict((dev.index, up) for dev, up in online)
         replies = sorted(survivors, key=lambda r: r[0].index)
@@ -277,7 +277,7 @@ class LightSecAgg(Protocol):
             theta = self.theta.astype(np.float32).astype(np.float64)     # the model the devices download
             out: dict[int, np.ndarray] = {}
             shapes: dict[tuple[int, int], list[Node]] = {}
-            for dev in (dev for dev in self.devices if self.sim.available(dev)):
+            for dev in (dev for dev in self.devices if self.available(dev)):
                 shapes.setdefault((self.task.X[dev.index].shape[0], dev.state.batch), []).append(dev)
             for (n, bsz), group in shapes.items():
                 for start in range(0, len(group), 32):

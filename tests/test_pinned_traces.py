@@ -85,6 +85,11 @@ SCENARIOS: dict[str, tuple] = {
     "codedpaddedfl_upload_once": ("codedpaddedfl", dict(alpha=2, sharing_schedule="upload_once"), 6, 16, 4, 11,
                                   0.0, "noniid"),
     "codedpaddedfl_grouped": ("codedpaddedfl", dict(alpha=2, groups=2), 6, 16, 4, 12, 0.0, "noniid"),
+    # with devices absent (BernoulliDropout): who takes part must not change
+    "conventional_dropout": ("conventional", dict(minibatch_fraction=0.3, drop_slowest=3), 6, 24, 5, 13, 0.15, "noniid"),
+    "lightsecagg_dropout": ("lightsecagg", dict(z=1, U=2), 6, 20, 5, 14, 0.2, "noniid"),
+    "codedsecagg_dropout": ("codedsecagg", dict(z=1, groups=2), 6, 16, 4, 15, 0.1, "noniid"),
+    "codedpaddedfl_dropout": ("codedpaddedfl", dict(alpha=3), 6, 16, 4, 16, 0.1, "noniid"),
 }
 # the coded protocols in both modes
 for _name in [n for n, s in SCENARIOS.items() if s[0] in ("codedpaddedfl", "codedsecagg", "lightsecagg")]:

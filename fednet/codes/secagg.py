@@ -3,6 +3,16 @@
 Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: Straggler mitigation
 and secure aggregation in federated learning", Sec. VI (eq. 13, Remark 3), Sec. VI-D (the inter-group
 tree, eqs. 14-15, Fig. 3).  The protocol (``protocols/codedsecagg.py``) moves these values around.
+
+Number system (Remark 3)
+    Data are ``Q<k,f>`` integers; all share arithmetic is over GF(q) with q the smallest prime
+    above ``2**(k+f)`` (``2**72 + 15`` for ``Q<48,24>``), signed integers mapped ``-x -> q - x``.
+    Scaling is postponed until after decoding: ``X_i^T X_i`` is shared at scale ``2**f`` and the
+    first gradient at scale ``2**(2f)`` (``G_i^(1)`` multiplied by ``2**f`` before encoding), so
+    ``Psi + Phi epsilon`` is an exact integer at scale ``2**(2f)`` and the decoded aggregate equals
+    ``sum_i (2**f G_i^(1) + M_i epsilon)`` *exactly* in the field.  A decoded value outside
+    ``Z_<k+f>`` raises (never wraps silently).  Field elements travel as ``share_element_bits``
+    bits (default ``q.bit_length()`` = 73; the paper counts ``k + f`` = 72).
 """
 
 from __future__ import annotations

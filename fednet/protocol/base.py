@@ -103,6 +103,15 @@ class Protocol(Primitives):
         The global model, held by the server.
     used : list of int or None
         Devices whose results the current round used (set by the protocol).
+    mode : Mode
+        How steps execute (:mod:`fednet.protocol.modes`), from the config's ``mode`` (default full).
+    round_dropped : set of int
+        Devices found unavailable by a primitive this round (the trace's ``dropped``).
+    decode_failed : bool
+        Set by a protocol whose server could not decode this round (the trace's ``decode_failed``).
+    trace : list of dict
+        The rows recorded so far (:class:`~fednet.protocol.trace.TraceRow` columns, then
+        :meth:`round_metrics`).
     """
 
     name: ClassVar[str] = ""
@@ -221,7 +230,20 @@ class Protocol(Primitives):
         self.theta = self.theta - mu * (gradient_sum / m_used + self.task.weight_decay * self.theta)
 
     # -- the run loop --------------------------------------------------------------------
-    def _record(self, round: int) -> dict[str, Any]:
+    def record(self, event: str = "update") -> dict[str, Any]:
+        """Append a trace row now, e.g. after each update of an asynchronous protocol; returns it.
+
+        The row's bits and MACs are those since the previous row (the counters restart), so the
+        rows of a round add up to its totals; the run loop still records the round's last row.
+
+        Raises
+        ------
+        ValueError
+            For an event not in :data:`fednet.protocol.trace.EVENTS`.
+        """
+        return self._record(self.epoch, event)
+
+    def _record(self, round: int, event: str | None = None) -> dict[str, Any]:
         acc, loss = self.evaluate()
         c = self.sim.take_counters()
         row = TraceRow(
@@ -229,7 +251,7 @@ class Protocol(Primitives):
             accuracy=acc, loss=loss, bits_up=c.bits_up, bits_down=c.bits_down,
             device_macs=c.device_macs, server_macs=c.server_macs, retransmissions=c.retransmissions,
             used="" if self.used is None else " ".join(map(str, sorted(self.used))),
-            event="phase" if round == 0 else "round",
+            event=event or ("phase" if round == 0 else "round"),
             dropped=" ".join(map(str, sorted(self.round_dropped))), decode_failed=self.decode_failed,
         ).as_dict()
         row.update(self.round_metrics(round))

@@ -230,6 +230,20 @@ class Primitives:
     epoch: int
 
     # -- bookkeeping -----------------------------------------------------------------------
+    def available(self, node: Node) -> bool:
+        """Whether ``node`` takes part in the current round (availability model), decided once per round.
+
+        The engine's keyed dropout draw is sequential (a second call would draw again), so every
+        primitive asks here: all steps of a round see the same set of present devices.
+        """
+        r = self.sim.round
+        cache = getattr(self, "_availability", None)
+        if cache is None or cache[0] != r:
+            cache = self._availability = (r, {})
+        if node.index not in cache[1]:
+            cache[1][node.index] = self.sim.available(node)
+        return cache[1][node.index]
+
     def _note_failures(self, result: GatherResult) -> None:
         """Add the unavailable nodes of a step to this round's ``dropped`` set."""
         dropped = getattr(self, "round_dropped", None)
@@ -476,7 +490,7 @@ class Primitives:
                             by_dst.setdefault(dst.index, []).append((senders[i], ups[i].value[dst.index]))
                             dst_nodes[dst.index] = dst
                     yield env.all_of([spawn(forward(dst_nodes[j], by_dst[j])) for j in sorted(by_dst)
-                                      if self.sim.available(dst_nodes[j])])
+                                      if self.available(dst_nodes[j])])
         except simpy.Interrupt:
             for p in children:
                 if p.is_alive:
@@ -650,7 +664,8 @@ class Primitives:
 
         Nodes work in parallel, each starting its computation as soon as its own download
         arrives; the downloaded payload is in ``node.state.received`` when ``fn`` runs.
-        Devices that the availability model marks absent this round take no part (``dropped``).
+        Devices that the availability model marks absent this round (:meth:`available`) take no part
+        (``dropped``).
         When ``first`` results have reached the server the remaining nodes are cancelled (their
         partial transfers and computations end; the round does not wait for them).
 
@@ -695,8 +710,8 @@ class Primitives:
             If ``fn`` ran and metered no MAC, with neither ``macs`` nor ``free``.
         """
         nodes = list(nodes)
-        up = [n for n in nodes if self.sim.available(n)]
-        absent = [n for n in nodes if not self.sim.available(n)]
+        up = [n for n in nodes if self.available(n)]
+        absent = [n for n in nodes if not self.available(n)]
         run = None if fn is None else self._charged(fn, f"gather {kind!r}", free or macs is not None)
 
         def work(node: Node) -> Generator:
@@ -776,7 +791,7 @@ class Primitives:
         devs = self.sim.devices
         roots = [v for v in tree.nodes if tree.out_degree(v) == 0]
         complete = {r for r in roots
-                    if all(self.sim.available(devs[u]) for u in nx.ancestors(tree, r) | {r})}
+                    if all(self.available(devs[u]) for u in nx.ancestors(tree, r) | {r})}
         root_of = {u: r for r in roots for u in nx.ancestors(tree, r) | {r}}
         taking_part = [v for v in tree.nodes if root_of[v] in complete]
         absent = [devs[v] for v in tree.nodes if root_of[v] not in complete]
