@@ -130,3 +130,20 @@ def test_full_mode_on_digits_features_tracks_plain_gradient_descent():
     assert np.abs(p.theta - theta).max() < 1e-4 * max(1.0, np.abs(theta).max())
     assert rows[-1]["accuracy"] == pytest.approx(task.evaluate(theta)[0], abs=0.01)
     assert rows[-1]["accuracy"] > 0.8
+
+
+@pytest.mark.parametrize("schedule", ["relay_steps", "relay_asap", "upload_once"])
+def test_the_server_never_reads_a_padded_share(schedule):
+    """The server knows every pad (their seeds), so a padded share in its view would reveal X_i^T X_i:
+    shares travel end-to-end encrypted on every schedule (Sec. III-B), into ``relayed`` only."""
+    D, alpha = 6, 3
+    sim = make_sim(D, seed=2)
+    p = CodedPaddedFL(sim, make_task(D=D), dict(alpha=alpha, sharing_schedule=schedule, mode="full"))
+    p.run(1)
+    assert not [m for m in sim.server.view if m.kind == "share"]
+    stored = [m for m in sim.server.relayed if m.kind == "share"]
+    assert len(stored) == (D if schedule == "upload_once" else D * (alpha - 1))
+    for dev in sim.devices:      # each device reads the alpha - 1 shares of its support
+        got = sorted(m.src for m in dev.view if m.kind == "share")
+        want = sorted(j for j in p.codes[0].Omega[1:, dev.index])
+        assert got == (want if schedule != "upload_once" else [D] * (alpha - 1))
