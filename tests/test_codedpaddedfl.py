@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from fednet.learning.task import LearningTask
+from fednet.protocol.modes import Shape
 from fednet.sim.compute import Deterministic
 from fednet.sim.simulation import Simulation
 from protocols.codedpaddedfl import CodedPaddedFL, CodedPaddedFLConfig
@@ -74,6 +75,10 @@ def test_timing_and_full_mode_give_the_same_times_and_exact_updates():
         if mode == "full":
             assert 0 < p.max_decode_error <= p.decode_bound < 1e-4
             full = p
+        else:       # timing mode ran no exact math: the state holds shape stand-ins, no observer columns
+            assert isinstance(p.devices[0].state.C, Shape) and p.devices[0].state.C.shape == (5, 8, 3)
+            assert isinstance(p.server.state.encoded_pads[0][1], Shape) and p.max_decode_error == 0.0
+            assert "decode_error" not in rows[mode][1] and "decode_error" in rows["full"][1]
     assert [r["time_s"] for r in rows["full"]] == [r["time_s"] for r in rows["timing"]]
     assert [r["device_macs"] for r in rows["full"]] == [r["device_macs"] for r in rows["timing"]]
     # exact decoding: the model follows plain full-batch gradient descent (Prop. 3)
