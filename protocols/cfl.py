@@ -55,7 +55,7 @@ from pydantic import Field
 from fednet.algebra.meter import matmul
 from fednet.codes.parity import load_weights, optimise_deadline, parity_gram, weighted_gram
 from fednet.learning.models import ridge_gradient
-from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, ServerState
+from fednet.protocol.base import NodeState, Outgoing, Protocol, ProtocolConfig, ServerState
 from fednet.sim.simulation import Node
 
 __all__ = ["CFLConfig", "CFL", "CFLState", "CFLServerState", "CFLPlan"]
@@ -165,9 +165,8 @@ class CFL(Protocol):
             AtA += weighted_gram(X, Y, load_weights(X.shape[0], dev.state.rows, p_j))   # offline
         gram = parity_gram(AtA, plan.c_p, self.sim.rng(self.server, "cfl-parity"))
         self.server.state.XtX, self.server.state.XtY = gram[:d, :d], gram[:d, d:]
-        uploads = [self.env.process(self.send(dev, self.server, None, kind="parity",
-                                              n_elements=plan.c_p * (d + c))) for dev in self.devices]
-        yield self.env.all_of(uploads)
+        yield from self.send_all([[Outgoing(dev, self.server, None, "parity", plan.c_p * (d + c))   # one upload each
+                                   for dev in self.devices]])
 
     def round_metrics(self, round: int) -> dict:
         """The deadline and how many devices returned their load by it."""
