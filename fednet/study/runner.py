@@ -58,13 +58,15 @@ from .results import Results, dumps_strict, format_per_seed, format_summary, rou
 __all__ = ["prepare_task", "build_network", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
            "write_results"]
 
+from fednet.protocol.trace import COLUMNS
+
 log = logging.getLogger(__name__)
 
 #: Packages whose versions :func:`provenance` records.
 PROVENANCE_PACKAGES = ("numpy", "scipy", "torch", "galois", "simpy", "pydantic", "scikit-learn", "networkx")
 
-TRACE_COLUMNS = ["protocol", "seed", "round", "time_s", "accuracy", "loss", "bits_up", "bits_down",
-                 "device_macs", "server_macs", "retransmissions", "used"]
+#: The standard trace columns, in order (defined once, by :class:`fednet.protocol.trace.TraceRow`).
+TRACE_COLUMNS = list(COLUMNS)
 
 
 def slug(label: str) -> str:
