@@ -21,8 +21,13 @@ __all__ = ["main", "bundled_studies"]
 
 
 def bundled_studies() -> dict[str, Path]:
-    """Study files shipped in the repository's ``studies/`` directory, by name."""
-    root = Path(__file__).resolve().parents[1] / "studies"
+    """Study files shipped with fednet (package data of ``fednet.studies``, the repository's ``studies/``), by name."""
+    from importlib.resources import files
+
+    try:
+        root = Path(str(files("fednet.studies")))
+    except ModuleNotFoundError:  # pragma: no cover (a broken install)
+        return {}
     return {p.stem: p for p in sorted(root.glob("*.toml"))} if root.is_dir() else {}
 
 
@@ -61,7 +66,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from fednet.protocol import registry
-    from topologies import TOPOLOGIES
+    from fednet.topologies import TOPOLOGIES
 
     print("protocols:")
     for name in registry.names():

@@ -81,7 +81,7 @@ from fednet.algebra.meter import macs_of, matmul
 from fednet.codes.gradient_codes import CyclicGradientCode
 from fednet.protocol.base import Outgoing, Protocol, ProtocolConfig
 from fednet.sim.simulation import Node
-from topologies.grouping import equal_groups, group_sizes
+from fednet.topologies.groups import group_sizes, membership
 
 __all__ = [
     "CodedPaddedFLConfig",
@@ -360,8 +360,7 @@ class CodedPaddedFL(Protocol):
     def setup(self) -> Generator:
         """Phase 1 (Sec. V-A/C): pads, sharing of (Phi_i, Psi_i) along Omega, local encoding (eqs. 6-9)."""
         cfg, q = self.config, self.q
-        D = self.sim.n_devices
-        self.groups = equal_groups(D, cfg.groups)
+        self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. V-E)
         bq = FixedPoint(min(62, cfg.code_fraction_bits + 24), cfg.code_fraction_bits)
         full = cfg.mode == "full"
         # timing mode needs only the code's shape (responders, decoding cost): no conditioning search

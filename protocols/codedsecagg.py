@@ -73,8 +73,8 @@ from fednet.codes.secagg_tree import aggregation_tree
 from fednet.codes.shamir import check_shamir_parameters, default_points, shamir_reconstruct, shamir_share
 from fednet.protocol.base import Outgoing, Protocol, ProtocolConfig, StragglerShortfall
 from fednet.sim.simulation import Node
-from protocols.codedpaddedfl import local_statistics, pack_upper, unpack_upper
-from topologies.grouping import equal_groups
+from fednet.protocols.codedpaddedfl import local_statistics, pack_upper, unpack_upper
+from fednet.topologies.groups import membership
 
 __all__ = [
     "CodedSecAggConfig",
@@ -281,7 +281,7 @@ class CodedSecAgg(Protocol):
         """Phase 1 (Sec. VI-A): Shamir sharing of 2^f G_i^(1) and X_i^T X_i inside each group; sums of received shares."""
         cfg = self.config
         D = self.sim.n_devices
-        self.groups = equal_groups(D, cfg.groups)
+        self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. VI-D)
         self.n_prime = D // cfg.groups
         self.points = default_points(self.n_prime)
         self.tree = aggregation_tree(cfg.groups)

@@ -68,7 +68,7 @@ from fednet.codes.lagrange import (
 )
 from fednet.protocol.base import Protocol, ProtocolConfig, StragglerShortfall
 from fednet.sim.simulation import Node
-from protocols.conventional import minibatch_gradient
+from fednet.protocols.conventional import minibatch_gradient
 
 __all__ = ["LightSecAggConfig", "LightSecAgg", "mask_upload", "unmask_aggregate"]
 

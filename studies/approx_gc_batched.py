@@ -66,7 +66,7 @@ def engine_times(x_pool: np.ndarray, y_pool: np.ndarray, x_test: np.ndarray, y_t
     from fednet.learning.task import LearningTask
     from fednet.study.config import NetworkSpec
     from fednet.study.runner import build_simulation
-    from protocols.approx_gc import ApproxGC
+    from fednet.protocols.approx_gc import ApproxGC
 
     parts = np.array_split(np.arange(len(y_pool)), 10)  # the protocol pools and redraws the data
     eye = np.eye(10)

@@ -8,8 +8,8 @@ import pytest
 from fednet.learning.task import LearningTask
 from fednet.sim.compute import Deterministic
 from fednet.sim.simulation import Simulation
-from protocols.cfl import CFL, CFLConfig, optimise_deadline, parity_gram, return_probability
-from topologies.lte import lte_star
+from fednet.protocols.cfl import CFL, CFLConfig, optimise_deadline, parity_gram, return_probability
+from fednet.topologies.lte import lte_star
 
 PRM = dict(down_s=0.05, up_s=0.1, p_down=0.1, p_up=0.2, seconds_per_point=0.01, setup_fraction=0.5)
 

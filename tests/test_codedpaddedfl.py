@@ -13,7 +13,7 @@ from fednet.codes.gradient_codes import CyclicGradientCode
 from fednet.learning.task import LearningTask
 from fednet.sim.compute import Deterministic
 from fednet.sim.simulation import Simulation
-from protocols.codedpaddedfl import (
+from fednet.protocols.codedpaddedfl import (
     CodedPaddedFL,
     CodedPaddedFLConfig,
     coded_gradient,
@@ -25,8 +25,8 @@ from protocols.codedpaddedfl import (
     remove_pads,
     unpack_upper,
 )
-from topologies.grouping import alpha_group_grid, equal_groups, group_sizes
-from topologies.lte import lte_star
+from fednet.topologies.groups import alpha_group_grid, equal_groups, group_sizes
+from fednet.topologies.lte import lte_star
 
 Q = FixedPoint(48, 24)
 
