@@ -47,7 +47,7 @@ BUILTIN_PACKAGE = "fednet.protocols"
 
 _REGISTRY: dict[str, type["Protocol"]] = {}
 _eps_cache: tuple[tuple[str, ...], dict[str, list[importlib.metadata.EntryPoint]]] | None = None
-_scanned = False
+_scanned: list[type["Protocol"]] | None = None
 
 
 def qualified_name(cls: type) -> str:
@@ -135,21 +135,25 @@ def _check_protocol(obj: object, where: str) -> type["Protocol"]:
 
 
 def _scan_builtin() -> None:
-    """Import every module of :data:`BUILTIN_PACKAGE` (source checkouts without installed metadata)."""
+    """Import every module of :data:`BUILTIN_PACKAGE` and register its named protocols (source
+    checkouts without installed metadata). The modules are imported once; the classes found are
+    registered again if the registry lost them."""
     global _scanned
-    if _scanned:
-        return
-    pkg = importlib.import_module(BUILTIN_PACKAGE)
-    for info in pkgutil.iter_modules(pkg.__path__):
-        if not info.name.startswith("_"):
-            mod = importlib.import_module(f"{BUILTIN_PACKAGE}.{info.name}")
-            from .base import Protocol
+    if _scanned is None:
+        from .base import Protocol
 
-            for obj in vars(mod).values():
-                if (isinstance(obj, type) and issubclass(obj, Protocol) and obj.__module__ == mod.__name__
-                        and obj.__dict__.get("name") and _REGISTRY.get(obj.name) is not obj):
-                    register(obj)
-    _scanned = True
+        pkg = importlib.import_module(BUILTIN_PACKAGE)
+        found = []
+        for info in pkgutil.iter_modules(pkg.__path__):
+            if not info.name.startswith("_"):
+                mod = importlib.import_module(f"{BUILTIN_PACKAGE}.{info.name}")
+                found += [obj for obj in vars(mod).values()
+                          if isinstance(obj, type) and issubclass(obj, Protocol) and obj.__module__ == mod.__name__
+                          and obj.__dict__.get("name")]
+        _scanned = found
+    for cls in _scanned:
+        if _REGISTRY.get(cls.name) is not cls:
+            register(cls)
 
 
 def _builtins_declared() -> bool:
