@@ -279,7 +279,9 @@ class RunSpec(_Strict):
     Attributes
     ----------
     protocol : str
-        Registered protocol name (``fednet list``).
+        Registered protocol name (``fednet list``: built-ins and installed ``fednet.protocols``
+        entry points), or ``"package.module:Class"`` (importable from ``sys.path``, the study
+        file's directory or the working directory; :mod:`fednet.protocol.registry`).
     label : str, optional
         Name in plots and summaries (default: the protocol name); unique within the study.
     params : dict
