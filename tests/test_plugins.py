@@ -157,6 +157,17 @@ def test_duplicate_name_is_an_error_naming_both_classes(tmp_path, clean_registry
     assert "w4_impostor:Impostor" in str(err.value)
     assert registry.get("conventional").__module__ == "fednet.protocols.conventional"
 
+    # the old layout's import name (`protocols.conventional`, the same file) is refused with a hint
+    import importlib.util
+
+    import fednet.protocols.conventional as builtin
+
+    spec = importlib.util.spec_from_file_location("protocols.conventional", builtin.__file__)
+    with pytest.raises(ValueError) as err:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    assert "protocols.conventional:ConventionalFL" in str(err.value)
+    assert "import built-in protocols as 'fednet.protocols.<module>'" in str(err.value)
+
 
 def test_two_entry_points_under_one_name_are_an_error_naming_both(tmp_path, clean_registry, monkeypatch) -> None:
     site = tmp_path / "site"
