@@ -14,11 +14,14 @@ accuracies and a list of runs (a protocol with its parameters). Example::
 
     [network]
     n_devices = 25
+    loss = { dist = "uniform", low = 0.05, high = 0.15 }   # or 0.1, or one value per device
+    groups = { rule = "random", count = 5 }                # optional (NetworkSpec, GroupSpec)
 
     [[runs]]
     label = "Conventional FL"
-    protocol = "conventional"
+    protocol = "conventional"                # or "package.module:Class", or an installed plugin's name
     params = { drop_slowest = 0 }
+    network = { loss = 0.2 }                 # optional per-run overrides of [network]
 
 Every protocol's ``params`` are validated by that protocol's ``Config`` when the study is
 loaded, together with :meth:`~fednet.protocol.base.Protocol.check` against the network, so
