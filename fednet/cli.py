@@ -18,6 +18,10 @@
     Reprint the summary table / redraw ``accuracy_vs_time.png`` from a saved study.
 ``fednet list``
     Name the registered protocols, topologies and bundled studies.
+``fednet topology STUDY [--run LABEL] [--seed N] [--plot tree.png]``
+    Build a run's network without running anything: print the devices (MAC rate, link rates, loss,
+    group), the groups and CodedSecAgg's group tree (Sec. VI-D); ``--plot`` draws the network and
+    the tree to an image.
 ``fednet --version``
 
 Exit status 2 for a bad study or bad data (the message names the problem; nothing is written).
@@ -35,8 +39,13 @@ __all__ = ["main", "bundled_studies"]
 
 
 def bundled_studies() -> dict[str, Path]:
-    """Study files shipped in the repository's ``studies/`` directory, by name."""
-    root = Path(__file__).resolve().parents[1] / "studies"
+    """Study files shipped with fednet (package data of ``fednet.studies``, the repository's ``studies/``), by name."""
+    from importlib.resources import files
+
+    try:
+        root = Path(str(files("fednet.studies")))
+    except ModuleNotFoundError:  # pragma: no cover (a broken install)
+        return {}
     return {p.stem: p for p in sorted(root.glob("*.toml"))} if root.is_dir() else {}
 
 
@@ -135,7 +144,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from fednet.protocol import registry
-    from topologies import TOPOLOGIES
+    from fednet.topologies import TOPOLOGIES
 
     print("protocols:")
     for name in registry.names():
@@ -147,6 +156,61 @@ def _cmd_list(args: argparse.Namespace) -> int:
     print("studies:")
     for name, path in bundled_studies().items():
         print(f"  {name:<20} {path}")
+    return 0
+
+
+def _cmd_topology(args: argparse.Namespace) -> int:
+    from fednet.study.config import StudyError, load_study
+    from fednet.study.runner import build_network
+    from fednet.topologies.groups import has_groups, membership
+    from fednet.topologies.secagg_tree import draw_topology, group_tree
+
+    try:
+        study = load_study(_resolve(args.study))
+    except StudyError as e:
+        print(f"fednet: {e}", file=sys.stderr)
+        return 2
+    if args.run is not None:
+        runs = [r for r in study.runs if r.name == args.run]
+        if not runs:
+            print(f"fednet: no run labelled {args.run!r}; labels: {[r.name for r in study.runs]}", file=sys.stderr)
+            return 2
+        run = runs[0]
+    else:  # the first grouped run, else the first run
+        def n_groups(r):
+            return study.run_params(r).get("groups")
+        run = next((r for r in study.runs if isinstance(n_groups(r), int) and n_groups(r) > 1), study.runs[0])
+    seed = study.seeds[0] if args.seed is None else args.seed
+    net = study.run_network(run)
+    graph = build_network(net, seed)
+    n = study.run_params(run).get("groups")
+    groups = membership(graph, None if has_groups(graph) else (n if isinstance(n, int) else 1))
+    tree = group_tree(groups)
+    devs = [(k, a) for k, a in graph.nodes(data=True) if a.get("role") == "device"]
+    server = next(k for k, a in graph.nodes(data=True) if a.get("role") == "server")
+    group_of = {i: g for g, m in enumerate(groups) for i in m}
+    print(f"{study.name}: run {run.name!r} ({run.protocol}), seed {seed}, network {net.kind}, "
+          f"{len(devs)} devices, {len(groups)} group(s)"
+          + ("" if has_groups(graph) else " (consecutive, from the run's groups parameter)"))
+    print(f"  server: {graph.nodes[server].get('mac_rate', float('nan')):.4g} MAC/s; header overhead "
+          f"{graph.graph.get('header_overhead', 0.0)}, packet_bits {graph.graph.get('packet_bits')}")
+    print(f"  {'device':>6} {'MAC/s':>10} {'up bit/s':>10} {'down bit/s':>10} {'loss':>6} {'group':>5}")
+    for i, (k, a) in enumerate(devs):
+        e = {**a, **graph.edges[k, server]} if graph.has_edge(k, server) else a
+        print(f"  {i:>6} {a.get('mac_rate', float('nan')):>10.4g} {e.get('uplink_bps', float('nan')):>10.4g} "
+              f"{e.get('downlink_bps', float('nan')):>10.4g} {e.get('loss', 0.0):>6.3g} {group_of[i]:>5}")
+    d2d = [(u, v) for u, v in graph.edges() if server not in (u, v)]
+    if d2d:
+        print(f"  device-to-device links: {len(d2d)}")
+    print("groups:")
+    for g, m in enumerate(groups):
+        print(f"  G{g}: {m}")
+    print(f"group tree (Sec. VI-D, eqs. 14-15), depth {tree.graph['depth']}:")
+    for u, v, a in sorted(tree.edges(data=True), key=lambda e: e[2]["step"]):
+        print(f"  step {a['step']}: G{u} -> {'server' if v == 'server' else f'G{v}'}  (sum of groups {a['covers']})")
+    if args.plot:
+        path = draw_topology(graph, args.plot, n_groups=len(groups), title=f"{study.name}: {run.name} (seed {seed})")
+        print(f"drawn to {path}")
     return 0
 
 
@@ -185,6 +249,12 @@ def main(argv: list[str] | None = None) -> int:
     p_plot.add_argument("dir", help="a study's output directory")
     p_plot.add_argument("--output", help="PNG path (default DIR/accuracy_vs_time.png)")
     p_plot.set_defaults(func=_cmd_plot)
+    p_top = sub.add_parser("topology", help="build and show a run's network and group tree (nothing is run)")
+    p_top.add_argument("study", help="study TOML file or bundled study name")
+    p_top.add_argument("--run", help="label of the run whose network to show (default: the first grouped run)")
+    p_top.add_argument("--seed", type=int, help="seed of drawn rates and groups (default: the study's first)")
+    p_top.add_argument("--plot", help="draw the network and the group tree to this image file (PNG)")
+    p_top.set_defaults(func=_cmd_topology)
     args = parser.parse_args(argv)
     args.argv = argv
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")

@@ -60,7 +60,7 @@ from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, ServerState
 from fednet.protocol.modes import Shape
 from fednet.sim.simulation import Node
-from topologies.grouping import equal_groups, group_sizes
+from fednet.topologies.groups import group_sizes, membership
 
 __all__ = ["CodedPaddedFLConfig", "CodedPaddedFL", "CodedPaddedFLState", "CodedPaddedFLServerState"]
 
@@ -211,7 +211,7 @@ class CodedPaddedFL(Protocol):
         """Phase 1 (Sec. V-A/C): pads, sharing of (Phi_i, Psi_i) along Omega, local encoding (eqs. 6-9)."""
         cfg, q, mode = self.config, self.q, self.mode
         d, c, W = self.task.d, self.task.c, cfg.ring_bits
-        self.groups = equal_groups(self.sim.n_devices, cfg.groups)
+        self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. V-E)
         bq = FixedPoint(min(62, cfg.code_fraction_bits + 24), cfg.code_fraction_bits)
         search = mode.exact                         # timing mode needs only the code's shape
         self.codes = [CyclicGradientCode(cfg.alpha, len(members), self.sim.rng(self.server, "gradient-code", g),

@@ -80,7 +80,7 @@ from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.protocol.modes import Shape
 from fednet.protocol.primitives import cyclic_steps
 from fednet.sim.simulation import Node
-from topologies.grouping import equal_groups
+from fednet.topologies.groups import membership
 
 __all__ = ["CodedSecAggConfig", "CodedSecAgg", "CodedSecAggState", "share_secrets", "device_share",
            "decode_aggregate", "shamir_share_macs"]
@@ -218,7 +218,7 @@ class CodedSecAgg(Protocol):
         """Phase 1 (Sec. VI-A): Shamir sharing of 2^f G_i^(1) and X_i^T X_i inside each group; sums of received shares."""
         cfg, mode = self.config, self.mode
         d, c, q = self.task.d, self.task.c, self.q
-        self.groups = equal_groups(self.sim.n_devices, cfg.groups)
+        self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. VI-D)
         self.n_prime = len(self.groups[0])
         self.points = default_points(self.n_prime)
         self.tree = aggregation_tree(cfg.groups)

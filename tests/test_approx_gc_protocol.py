@@ -10,7 +10,7 @@ from fednet.learning.models import logistic_gradient
 from fednet.learning.task import LearningTask
 from fednet.study.config import NetworkSpec
 from fednet.study.runner import build_simulation
-from protocols.approx_gc import ApproxGC
+from fednet.protocols.approx_gc import ApproxGC
 
 F, L, N = 12, 10, 10
 

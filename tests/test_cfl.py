@@ -10,8 +10,8 @@ import pytest
 from fednet.learning.task import LearningTask
 from fednet.sim.compute import Deterministic
 from fednet.sim.simulation import Simulation
-from protocols.cfl import CFL, CFLConfig
-from topologies.lte import lte_star
+from fednet.protocols.cfl import CFL, CFLConfig
+from fednet.topologies.lte import lte_star
 
 
 def make_task(D=6, n=100, d=12, c=3, seed=0):

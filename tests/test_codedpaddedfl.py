@@ -13,9 +13,9 @@ from fednet.learning.task import LearningTask
 from fednet.protocol.modes import Shape
 from fednet.sim.compute import Deterministic
 from fednet.sim.simulation import Simulation
-from protocols.codedpaddedfl import CodedPaddedFL, CodedPaddedFLConfig
-from topologies.grouping import alpha_group_grid, equal_groups, group_sizes
-from topologies.lte import lte_star
+from fednet.protocols.codedpaddedfl import CodedPaddedFL, CodedPaddedFLConfig
+from fednet.topologies.groups import alpha_group_grid, equal_groups, group_sizes
+from fednet.topologies.lte import lte_star
 
 
 def make_task(D=6, n=20, d=8, c=3, seed=0, lr=1.0):

@@ -11,8 +11,8 @@ from fednet.algebra.meter import MacMeter
 from fednet.algebra.modp import PreparedMatrix, add_mod
 from fednet.codes.secagg_tree import aggregation_tree
 from fednet.codes.shamir import default_points, shamir_share
-from protocols.codedpaddedfl import local_statistics, unpack_upper
-from protocols.codedsecagg import (
+from fednet.protocols.codedpaddedfl import local_statistics, unpack_upper
+from fednet.protocols.codedsecagg import (
     CodedSecAgg,
     CodedSecAggConfig,
     decode_aggregate,

@@ -26,7 +26,7 @@ from fednet.learning.partitions import partition
 from fednet.learning.task import LearningTask
 from fednet.sim.compute import BernoulliDropout, ShiftedExponential
 from fednet.sim.simulation import Simulation
-from topologies.lte import lte_star
+from fednet.topologies.lte import lte_star
 
 GOLDEN = Path(__file__).parent / "data" / "pinned"
 
@@ -57,12 +57,12 @@ def lossy_sim(D: int, seed: int, dropout: float = 0.0) -> Simulation:
 
 #: protocol name -> (module, class): imported directly, independent of the registry
 CLASSES = {
-    "conventional": ("protocols.conventional", "ConventionalFL"),
-    "cfl": ("protocols.cfl", "CFL"),
-    "approx_gc": ("protocols.approx_gc", "ApproxGC"),
-    "lightsecagg": ("protocols.lightsecagg", "LightSecAgg"),
-    "codedsecagg": ("protocols.codedsecagg", "CodedSecAgg"),
-    "codedpaddedfl": ("protocols.codedpaddedfl", "CodedPaddedFL"),
+    "conventional": ("fednet.protocols.conventional", "ConventionalFL"),
+    "cfl": ("fednet.protocols.cfl", "CFL"),
+    "approx_gc": ("fednet.protocols.approx_gc", "ApproxGC"),
+    "lightsecagg": ("fednet.protocols.lightsecagg", "LightSecAgg"),
+    "codedsecagg": ("fednet.protocols.codedsecagg", "CodedSecAgg"),
+    "codedpaddedfl": ("fednet.protocols.codedpaddedfl", "CodedPaddedFL"),
 }
 
 # name -> (protocol name, params, D, d, rounds, seed, dropout, partition kind)

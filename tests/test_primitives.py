@@ -14,7 +14,7 @@ from fednet.protocol.primitives import GatherResult, Mailbox, UnchargedCompute, 
 from fednet.protocol.trace import COLUMNS
 from fednet.sim.compute import BernoulliDropout, Deterministic
 from fednet.sim.simulation import Simulation
-from topologies.lte import lte_star
+from fednet.topologies.lte import lte_star
 from factories import make_task
 
 D = 6

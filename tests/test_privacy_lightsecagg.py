@@ -70,7 +70,7 @@ def test_protocol_server_reads_no_encoded_mask():
     """On the engine, the bundles of encoded masks the server stores and forwards are encrypted:
     they are in its ``relayed`` list, never in its view; each user's view holds the shares addressed to it."""
     from factories import make_sim, make_task
-    from protocols.lightsecagg import LightSecAgg
+    from fednet.protocols.lightsecagg import LightSecAgg
 
     sim = make_sim(D=5, seed=0)
     task = make_task(D=5, n=10, d=6, c=2, lr=0.01)

@@ -12,7 +12,9 @@ ceil(b (1 + h) / packet_bits)`` packets (one packet when ``packet_bits`` is None
 paper's per-message geometric model ``T = N b / gamma``) and ``X ~ NegBin(n, 1 - p)`` the
 retransmissions (a sum of ``n`` geometric tries minus ``n``), sampled in one draw from the keyed
 uniform of (node, "uplink"/"downlink", round). Device-to-device messages are relayed through the
-server: the whole message is uploaded, then downloaded (store and forward).
+server: the whole message is uploaded, then downloaded (store and forward) -- unless the topology
+has a direct device-to-device edge between the two, whose link then carries it in one hop (keyed
+uniform of (sender, "d2d", round); :mod:`fednet.sim.simulation`).
 """
 
 from __future__ import annotations
@@ -113,7 +115,7 @@ def transmission_time(bits: int, rate_bps: float, overhead: float, loss: float,
 
 @dataclass
 class Link:
-    """One direction of a device's link to the server.
+    """One direction of a device's link to the server (or of a direct device-to-device link).
 
     Attributes
     ----------

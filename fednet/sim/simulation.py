@@ -1,17 +1,26 @@
 """The simulation: SimPy environment, nodes, links, random streams, accounting.
 
-A :class:`Simulation` is built from a networkx graph (see :mod:`topologies`): one node with
+A :class:`Simulation` is built from a networkx graph (see :mod:`fednet.topologies`): one node with
 ``role="server"`` and devices with ``role="device"``, each device joined to the server by an
 edge carrying ``uplink_bps``, ``downlink_bps`` and ``loss`` (or ``uplink_loss`` /
-``downlink_loss``); nodes carry ``mac_rate`` (MAC/s) and optionally ``compute`` (a
-:class:`~fednet.sim.compute.ComputeModel`); the graph carries ``header_overhead`` and
-``packet_bits``. Devices get indices ``0..D-1`` in graph order and the server index ``D``.
+``downlink_loss``) -- a link parameter missing on the edge is read from the device's node
+attributes, so a builder may keep per-device link rates and loss on the nodes; nodes carry
+``mac_rate`` (MAC/s), optionally ``compute`` (a :class:`~fednet.sim.compute.ComputeModel`) and
+``group``; the graph carries ``header_overhead`` and ``packet_bits``. Devices get indices ``0..D-1``
+in graph order and the server index ``D``.
+
+Device-to-device edges (both ends ``role="device"``, with ``rate_bps`` and optionally ``loss``)
+are direct links: a message between their ends takes that link (full duplex: one FIFO link per
+direction; one direction only in a ``DiGraph``) instead of being relayed through the server.
+Topologies without such edges -- every bundled one, and the papers' model -- relay through the
+server.
 
 The engine moves messages and advances time; it does no protocol math. Its two timed
 operations are SimPy sub-generators used with ``yield from``:
 
 * :meth:`Simulation.transfer` sends a :class:`~fednet.sim.network.Message` over the device's
-  uplink, downlink, or both (device to device, relayed through the server);
+  uplink, downlink, or both (device to device, relayed through the server), or over a direct
+  device-to-device link where the topology has one;
 * :meth:`Simulation.compute` runs a pure function under a MAC meter on a node and holds the
   node's processor for the time the compute model gives for the MACs that really ran.
 """
@@ -36,6 +45,9 @@ from .rng import Streams
 
 __all__ = ["Node", "Simulation", "Counters"]
 
+#: Link parameters a device's node may carry instead of its edge to the server.
+_LINK_KEYS = ("uplink_bps", "downlink_bps", "loss", "uplink_loss", "downlink_loss")
+
 
 @dataclass
 class Counters:
@@ -45,6 +57,8 @@ class Counters:
     ----------
     bits_up, bits_down : int
         Payload bits carried on uplinks / downlinks (a relayed message counts on both).
+    bits_d2d : int
+        Payload bits carried on direct device-to-device links.
     device_macs, server_macs : int
         MACs executed by devices / the server.
     messages : int
@@ -55,6 +69,7 @@ class Counters:
 
     bits_up: int = 0
     bits_down: int = 0
+    bits_d2d: int = 0
     device_macs: int = 0
     server_macs: int = 0
     messages: int = 0
@@ -189,7 +204,9 @@ class Simulation:
             attrs = dict(graph.nodes[key])
             if not graph.has_edge(key, servers[0]):
                 raise ValueError(f"device {key!r} has no link to the server")
-            e = graph.edges[key, servers[0]]
+            e = {**{k: attrs[k] for k in _LINK_KEYS if k in attrs}, **graph.edges[key, servers[0]]}
+            for k in _LINK_KEYS:
+                attrs.pop(k, None)
             loss = e.get("loss", 0.0)
             up = Link(_positive(e.get("uplink_bps"), f"uplink_bps of device {key!r}"),
                       _probability(e.get("uplink_loss", loss), f"uplink loss of device {key!r}"),
@@ -211,6 +228,17 @@ class Simulation:
             cpu=simpy.Resource(self.env, capacity=1),
             attrs={k: v for k, v in sattrs.items() if k != "role"})
         self.nodes: list[Node] = [*self.devices, self.server]
+        index = {d.name: d.index for d in self.devices}
+        #: Direct device-to-device links by (sender index, receiver index).
+        self.d2d: dict[tuple[int, int], Link] = {}
+        for u, v, e in graph.edges(data=True):
+            if u in index and v in index:
+                what = f"device-to-device link {u!r}-{v!r}"
+                rate = _positive(e.get("rate_bps"), f"rate_bps of the {what}")
+                loss_ = _probability(e.get("loss", 0.0), f"loss of the {what}")
+                pairs = [(u, v)] if graph.is_directed() else [(u, v), (v, u)]
+                for a, b in pairs:
+                    self.d2d[index[a], index[b]] = Link(rate, loss_, simpy.Resource(self.env, capacity=1))
         self.counters = Counters()
         self.round = 0
 
@@ -265,17 +293,40 @@ class Simulation:
         self.counters.retransmissions += extra
         msg.hops.append((direction, device.index, start, self.now))
 
+    def _direct_hop(self, msg: Message, link: Link, src: Node) -> Generator:
+        with link.resource.request() as req:
+            yield req
+            u = self.streams.uniform(src.index, "d2d", msg.round)
+            seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
+                                                   self.packet_bits, u)
+            start = self.now
+            yield self.env.timeout(seconds)
+        self.counters.bits_d2d += msg.bits
+        self.counters.messages += 1
+        self.counters.retransmissions += extra
+        msg.hops.append(("d2d", src.index, start, self.now))
+
     def transfer(self, msg: Message) -> Generator[Any, Any, Message]:
         """Move a message to its destination (``yield from``); returns it once delivered.
 
         Device to server uses the device's uplink, server to device its downlink, and device to
         device both in turn (relayed through the server; such messages are end-to-end encrypted,
-        Sec. III-B, so the server records them in ``relayed``, not in its ``view``).
+        Sec. III-B, so the server records them in ``relayed``, not in its ``view``) -- or, where the
+        topology has a device-to-device edge between them, that direct link (keyed draw ``"d2d"``
+        of the sender; the server sees nothing).
         """
         if msg.src == msg.dst:
             raise ValueError(f"message {msg.kind!r} from node {msg.src} to itself")
         src, dst = self.nodes[msg.src], self.nodes[msg.dst]
         msg.sent_at = self.now
+        direct = self.d2d.get((src.index, dst.index)) if self.d2d else None
+        if direct is not None:
+            msg.encrypted = True
+            yield from self._direct_hop(msg, direct, src)
+            msg.delivered_at = self.now
+            if self.record_views:
+                dst.view.append(msg)
+            return msg
         if not src.is_server:
             yield from self._hop(msg, src, "up")
             if not dst.is_server:

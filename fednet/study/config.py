@@ -14,11 +14,14 @@ accuracies and a list of runs (a protocol with its parameters). Example::
 
     [network]
     n_devices = 25
+    loss = { dist = "uniform", low = 0.05, high = 0.15 }   # or 0.1, or one value per device
+    groups = { rule = "random", count = 5 }                # optional (NetworkSpec, GroupSpec)
 
     [[runs]]
     label = "Conventional FL"
-    protocol = "conventional"
+    protocol = "conventional"                # or "package.module:Class", or an installed plugin's name
     params = { drop_slowest = 0 }
+    network = { loss = 0.2 }                 # optional per-run overrides of [network]
 
 A run entry may sweep a parameter grid, expanded into one labelled run per combination
 (:func:`expand_sweeps`)::
@@ -52,11 +55,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from fednet.plugins import search_path
 from fednet.protocol import registry
 
-__all__ = ["Study", "DataSpec", "NetworkSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError",
+__all__ = ["Study", "DataSpec", "NetworkSpec", "GroupSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError",
            "expand_sweeps", "run_problems", "deep_merge", "parse_assignment", "apply_assignment", "select_runs"]
 
 
@@ -113,60 +118,187 @@ class DataSpec(_Strict):
         return 0 if self.feature_seed == "per_seed" else self.feature_seed
 
 
-class NetworkSpec(_Strict):
-    """The LTE star of Sec. VII and the compute/dropout models.
+_RATE = TypeAdapter(Annotated[float, Field(gt=0)])
+_LOSS = TypeAdapter(Annotated[float, Field(ge=0, lt=1)])
+_RATES = TypeAdapter(list[Annotated[float, Field(gt=0)]])
+_LOSSES = TypeAdapter(list[Annotated[float, Field(ge=0, lt=1)]])
+
+
+def _first_error(adapter: TypeAdapter, value: Any) -> Any:
+    """Validate with ``adapter``; re-raise its first error with the type and message pydantic gave it."""
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = "".join(f"[{p}]" for p in err["loc"])
+        msg = (f"entry {where}: " if where else "") + err["msg"]
+        raise PydanticCustomError(err["type"], msg.replace("{", "(").replace("}", ")")) from None
+
+
+def _per_device_value(value: Any, kind: str) -> Any:
+    """A per-device field: a number, a list (one per device) or a distribution table."""
+    if isinstance(value, dict):
+        from fednet.topologies.distributions import check_distribution, support
+
+        spec = check_distribution(value, "distribution")
+        lo, hi, hi_open = support(spec)
+        if kind == "rate" and not lo > 0:
+            raise ValueError(f"draws of {spec['dist']} can be {lo} (rates must be positive)")
+        if kind == "loss" and not (lo >= 0 and (hi < 1 or (hi == 1 and hi_open))):
+            raise ValueError(f"draws of {spec['dist']} range over [{lo}, {hi}] (loss must be in [0, 1))")
+        return spec
+    if isinstance(value, list):
+        return _first_error(_RATES if kind == "rate" else _LOSSES, value)
+    return _first_error(_RATE if kind == "rate" else _LOSS, value)
+
+
+class GroupSpec(_Strict):
+    """Group membership of the devices (written on the topology as node attribute ``group``).
 
     Attributes
     ----------
-    kind : {"lte_star"}
+    rule : {"consecutive", "random", "mac_balanced"}
+        How ``count`` groups are formed (:mod:`fednet.topologies.groups`): consecutive runs of
+        devices (the papers' grouping), a random permutation cut into balanced groups, or devices
+        dealt by MAC rate so every group has a similar mix.
+    count : int, optional
+        N. A protocol with a ``groups`` parameter takes it when its run does not set one.
+    membership : list of list of int, optional
+        Explicit groups (a partition of ``0..D-1``), instead of ``rule`` and ``count``.
+    seed : int, optional
+        Fixes the ``random`` rule's permutation across the study's seeds (default: the run's seed).
+
+    TOML: ``groups = 4`` (four consecutive groups), ``groups = { rule = "random", count = 4 }`` or
+    ``groups = { membership = [[0, 1, 2], [3, 4]] }``.
+    """
+
+    rule: Literal["consecutive", "random", "mac_balanced"] = "consecutive"
+    count: int | None = Field(None, ge=1)
+    membership: list[list[int]] | None = None
+    seed: int | None = Field(None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"count": v} if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "GroupSpec":
+        if (self.count is None) == (self.membership is None):
+            raise ValueError("groups needs exactly one of count (with a rule) or membership")
+        return self
+
+    @property
+    def n_groups(self) -> int:
+        """N."""
+        return self.count if self.membership is None else len(self.membership)
+
+
+class NetworkSpec(_Strict):
+    """The network: a topology builder with its per-device parameters, groups, compute and dropout models.
+
+    Attributes
+    ----------
+    kind : str
+        ``"lte_star"`` (the LTE star of Sec. VII; the fields below) or a user builder
+        ``"package.module:function"``, called as ``function(n_devices, rng=..., **params)`` and
+        returning a networkx graph (:mod:`fednet.topologies`).
     n_devices : int
         D.
-    uplink_bps, downlink_bps : float
-        bit/s (5e6 and 10e6).
-    loss : float
-        Per-packet loss probability in [0, 1) (0.1).
+    uplink_bps, downlink_bps : float, list of float, or distribution table
+        bit/s (5e6 and 10e6): one value, one per device, or a named distribution
+        (:mod:`fednet.topologies.distributions`, e.g. ``{ dist = "uniform", low = 2e6, high = 8e6 }``).
+    loss : float, list of float, or distribution table
+        Per-packet loss probability in [0, 1) (0.1), likewise.
     header_overhead : float
         Fraction (0.1).
     packet_bits : int, optional
         Packet size on the air; omitted: each message is one packet (the paper's reading).
     server_mac_rate : float
         MAC/s (8.24e12).
-    device_mac_rates : "paper" or list of float
+    device_mac_rates : "paper", list of float, or distribution table
         "paper": the mixes of Sec. VII (fixed for D = 25, drawn per seed otherwise).
+    groups : GroupSpec, optional
+        Group membership written on the topology (default: none; grouped protocols then cut the
+        devices into their ``groups`` consecutive groups, as in the papers).
+    params : dict
+        Keyword arguments of a user builder (``kind = "module:function"`` only).
     compute : {"shifted_exponential", "deterministic"}
         Device compute-time model.
     setup_fraction : float
         Mean setup time / deterministic time of the shifted exponential (0.5).
     dropout : float
         Probability that a device is absent in a round (independent, keyed draws).
+
+    Drawn values (distributions, "paper" rates for D != 25, random groups) come from streams keyed
+    by the run's seed and the field, so changing one field's distribution leaves the others' draws
+    unchanged.
     """
 
-    kind: Literal["lte_star"] = "lte_star"
+    kind: str = "lte_star"
     n_devices: int = Field(25, ge=1)
-    uplink_bps: float = Field(5e6, gt=0)
-    downlink_bps: float = Field(10e6, gt=0)
-    loss: float = Field(0.1, ge=0, lt=1)
+    uplink_bps: float | list[float] | dict[str, Any] = 5e6
+    downlink_bps: float | list[float] | dict[str, Any] = 10e6
+    loss: float | list[float] | dict[str, Any] = 0.1
     header_overhead: float = Field(0.1, ge=0)
     packet_bits: int | None = Field(None, gt=0)
     server_mac_rate: float = Field(8.24e12, gt=0)
-    device_mac_rates: Literal["paper"] | list[float] = "paper"
+    device_mac_rates: Literal["paper"] | list[float] | dict[str, Any] = "paper"
+    groups: GroupSpec | None = None
+    params: dict[str, Any] = {}
     compute: Literal["shifted_exponential", "deterministic"] = "shifted_exponential"
     setup_fraction: float = Field(0.5, ge=0)
     dropout: float = Field(0.0, ge=0, lt=1)
 
-    @field_validator("device_mac_rates")
+    @field_validator("uplink_bps", "downlink_bps", mode="wrap")
     @classmethod
-    def _positive_rates(cls, v: Any) -> Any:
+    def _rates(cls, v: Any, handler: Any) -> Any:
+        return _per_device_value(v, "rate")
+
+    @field_validator("loss", mode="wrap")
+    @classmethod
+    def _loss(cls, v: Any, handler: Any) -> Any:
+        return _per_device_value(v, "loss")
+
+    @field_validator("device_mac_rates", mode="wrap")
+    @classmethod
+    def _mac_rates(cls, v: Any, handler: Any) -> Any:
+        if isinstance(v, str):
+            return handler(v)
         if isinstance(v, list):
-            bad = [(i, r) for i, r in enumerate(v) if not r > 0]
+            bad = [(i, r) for i, r in enumerate(v) if isinstance(r, (int, float)) and not r > 0]
             if bad:
                 raise ValueError(f"device_mac_rates must be positive; entry {bad[0][0]} is {bad[0][1]}")
+        return _per_device_value(v, "rate")
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        from fednet.topologies import builder
+
+        builder(v)  # unknown names and unimportable builders fail when the study is loaded
         return v
 
     @model_validator(mode="after")
-    def _rates_match(self) -> "NetworkSpec":
-        if isinstance(self.device_mac_rates, list) and len(self.device_mac_rates) != self.n_devices:
-            raise ValueError(f"device_mac_rates has {len(self.device_mac_rates)} entries for n_devices = {self.n_devices}")
+    def _per_device_lengths(self) -> "NetworkSpec":
+        for name in ("uplink_bps", "downlink_bps", "loss", "device_mac_rates"):
+            v = getattr(self, name)
+            if isinstance(v, list) and len(v) != self.n_devices:
+                raise ValueError(f"{name} has {len(v)} entries for n_devices = {self.n_devices}")
+        if self.params and self.kind == "lte_star":
+            raise ValueError(f"params are for user builders (kind = 'module:function'); "
+                             f"lte_star takes the network fields, got params {sorted(self.params)}")
+        g = self.groups
+        if g is not None:
+            from fednet.topologies.groups import check_membership
+
+            if g.membership is not None:
+                try:
+                    check_membership(g.membership, self.n_devices)
+                except ValueError as e:
+                    raise ValueError(f"groups.membership: {e}") from None
+            elif g.count > self.n_devices:
+                raise ValueError(f"groups.count must be at most n_devices = {self.n_devices}, got {g.count}")
         return self
 
 
@@ -185,7 +317,9 @@ class RunSpec(_Strict):
     Attributes
     ----------
     protocol : str
-        Registered protocol name (``fednet list``).
+        Registered protocol name (``fednet list``: built-ins and installed ``fednet.protocols``
+        entry points), or ``"package.module:Class"`` (importable from ``sys.path``, the study
+        file's directory or the working directory; :mod:`fednet.protocol.registry`).
     label : str, optional
         Name in plots and summaries (default: the protocol name); unique within the study.
     params : dict
@@ -198,6 +332,11 @@ class RunSpec(_Strict):
         values merged into ``params``. Labels: ``label`` formatted with the values when it holds
         ``{alpha}``-style fields (sweep keys or params), else ``"<label> alpha=6, groups=1"``. Expanded when the study is
         loaded (:func:`expand_sweeps`); a validated study holds only expanded runs.
+    network : dict
+        Overrides of the study's ``[network]`` fields for this run (e.g. ``{ loss = 0.2 }`` or
+        ``{ groups = { rule = "random", count = 4 } }``; a field given here replaces the study's
+        whole value), so one study can sweep groups or loss. ``n_devices`` cannot change (the data
+        are split once per study).
     """
 
     protocol: str
@@ -205,6 +344,17 @@ class RunSpec(_Strict):
     params: dict[str, Any] = {}
     epochs: int | None = Field(None, ge=0)
     sweep: dict[str, list[Any]] = Field({}, description="parameter grid expanded into labelled runs when loaded")
+    network: dict[str, Any] = {}
+
+    @field_validator("network")
+    @classmethod
+    def _network_overrides(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if "n_devices" in v:
+            raise ValueError(f"a run cannot change n_devices (the data are split once per study), got {v['n_devices']}")
+        unknown = sorted(set(v) - set(NetworkSpec.model_fields))
+        if unknown:
+            raise ValueError(f"unknown network fields {unknown}; known: {sorted(NetworkSpec.model_fields)}")
+        return v
 
     @property
     def name(self) -> str:
@@ -285,10 +435,53 @@ class Study(_Strict):
         if self.baseline is not None and self.baseline not in labels:
             raise ValueError(f"baseline {self.baseline!r} is not the label of a run{_did_you_mean(self.baseline, labels)}; "
                              f"labels: {labels}")
-        problems = run_problems([r.model_dump() for r in self.runs], self.network.n_devices)
+        problems: list[str] = []
+        dumped = []
+        for i, run in enumerate(self.runs):
+            d = run.model_dump()
+            try:
+                net = self.run_network(run)
+            except ValidationError as e:
+                problems += [f"runs[{i}] ({run.name}).network.{'.'.join(str(p) for p in err['loc'])}: "
+                             f"{err['msg'].removeprefix('Value error, ')}" for err in e.errors()]
+                net = None
+            try:
+                d["params"] = self.run_params(run)
+            except (KeyError, ValueError, ImportError, TypeError, ValidationError):
+                pass  # run_problems names an unknown protocol; a bad network is named above
+            n_groups = d["params"].get("groups")
+            if (net is not None and net.groups is not None and isinstance(n_groups, int)
+                    and n_groups != net.groups.n_groups):
+                problems.append(f"runs[{i}] ({run.name}).params.groups: groups = {n_groups} but the network "
+                                f"defines {net.groups.n_groups} groups")
+            dumped.append(d)
+        problems += run_problems(dumped, self.network.n_devices)
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def run_network(self, run: RunSpec) -> NetworkSpec:
+        """The network of ``run``: the study's ``[network]`` with the run's ``network`` overrides.
+
+        Raises
+        ------
+        pydantic.ValidationError
+            If the overridden network does not validate.
+        """
+        if not run.network:
+            return self.network
+        return NetworkSpec.model_validate({**self.network.model_dump(exclude_unset=True), **run.network})
+
+    def run_params(self, run: RunSpec) -> dict[str, Any]:
+        """The protocol parameters of ``run``; a protocol whose ``Config`` has a ``groups`` field gets the
+        network's number of groups when the run does not set it."""
+        net = self.run_network(run)
+        if net.groups is None or "groups" in run.params:
+            return dict(run.params)
+        cls = registry.get(run.protocol)
+        if "groups" not in cls.Config.model_fields:
+            return dict(run.params)
+        return {**run.params, "groups": net.groups.n_groups}
 
     def run_epochs(self, run: RunSpec) -> int:
         """Maximum rounds of ``run`` (its own ``epochs`` or the study's)."""
@@ -604,7 +797,8 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
         if only_runs:
             raw["runs"] = select_runs(raw["runs"], only_runs, raw.get("baseline"))
     try:
-        return Study.model_validate(raw)
+        with search_path(path.parent):  # "module:Class" protocols and builders may sit beside the study
+            return Study.model_validate(raw)
     except ValidationError as e:
         lines = _format_errors(e)
         if not any(err["loc"] == () for err in e.errors()) and isinstance(raw.get("runs"), list):

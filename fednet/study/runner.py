@@ -50,7 +50,10 @@ from fednet.protocol import registry
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
 from fednet.sim.rng import Streams
 from fednet.sim.simulation import Simulation
-from topologies.lte import lte_star
+from fednet.topologies import builder
+from fednet.topologies.distributions import per_device
+from fednet.topologies.groups import assign_groups, make_groups
+from fednet.topologies.lte import lte_star
 
 from .config import DataSpec, NetworkSpec, RunSpec, Study
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
@@ -112,13 +115,59 @@ def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, fea
         weight_decay=tr.weight_decay)
 
 
+def _stream(seed: int, field: str, value: Any) -> np.random.Generator:
+    """The stream of a drawn network field: keyed by (seed, "topology", field); a table's own seed wins."""
+    own = value.get("seed") if isinstance(value, dict) else None
+    return Streams(seed if own is None else own, 1).generator("topology", field)
+
+
 def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
-    """The topology graph of a network spec for one seed (drawn MAC rates depend on the seed only)."""
-    rates = None if spec.device_mac_rates == "paper" else spec.device_mac_rates
-    return lte_star(spec.n_devices, uplink_bps=spec.uplink_bps, downlink_bps=spec.downlink_bps, loss=spec.loss,
-                    header_overhead=spec.header_overhead, packet_bits=spec.packet_bits,
-                    server_mac_rate=spec.server_mac_rate, device_mac_rates=rates,
-                    rng=Streams(seed, 1).generator("topology"))
+    """The topology graph of a network spec for one seed.
+
+    Dispatches on ``spec.kind``: the built-in ``lte_star`` gets the spec's link, loss and MAC-rate
+    fields (numbers, per-device lists, or distributions drawn here); a user builder
+    ``"module:function"`` is called as ``function(n_devices, rng=..., **spec.params)``. Then
+    ``spec.groups`` is written onto the graph (:func:`fednet.topologies.groups.assign_groups`).
+
+    The "paper" MAC rates keep the stream they always had (``Streams(seed, 1).generator("topology")``),
+    so existing studies draw the same rates; every other drawn field has its own stream
+    (:func:`_stream`).
+
+    Raises
+    ------
+    ValueError
+        If a user builder returns something other than a networkx graph, or a graph whose number
+        of devices differs from ``spec.n_devices``.
+    """
+    D = spec.n_devices
+    topo_rng = Streams(seed, 1).generator("topology")
+    if spec.kind == "lte_star":
+        if spec.device_mac_rates == "paper":
+            rates = None
+        else:
+            rates = per_device(spec.device_mac_rates, D, _stream(seed, "device_mac_rates", spec.device_mac_rates),
+                               "device_mac_rates")
+        link = {name: per_device(getattr(spec, name), D, _stream(seed, name, getattr(spec, name)), name)
+                for name in ("uplink_bps", "downlink_bps", "loss")}
+        g = lte_star(D, **link, header_overhead=spec.header_overhead, packet_bits=spec.packet_bits,
+                     server_mac_rate=spec.server_mac_rate, device_mac_rates=rates, rng=topo_rng)
+    else:
+        g = builder(spec.kind)(D, rng=topo_rng, **spec.params)
+        if not isinstance(g, nx.Graph):
+            raise ValueError(f"network builder {spec.kind!r} returned {type(g).__name__}, not a networkx graph")
+        n = sum(1 for _, a in g.nodes(data=True) if a.get("role") == "device")
+        if n != D:
+            raise ValueError(f"network builder {spec.kind!r} built {n} devices for n_devices = {D}")
+    gs = spec.groups
+    if gs is not None:
+        if gs.membership is not None:
+            members = gs.membership
+        else:
+            macs = [a.get("mac_rate") for _, a in g.nodes(data=True) if a.get("role") == "device"]
+            members = make_groups(gs.rule, D, gs.count, mac_rates=macs,
+                                  rng=Streams(seed if gs.seed is None else gs.seed, 1).generator("topology", "groups"))
+        assign_groups(g, members)
+    return g
 
 
 def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False) -> Simulation:
@@ -217,8 +266,8 @@ class StudyResult:
 def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
              on_round: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
     cls = registry.get(run.protocol)
-    sim = build_simulation(study.network, seed, record_views=study.record_views)
-    proto = cls(sim, task, run.params, label=run.name)
+    sim = build_simulation(study.run_network(run), seed, record_views=study.record_views)
+    proto = cls(sim, task, study.run_params(run), label=run.name)
     return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round)
 
 
