@@ -1,7 +1,9 @@
 """Pinned traces: a few rounds of every protocol must reproduce the trace of commit 8e852db bit for bit.
 
-The golden files in ``tests/data/pinned/`` were written by the code *before* the redesign of issue 9
-(``python tests/test_pinned_traces.py --write`` at commit 8e852db). Every column of a golden row must be
+The golden files in ``tests/data/pinned/`` were written by the code *before* the redesign of issue 9:
+``git archive 8e852db | tar -x -C OLD``, copy this file into ``OLD/tests``, then
+``PYTHONPATH=OLD python OLD/tests/test_pinned_traces.py --write`` from ``OLD`` (a new scenario gets its
+golden file the same way, from the old code, never from the code under test). Every column of a golden row must be
 equal in the new trace: floats compared through ``repr`` (bit-identical), ints and strings exactly.
 Columns added since (``event``, ``dropped``, ...) are ignored; removing or changing an old one fails.
 

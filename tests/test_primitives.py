@@ -191,3 +191,30 @@ def test_record_update_rows_split_the_round_counters() -> None:
     assert p.trace[1]["device_macs"] == 2000 and p.trace[2]["device_macs"] == 4000
     with pytest.raises(ValueError, match="event must be one of"):
         p.record("epoch")
+
+
+class Prepared:
+    """A non-array object a step returns (like a prepared matrix)."""
+
+    def __init__(self, a):
+        self.a = a
+        self.size = a.size
+
+
+def prepare_op(a):
+    return Prepared(matmul(a, np.eye(a.shape[1])))
+
+
+def apply_op(p, x):
+    return matmul(p.a, x)
+
+
+def test_timing_opaque_outputs_are_rebuilt_from_zero_operands() -> None:
+    a, x = np.ones((3, 4)), np.ones((4, 2))
+    with MacMeter() as full:
+        y = Full().run(apply_op, Full().run(prepare_op, a), x)
+    t = Timing()
+    with MacMeter() as timing:
+        stub = t.run(apply_op, t.run(prepare_op, Shape.like(a)), Shape.like(x))
+    assert full.macs == timing.macs == 3 * 4 * 4 + 3 * 4 * 2
+    assert isinstance(stub, Shape) and stub.shape == y.shape

@@ -43,7 +43,9 @@ class TraceRow:
     event : {"phase", "round", "update"}
         What the row records.
     dropped : str
-        Space-separated indices of the devices that were unavailable in a step of this event (sorted).
+        Space-separated indices (sorted) of the devices that took no part in a step of this event because
+        they were unavailable (availability model) or, in a ``tree_aggregate``, a member of their
+        root's subtree was.
     decode_failed : bool
         Whether the server failed to decode this event's aggregate (the update was skipped).
     """
