@@ -581,6 +581,9 @@ def run_problems(runs: list[Any], n_devices: Any) -> list[str]:
         except KeyError as e:
             problems.append(f"runs[{i}] ({name}): {e.args[0]}{_did_you_mean(run['protocol'], registry.names())}")
             continue
+        except (ValueError, ImportError, TypeError) as e:  # a bad "module:Class" (fednet.plugins)
+            problems.append(f"runs[{i}] ({name}).protocol: {e}")
+            continue
         params = run.get("params") or {}
         try:
             cfg = cls.Config.model_validate(params)
