@@ -7,7 +7,12 @@
 ``fednet list``
     Name the registered protocols, topologies and bundled studies.
 
-Exit status 2 for a bad study or bad data (the message names the problem; nothing is written).
+Exit status 2, with one message on stderr and no traceback, for any
+:class:`fednet.errors.FednetError`: a bad study (the message names the key and value), bad
+data, an output folder fednet may not replace or that another run holds (the message names its
+process id), or, in a ``strict`` study, a round that cannot complete. Nothing is written then.
+Status 128 + N when stopped by signal N (SIGTERM: 143); the staging folder is removed. Any
+other exception is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -34,22 +39,13 @@ def _resolve(study: str) -> Path:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fednet.learning.datasets import DatasetError
-    from fednet.study.config import StudyError, load_study
+    from fednet.study.config import load_study
     from fednet.study.runner import run_study
 
-    try:
-        study = load_study(_resolve(args.study), seeds=[args.seed] if args.seed is not None else None)
-    except StudyError as e:
-        print(f"fednet: {e}", file=sys.stderr)
-        return 2
+    study = load_study(_resolve(args.study), seeds=[args.seed] if args.seed is not None else None)
     out = Path(args.out) if args.out else Path("results") / study.name
     t0 = time.perf_counter()
-    try:
-        result = run_study(study, out, data_dir=args.data_dir, progress=not args.quiet)
-    except DatasetError as e:
-        print(f"fednet: {e}", file=sys.stderr)
-        return 2
+    result = run_study(study, out, data_dir=args.data_dir, progress=not args.quiet)
     print(f"\n{study.name}: {len(study.runs)} runs x {len(study.seeds)} seeds in {time.perf_counter() - t0:.1f} s "
           f"(host wall time)\n")
     if study.description:
@@ -77,7 +73,16 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``fednet`` command; returns the exit status."""
+    """Entry point of the ``fednet`` command; returns the exit status.
+
+    Returns
+    -------
+    int
+        0 on success; 2 for any :class:`fednet.errors.FednetError` (printed as ``fednet: <message>``
+        on stderr, without a traceback). Argument errors exit 2 through argparse.
+    """
+    from fednet.errors import FednetError
+
     parser = argparse.ArgumentParser(prog="fednet", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     p_run = sub.add_parser("run", help="run a study")
@@ -90,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     p_list = sub.add_parser("list", help="list protocols, topologies and bundled studies")
     p_list.set_defaults(func=_cmd_list)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except FednetError as e:
+        print(f"fednet: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

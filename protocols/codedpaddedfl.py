@@ -320,6 +320,16 @@ class CodedPaddedFL(Protocol):
             raise ValueError(f"alpha must be at most the smallest group size ({smallest} with "
                              f"{config.groups} groups of {n_devices} devices), got {config.alpha}")
 
+    @classmethod
+    def check_dropout(cls, config: CodedPaddedFLConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a dropout that leaves, on average, fewer than ``D_g - alpha + 1`` devices of a group."""
+        for g, size in enumerate(group_sizes(n_devices, config.groups)):
+            need, mean = size - config.alpha + 1, size * (1.0 - dropout)
+            if mean < need:
+                raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of the {size} devices of group {g} "
+                                 f"available on average, fewer than the D_g - alpha + 1 = {need} its decoder needs "
+                                 f"(alpha = {config.alpha}); raise alpha or lower dropout")
+
     # -- helpers ---------------------------------------------------------------------------
     @property
     def q(self) -> FixedPoint:

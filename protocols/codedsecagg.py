@@ -258,6 +258,21 @@ class CodedSecAgg(Protocol):
             raise ValueError(f"every group needs at least k_prime = {kp} devices; groups = {N} gives {n_prime}")
         check_shamir_parameters(n_prime, kp, config.q, z=config.z)
 
+    @classmethod
+    def check_dropout(cls, config: CodedSecAggConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a dropout that leaves fewer than k' complete columns on average.
+
+        A column (device ``i`` of every group) reaches the server only if all its ``N`` devices
+        are present: on average ``n' (1 - dropout)^N`` columns of ``n' = D / N``.
+        """
+        N = config.groups
+        n_prime, kp = n_devices // N, config.threshold
+        mean = n_prime * (1.0 - dropout) ** N
+        if mean < kp:
+            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_prime} share columns complete on "
+                             f"average (all {N} groups present), fewer than the k_prime = {kp} the decoder needs; "
+                             f"lower k_prime, groups or dropout")
+
     # -- helpers ---------------------------------------------------------------------------
     @property
     def fp(self) -> FixedPoint:

@@ -185,6 +185,16 @@ class LightSecAgg(Protocol):
         U = n_devices if config.U is None else config.U
         check_lsa_parameters(n_devices, U, config.z, config.p)
 
+    @classmethod
+    def check_dropout(cls, config: LightSecAggConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a dropout that leaves fewer than U users available on average."""
+        U = n_devices if config.U is None else config.U
+        mean = n_devices * (1.0 - dropout)
+        if mean < U:
+            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_devices} users available on "
+                             f"average, fewer than U = {U} survivors each round needs; set U <= "
+                             f"{max(config.z + 1, int(mean))} or lower dropout")
+
     @property
     def U(self) -> int:
         """The target number of survivors U (the configured value, or D)."""

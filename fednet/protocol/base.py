@@ -33,8 +33,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import simpy
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
+from fednet.errors import DecodeFailure
 from fednet.learning.task import LearningTask
 from fednet.sim.network import Message
 from fednet.sim.simulation import Node, Simulation
@@ -50,16 +51,23 @@ class ProtocolConfig(BaseModel):
     Attributes
     ----------
     element_bits : int
-        Width in bits of one transmitted number (32: float32 as in Sec. VII for the baselines).
+        Width in bits of one transmitted number (32: float32 as in Sec. VII for the baselines),
+        in [1, 4096].
+
+    Non-finite floats (``inf``, ``nan``) are refused in every field of every subclass.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    element_bits: int = 32
+    element_bits: int = Field(32, ge=1, le=4096)
 
 
-class StragglerShortfall(RuntimeError):
-    """Fewer nodes responded than a :meth:`Protocol.gather` needed."""
+class StragglerShortfall(DecodeFailure):
+    """Fewer nodes responded than a :meth:`Protocol.gather` needed.
+
+    A :class:`fednet.errors.DecodeFailure` (hence a ``RuntimeError``): in a study it marks the
+    round as skipped in the trace unless the study sets ``strict = true``.
+    """
 
 
 def payload_size(payload: Any) -> int:
@@ -160,6 +168,18 @@ class Protocol:
 
         Called when a study is loaded (so a bad study fails before any output is written) and
         again when the protocol is built. Raise ``ValueError`` naming the parameter and value.
+        """
+
+    @classmethod
+    def check_dropout(cls, config: ProtocolConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a per-round dropout probability that leaves too few devices on average.
+
+        Called when a study with ``network.dropout > 0`` is loaded. A round that happens to lose
+        too many devices is recorded as skipped (or raises in strict mode); this check refuses
+        the configurations where that is the expected case: fewer devices available on average
+        (``n_devices * (1 - dropout)``) than one round needs. The default accepts everything
+        (protocols that proceed with whoever is present). Raise ``ValueError`` naming
+        ``network.dropout``, the parameter it conflicts with, and a setting that works.
         """
 
     def validate(self) -> None:
@@ -408,7 +428,8 @@ class Protocol:
         return row
 
     def run(self, epochs: int, *, stop_at: float | None = None,
-            on_round: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+            on_round: Callable[[dict[str, Any]], None] | None = None,
+            strict: bool = True) -> list[dict[str, Any]]:
         """Run the setup phase and up to ``epochs`` rounds; returns the trace rows.
 
         Parameters
@@ -419,6 +440,17 @@ class Protocol:
             Stop after the first round whose test accuracy reaches this value.
         on_round : callable(row), optional
             Called after each round (progress bars).
+        strict : bool
+            True (default): a round that cannot complete raises. False: a training round that
+            raises :class:`StragglerShortfall` (too few devices available or finishing) is
+            recorded with ``skipped = 1`` and its reason in ``skip_reason``, the model is left
+            as it was, and the next round starts (the papers' "decoding failed" rounds). The
+            setup phase (round 0) always raises.
+
+        Raises
+        ------
+        StragglerShortfall
+            With ``strict=True``, from the first round that cannot complete.
         """
         if epochs < 0:
             raise ValueError(f"epochs must be >= 0, got {epochs}")
@@ -432,8 +464,16 @@ class Protocol:
             for e in range(1, epochs + 1):
                 self.sim.round = self.epoch = e
                 self.used = None
-                yield from self.round(e)
-                row = self._record(e)
+                try:
+                    yield from self.round(e)
+                except StragglerShortfall as failure:
+                    if strict:
+                        raise
+                    self.used = None
+                    row = self._record(e)
+                    row.update(skipped=1, skip_reason=str(failure))
+                else:
+                    row = self._record(e)
                 if on_round:
                     on_round(row)
                 if stop_at is not None and row["accuracy"] >= stop_at:

@@ -1,12 +1,14 @@
 """Running a study: data pipeline, networks, protocols, traces, summary, plot.
 
 Output of :func:`run_study` (written to a temporary sibling directory and renamed into place
-at the end, so a failed or interrupted study leaves no partial result directory)::
+at the end, so a failed or interrupted study leaves no partial result directory; see
+:mod:`fednet.study.output` for the marker, the lock and the clean-up of killed runs)::
 
     OUT/summary.json            time to each target per run and seed, across seeds, speed-ups
     OUT/accuracy_vs_time.png    accuracy against simulated time, every run and seed
     OUT/study.json              the validated study, as run
     OUT/<run label>/trace.csv   one row per (seed, round)
+    OUT/.fednet-output          marker: the files fednet wrote (only such folders are replaced)
 """
 
 from __future__ import annotations
@@ -14,9 +16,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import re
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,19 +37,14 @@ from fednet.sim.rng import Streams
 from fednet.sim.simulation import Simulation
 from topologies.lte import lte_star
 
-from .config import DataSpec, NetworkSpec, RunSpec, Study
+from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
+from .output import StagedOutput
 from .results import format_summary, summarize
 
 __all__ = ["prepare_task", "build_network", "build_simulation", "run_study", "StudyResult", "slug"]
 
 TRACE_COLUMNS = ["protocol", "seed", "round", "time_s", "accuracy", "loss", "bits_up", "bits_down",
                  "device_macs", "server_macs", "retransmissions", "used"]
-
-
-def slug(label: str) -> str:
-    """A file-system-safe directory name for a run label."""
-    s = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
-    return s or "run"
 
 
 def prepare_task(study: Study, data_dir: str | os.PathLike | None = None) -> LearningTask:
@@ -121,24 +115,33 @@ def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
     cls = registry.get(run.protocol)
     sim = build_simulation(study.network, seed, record_views=study.record_views)
     proto = cls(sim, task, run.params, label=run.name)
-    return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round)
+    return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round, strict=study.strict)
 
 
 def run_study(study: Study, out_dir: str | os.PathLike, *, data_dir: str | os.PathLike | None = None,
               progress: bool = True, plot: bool = True) -> StudyResult:
     """Run every (run, seed) of a study and write its results to ``out_dir``.
 
-    The data are loaded and checked before anything is written; results go to a temporary
-    directory renamed to ``out_dir`` at the end (an existing ``out_dir`` is replaced).
+    Results go to a staging folder renamed to ``out_dir`` at the end; an existing ``out_dir``
+    is replaced only if fednet wrote it (:class:`~fednet.study.output.StagedOutput`).
+
+    Raises
+    ------
+    fednet.errors.OutputError
+        ``out_dir`` holds files fednet did not write, or is the current folder (checked first).
+    fednet.errors.OutputLocked
+        Another live fednet run writes to ``out_dir`` (its pid is in the message).
+    fednet.learning.datasets.DatasetError
+        Missing or corrupted data (nothing is left behind).
+    fednet.protocol.base.StragglerShortfall
+        With ``study.strict``, from a round that cannot complete.
     """
-    task = prepare_task(study, data_dir)
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
     traces: dict[str, dict[int, list[dict[str, Any]]]] = {}
     wall: dict[str, dict[int, float]] = {}
     total = sum(study.run_epochs(r) + 1 for r in study.runs) * len(study.seeds)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
-    try:
+    with StagedOutput(out_dir) as tmp:
+        task = prepare_task(study, data_dir)
         with tqdm(total=total, desc=study.name, unit="round", disable=not progress, leave=False,
                   mininterval=0.5) as bar:
             for run in study.runs:
@@ -166,10 +169,4 @@ def run_study(study: Study, out_dir: str | os.PathLike, *, data_dir: str | os.Pa
             from .plots import plot_accuracy_vs_time
 
             plot_accuracy_vs_time(traces, study.targets, tmp / "accuracy_vs_time.png", title=study.name)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return StudyResult(out_dir, summary, traces, wall)
