@@ -116,7 +116,10 @@ class LightSecAggConfig(ProtocolConfig):
 
     @model_validator(mode="after")
     def _prime(self) -> "LightSecAggConfig":
-        check_prime(self.p)
+        try:
+            check_prime(self.p)
+        except ValueError as e:
+            raise ValueError(f"p = {self.p} is not usable as the field of LightSecAgg: {e}") from None
         if self.U is not None and self.U <= self.z:
             raise ValueError(f"U must exceed z = {self.z} (T < U), got {self.U}")
         return self

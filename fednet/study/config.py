@@ -325,8 +325,11 @@ class Study(_Strict):
                     check_dropout(cfg, self.network.n_devices, self.network.dropout)
             except ValidationError as e:
                 for err in e.errors():
-                    loc = ".".join(str(p) for p in err["loc"])
-                    problems.append(f"runs[{i}] ({run.name}).params.{loc}: {err['msg']} (got {err.get('input')!r})")
+                    loc = "".join(f".{p}" for p in err["loc"])
+                    inp = err.get("input")
+                    shown = "" if err["type"] == "value_error" or isinstance(inp, dict) else f" (got {inp!r})"
+                    problems.append(f"runs[{i}] ({run.name}).params{loc}: "
+                                    f"{err['msg'].removeprefix('Value error, ')}{shown}")
             except ValueError as e:
                 problems.append(f"runs[{i}] ({run.name}).params: {e}")
         if problems:

@@ -26,6 +26,7 @@ import networkx as nx
 import numpy as np
 from tqdm.auto import tqdm
 
+from fednet.errors import ConfigError, FednetError
 from fednet.learning.datasets import load_dataset
 from fednet.learning.features import rbf_features
 from fednet.learning.models import one_hot
@@ -110,11 +111,29 @@ class StudyResult:
         return format_summary(self.summary)
 
 
-def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
-             on_round: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -> Any:
+    """The protocol of ``run`` on a fresh simulation of ``seed``.
+
+    Raises
+    ------
+    ConfigError
+        When the protocol refuses its parameters against the data or network (its ``validate``
+        raised ``ValueError``); the message names the run.
+    """
     cls = registry.get(run.protocol)
     sim = build_simulation(study.network, seed, record_views=study.record_views)
-    proto = cls(sim, task, run.params, label=run.name)
+    try:
+        return cls(sim, task, run.params, label=run.name)
+    except FednetError:
+        raise
+    except ValueError as e:
+        i = study.runs.index(run)
+        raise ConfigError(f"runs[{i}] ({run.name}).params: {e}") from e
+
+
+def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
+             on_round: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+    proto = _build_protocol(study, run, seed, task)
     return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round, strict=study.strict)
 
 
@@ -133,6 +152,8 @@ def run_study(study: Study, out_dir: str | os.PathLike, *, data_dir: str | os.Pa
         Another live fednet run writes to ``out_dir`` (its pid is in the message).
     fednet.learning.datasets.DatasetError
         Missing or corrupted data (nothing is left behind).
+    fednet.errors.ConfigError
+        A protocol refuses its parameters against the data (before any run starts).
     fednet.protocol.base.StragglerShortfall
         With ``study.strict``, from a round that cannot complete.
     """
@@ -142,6 +163,8 @@ def run_study(study: Study, out_dir: str | os.PathLike, *, data_dir: str | os.Pa
     total = sum(study.run_epochs(r) + 1 for r in study.runs) * len(study.seeds)
     with StagedOutput(out_dir) as tmp:
         task = prepare_task(study, data_dir)
+        for run in study.runs:                 # refuse data-dependent misfits before any run
+            _build_protocol(study, run, study.seeds[0], task)
         with tqdm(total=total, desc=study.name, unit="round", disable=not progress, leave=False,
                   mininterval=0.5) as bar:
             for run in study.runs:
