@@ -370,6 +370,8 @@ def test_combinations(tmp_path, capsys, network, runs, expected, needle) -> None
 #: Bad study files: (file content or None for missing, expected needle).
 FILE_CASES = [
     (None, "study file not found"),
+    (b"name = \"caf\xe9\"\n", "not UTF-8 text"),
+    ("<dir>", "is a folder"),
     ("name = \n", "invalid TOML"),
     ("\x00\x01binary", "invalid TOML"),
     ('name = "x"\n', "runs: Field required"),
@@ -385,19 +387,36 @@ FILE_CASES = [
 @pytest.mark.parametrize("content,needle", FILE_CASES, ids=[f"file{i}" for i in range(len(FILE_CASES))])
 def test_bad_study_files(tmp_path, capsys, content, needle) -> None:
     path = tmp_path / "s.toml"
-    if content is not None:
-        path.write_bytes(content.encode())
+    if content == "<dir>":
+        path.mkdir()
+    elif content is not None:
+        path.write_bytes(content if isinstance(content, bytes) else content.encode())
     with pytest.raises(StudyError) as err:
         load_study(path)
     assert needle in str(err.value)
     expect_cli_error(tmp_path, capsys, ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"], needle)
 
 
+@pytest.mark.parametrize("args,needle", [
+    (["--seed", "-1"], "seeds must be in [0, 2**63 - 1], got [-1]"),
+    (["--seed", str(2**70)], "seeds must be in [0, 2**63 - 1]"),
+])
+def test_bad_cli_seed(tmp_path, capsys, args, needle) -> None:
+    path = write(tmp_path, study_text())
+    expect_cli_error(tmp_path, capsys, ["run", str(path), "--out", str(tmp_path / "out"), "--quiet", *args], needle)
+
+
+def test_unknown_study_name(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    expect_cli_error(tmp_path, capsys, ["run", "no_such_study", "--quiet"], "study file not found: no_such_study")
+
+
 def test_data_dependent_misfit_is_a_named_error_before_any_output(tmp_path, capsys) -> None:
     # approx_gc's default single-class setting needs n_devices == 10 classes: found with the data.
     path = write(tmp_path, study_text(protocol="approx_gc"))
-    expect_cli_error(tmp_path, capsys, ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"],
-                     "runs[0] (approx_gc).params: setting = 'single-class' needs n_devices == n_classes = 10")
+    err = expect_cli_error(tmp_path, capsys, ["run", str(path), "--out", str(tmp_path / "out"), "--quiet"],
+                           "setting = 'single-class' needs n_devices == n_classes = 10, got 6")
+    assert "runs[0] (approx_gc).params" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
 
 
@@ -487,6 +506,12 @@ def test_out_under_a_file_is_a_named_error(tmp_path, tiny, capsys) -> None:
     (tmp_path / "plain").write_text("x")
     expect_cli_error(tmp_path, capsys, ["run", str(tiny), "--out", str(tmp_path / "plain" / "out"), "--quiet"],
                      "cannot create the parent folder")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
+def test_out_where_nothing_can_be_written(tmp_path, tiny, capsys) -> None:
+    expect_cli_error(tmp_path, capsys, ["run", str(tiny), "--out", "/proc/fednet_out", "--quiet"],
+                     "cannot write next to --out '/proc/fednet_out'")
 
 
 def test_rerun_replaces_only_fednets_own_folder(tmp_path, tiny, capsys) -> None:
@@ -755,6 +780,7 @@ def test_dropouts_in_the_round_phase(protocol, gone, expected) -> None:
     r1, r2 = rows[1], rows[2]
     if expected == "recorded":
         assert r2.get("skipped") == 1 and "round 2" in r2["skip_reason"] and r2["used"] == ""
+        assert "decode_error" not in r2                                            # no stale metrics
         assert (r2["accuracy"], r2["loss"]) == (r1["accuracy"], r1["loss"])       # model unchanged
         assert r2["time_s"] >= r1["time_s"]
         with pytest.raises(StragglerShortfall, match="round 2") as err:            # strict: named error
@@ -806,7 +832,8 @@ def _outcomes() -> dict[str, int]:
         for c in cases:
             n[c[idx]] += 1
     n["error"] += len(FILE_CASES) + 1                                      # + data misfit
-    n["error"] += 7                                                        # --out: ., user, file, link, parent, extra file, lock
+    n["error"] += 8                                                        # --out: ., user, file, link, parent, /proc, extra file, lock
+    n["error"] += 3                                                        # --seed -1, --seed 2**70, unknown study name
     n["correct"] += 5                                                      # rerun, empty/nested, stale lock, stale partial, end-to-end
     n["correct"] += 2 * len(PHASES) + 2                                    # kills: clean state after each, SIGINT, thread
     n["error"] += 1                                                        # real subprocess: concurrent run refused

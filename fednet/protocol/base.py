@@ -33,9 +33,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import simpy
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fednet.errors import DecodeFailure
+from fednet.errors import ConfigError, DecodeFailure, FednetError
 from fednet.learning.task import LearningTask
 from fednet.sim.network import Message
 from fednet.sim.simulation import Node, Simulation
@@ -125,6 +125,13 @@ class Protocol:
     label : str, optional
         Name of this run in traces (defaults to ``name``).
 
+    Raises
+    ------
+    fednet.errors.ConfigError
+        When ``config`` does not validate or :meth:`validate` refuses it against the network
+        and data (a ``ValueError`` raised there is re-raised as a ``ConfigError``, a
+        ``ValueError`` too, naming the protocol).
+
     Attributes
     ----------
     theta : ndarray, (d, c)
@@ -145,11 +152,18 @@ class Protocol:
                  *, label: str | None = None) -> None:
         if task.n_devices != sim.n_devices:
             raise ValueError(f"the task has data for {task.n_devices} devices but the network has {sim.n_devices}")
-        if config is None:
-            config = self.Config()
-        elif isinstance(config, dict):
-            config = self.Config.model_validate(config)
-        elif not isinstance(config, self.Config):
+        try:
+            if config is None:
+                config = self.Config()
+            elif isinstance(config, dict):
+                config = self.Config.model_validate(config)
+        except ValidationError as e:
+            raise ConfigError("; ".join(
+                f"{self.name} {'.'.join(str(p) for p in err['loc']) or 'config'}: "
+                f"{err['msg'].removeprefix('Value error, ')}"
+                + ("" if err["type"] == "value_error" or isinstance(err.get("input"), dict)
+                   else f" (got {err.get('input')!r})") for err in e.errors())) from None
+        if not isinstance(config, self.Config):
             raise TypeError(f"config must be a {self.Config.__name__} or a dict, got {type(config).__name__}")
         self.sim = sim
         self.task = task
@@ -159,7 +173,12 @@ class Protocol:
         self.epoch = 0
         self.used: list[int] | None = None
         self.trace: list[dict[str, Any]] = []
-        self.validate()
+        try:
+            self.validate()
+        except FednetError:
+            raise
+        except ValueError as e:
+            raise ConfigError(f"{self.name}: {e}") from e
 
     # -- to override ----------------------------------------------------------------------
     @classmethod
@@ -413,7 +432,7 @@ class Protocol:
         return arrived[:need]
 
     # -- the run loop --------------------------------------------------------------------
-    def _record(self, round: int) -> dict[str, Any]:
+    def _record(self, round: int, failure: str | None = None) -> dict[str, Any]:
         acc, loss = self.evaluate()
         c = self.sim.take_counters()
         row = {
@@ -423,7 +442,10 @@ class Protocol:
             "retransmissions": c.retransmissions,
             "used": "" if self.used is None else " ".join(map(str, sorted(self.used))),
         }
-        row.update(self.round_metrics(round))
+        if failure is None:
+            row.update(self.round_metrics(round))
+        else:   # a skipped round: its protocol metrics would be the previous round's
+            row.update(skipped=1, skip_reason=failure)
         self.trace.append(row)
         return row
 
@@ -470,8 +492,7 @@ class Protocol:
                     if strict:
                         raise
                     self.used = None
-                    row = self._record(e)
-                    row.update(skipped=1, skip_reason=str(failure))
+                    row = self._record(e, failure=str(failure))
                 else:
                     row = self._record(e)
                 if on_round:

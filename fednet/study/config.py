@@ -362,14 +362,20 @@ def load_study(path: str | Path, **overrides: Any) -> Study:
     Raises
     ------
     StudyError
-        For a missing file, invalid TOML, or a study that does not validate; the message names
-        every offending key and value.
+        For a missing, unreadable or non-UTF-8 file, invalid TOML, or a study that does not
+        validate; the message names every offending key and value.
     """
     path = Path(path)
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise StudyError(f"study file not found: {path}") from None
+    except IsADirectoryError:
+        raise StudyError(f"study file {path} is a folder, not a TOML file") from None
+    except OSError as e:
+        raise StudyError(f"cannot read study file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise StudyError(f"{path}: not UTF-8 text (byte {e.start}): a study is a TOML file") from None
     except tomllib.TOMLDecodeError as e:
         raise StudyError(f"{path}: invalid TOML: {e}") from None
     raw.update({k: v for k, v in overrides.items() if v is not None})

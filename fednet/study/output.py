@@ -303,6 +303,13 @@ class StagedOutput:
             staging.mkdir()
             self.staging = staging
             _write_marker(staging, [], state="partial")
+        except OutputError:
+            self._abort()
+            raise
+        except OSError as e:
+            self._abort()
+            raise OutputError(f"cannot write next to --out {str(self.given)!r} in {self.out.parent}: "
+                              f"{e.strerror or e}") from None
         except BaseException:
             self._abort()
             raise

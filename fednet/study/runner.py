@@ -124,6 +124,9 @@ def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -
     sim = build_simulation(study.network, seed, record_views=study.record_views)
     try:
         return cls(sim, task, run.params, label=run.name)
+    except ConfigError as e:
+        i = study.runs.index(run)
+        raise type(e)(f"runs[{i}] ({run.name}).params: {e}") from e
     except FednetError:
         raise
     except ValueError as e:
