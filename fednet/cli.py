@@ -11,7 +11,8 @@ Exit status 2, with one message on stderr and no traceback, for any
 :class:`fednet.errors.FednetError`: a bad study (the message names the key and value), bad
 data, an output folder fednet may not replace or that another run holds (the message names its
 process id), or, in a ``strict`` study, a round that cannot complete. Nothing is written then.
-Status 128 + N when stopped by signal N (SIGTERM: 143); the staging folder is removed. Any
+Status 128 + N when stopped by signal N (SIGINT: 130, SIGTERM: 143); the staging folder is
+removed and the lock released. Any
 other exception is a bug and shows its traceback.
 """
 
@@ -100,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     except FednetError as e:
         print(f"fednet: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("fednet: interrupted (SIGINT); no partial results were left", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

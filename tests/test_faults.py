@@ -698,10 +698,21 @@ def test_real_cli_subprocess_sigterm_and_concurrent_run(tmp_path, capsys) -> Non
     assert _debris(tmp_path) == [] and not out.exists()
 
 
-def test_sigint_cleans_like_sigterm(tmp_path, tiny) -> None:
-    code = _kill_run("plot", signal.SIGINT, tiny, tmp_path / "out")
-    assert code == 128 + signal.SIGINT
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_sigint_and_sighup_clean_like_sigterm(tmp_path, tiny, sig) -> None:
+    code = _kill_run("plot", sig, tiny, tmp_path / "out")
+    assert code == 128 + sig
     assert _debris(tmp_path) == [] and not (tmp_path / "out").exists()
+
+
+def test_second_writer_in_the_same_process_is_refused(tmp_path) -> None:
+    with StagedOutput(tmp_path / "out") as st:
+        (st / "a.txt").write_text("1")
+        with pytest.raises(OutputLocked, match=f"process id {os.getpid()}"):
+            StagedOutput(tmp_path / "out").__enter__()
+        assert st.is_dir()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [MARKER, "a.txt"]
+    assert _debris(tmp_path) == []
 
 
 def test_staged_output_outside_the_main_thread_still_cleans_on_error(tmp_path) -> None:
@@ -835,7 +846,8 @@ def _outcomes() -> dict[str, int]:
     n["error"] += 8                                                        # --out: ., user, file, link, parent, /proc, extra file, lock
     n["error"] += 3                                                        # --seed -1, --seed 2**70, unknown study name
     n["correct"] += 5                                                      # rerun, empty/nested, stale lock, stale partial, end-to-end
-    n["correct"] += 2 * len(PHASES) + 2                                    # kills: clean state after each, SIGINT, thread
+    n["correct"] += 2 * len(PHASES) + 3                                    # kills: clean state after each, SIGINT, SIGHUP, thread
+    n["error"] += 1                                                        # second writer in one process
     n["error"] += 1                                                        # real subprocess: concurrent run refused
     n["recorded"] += 1                                                     # study shortfall recorded
     n["error"] += 1                                                        # study shortfall strict

@@ -8,8 +8,8 @@ Rules (issue 14, item 3):
   is used as is; anything else (a user's folder, the current folder or one of its parents, a
   file) is refused with :class:`~fednet.errors.OutputError` and left untouched.
 - Results are written into a sibling staging folder ``.<name>.partial-<pid>-<random>`` and
-  renamed to ``<name>`` at the end. SIGTERM and SIGINT (and interpreter exit) remove the staging
-  folder and release the lock; a staging folder left by a killed run (SIGKILL, power loss) is
+  renamed to ``<name>`` at the end. SIGTERM, SIGHUP and SIGINT (and interpreter exit) remove the
+  staging folder and release the lock; a staging folder left by a killed run (SIGKILL, power loss) is
   recognised by the dead pid in its name and removed by the next run on the same ``--out``.
 - A lock file ``.<name>.fednet-lock`` beside the output folder, created exclusively and holding
   the writer's pid, makes a second run on the same ``--out`` fail at once with
@@ -148,8 +148,9 @@ class StagedOutput:
 
     Entering: checks the target (:func:`check_output_target`), creates the missing parent folders,
     takes the lock, removes stale staging folders of dead runs, creates the staging folder (with
-    the marker) and installs SIGTERM/SIGINT handlers (main thread only) that raise ``SystemExit``
-    (status 128 + signal) so the clean-up runs. Leaving without an exception: writes the marker's
+    the marker) and installs SIGTERM/SIGHUP handlers (main thread only) that raise ``SystemExit``
+    (status 128 + signal) so the clean-up runs; SIGINT raises ``KeyboardInterrupt`` as usual,
+    which cleans up the same way. Leaving without an exception: writes the marker's
     file list and renames the staging folder to the target (replacing an earlier fednet output).
     Leaving with an exception: removes the staging folder and any parent folders it created.
     Always: releases the lock and restores the signal handlers.
@@ -193,7 +194,7 @@ class StagedOutput:
                     pid = int(self.lock.read_text().strip() or "0")
                 except (OSError, ValueError):
                     pid = 0
-                if pid and pid != os.getpid() and pid_alive(pid):
+                if pid and pid_alive(pid):
                     raise OutputLocked(f"--out {str(self.given)!r} is in use by another fednet run (process id {pid}; "
                                        f"lock file {self.lock}); wait for it or choose another folder") from None
                 if not pid:
@@ -262,9 +263,14 @@ class StagedOutput:
         raise SystemExit(128 + signum)
 
     def _install_handlers(self) -> None:
+        # SIGINT keeps Python's own handler: KeyboardInterrupt already unwinds through __exit__
+        # (and an interactive session survives it); SIGTERM and SIGHUP would kill the process
+        # without clean-up, so they raise SystemExit(128 + signal) instead.
         if threading.current_thread() is not threading.main_thread():
             return
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+            if sig is None:
+                continue
             try:
                 self._old_handlers[sig] = signal.signal(sig, self._on_signal)
             except (ValueError, OSError):  # pragma: no cover - not the main interpreter
