@@ -40,7 +40,7 @@ from fednet.errors import (CapacityError, ConfigError, DataError, DecodeFailure,
 from fednet.learning.datasets import DatasetError
 from fednet.protocol import registry
 from fednet.protocol.base import StragglerShortfall
-from fednet.sim.compute import Availability
+from fednet.sim.compute import Availability, BernoulliDropout, ShiftedExponential, TraceCompute
 from fednet.sim.simulation import Simulation
 from fednet.study.config import StudyError, load_study
 from fednet.study.output import MARKER, StagedOutput, pid_alive
@@ -418,6 +418,65 @@ def test_data_dependent_misfit_is_a_named_error_before_any_output(tmp_path, caps
                            "setting = 'single-class' needs n_devices == n_classes = 10, got 6")
     assert "runs[0] (approx_gc).params" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+#: The engine's own checks (Python API): (constructor, expected needle).
+def _sim(**graph_attrs):
+    g = lte_star(D, device_mac_rates=[1e6] * D, loss=0.0)
+    g.graph.update(graph_attrs)
+    return Simulation(g, 0)
+
+
+def _sim_edge(**edge):
+    g = lte_star(D, device_mac_rates=[1e6] * D, loss=0.0)
+    for _, _, e in g.edges(data=True):
+        e.update(edge)
+    return Simulation(g, 0)
+
+
+def _sim_mac(rate):
+    g = lte_star(D, device_mac_rates=[1e6] * D, loss=0.0)
+    last = [n for n, a in g.nodes(data=True) if a.get("role") != "server"][-1]
+    g.nodes[last]["mac_rate"] = rate          # the engine's own check, past the topology builder's
+    return Simulation(g, 0)
+
+
+ENGINE_CASES = [
+    (lambda: ShiftedExponential(float("inf")), "setup_fraction must be a finite number"),
+    (lambda: ShiftedExponential(float("nan")), "setup_fraction must be a finite number"),
+    (lambda: ShiftedExponential(-0.5), "setup_fraction must be a finite number"),
+    (lambda: TraceCompute({0: [float("nan")]}), "delays[0] must be a non-empty sequence of finite seconds"),
+    (lambda: TraceCompute({1: [1.0, float("inf")]}), "delays[1]"),
+    (lambda: TraceCompute({2: []}), "delays[2]"),
+    (lambda: BernoulliDropout(float("nan")), "dropout probability p must be in [0, 1)"),
+    (lambda: BernoulliDropout(1.0), "dropout probability p must be in [0, 1)"),
+    (lambda: _sim(header_overhead=float("inf")), "header_overhead must be a finite fraction"),
+    (lambda: _sim(header_overhead=float("nan")), "header_overhead must be a finite fraction"),
+    (lambda: _sim(packet_bits=float("inf")), "packet_bits must be a finite positive number"),
+    (lambda: _sim(packet_bits=0), "packet_bits must be a finite positive number"),
+    (lambda: _sim_edge(uplink_bps=float("inf")), "uplink_bps of device"),
+    (lambda: _sim_edge(downlink_bps=float("nan")), "downlink_bps of device"),
+    (lambda: _sim_edge(uplink_bps=-1.0), "uplink_bps of device"),
+    (lambda: _sim_edge(uplink_loss=float("nan")), "uplink loss of device"),
+    (lambda: _sim_edge(downlink_loss=1.0), "downlink loss of device"),
+    (lambda: _sim_mac(float("inf")), "mac_rate of device"),
+    (lambda: _sim_mac(float("nan")), "mac_rate of device"),
+    (lambda: _sim_mac(0.0), "mac_rate of device"),
+    (lambda: registry.get("conventional")(_sim(), make_task(D=D), {"drop_slowest": float("nan")}),
+     "conventional drop_slowest"),
+    (lambda: registry.get("cfl")(_sim(), make_task(D=D), {"redundancy": float("inf")}),
+     "cfl redundancy: Input should be a finite number"),
+    (lambda: registry.get("codedpaddedfl")(_sim(), make_task(D=D), None), "codedpaddedfl alpha: Field required"),
+    (lambda: registry.get("lightsecagg")(_sim(), make_task(D=D), {"z": 1, "U": 9}), "lightsecagg: U must satisfy"),
+]
+
+
+@pytest.mark.parametrize("make,needle", ENGINE_CASES, ids=[f"engine{i}" for i in range(len(ENGINE_CASES))])
+def test_engine_refuses_non_finite_and_out_of_range_values(make, needle) -> None:
+    with pytest.raises(ConfigError) as err:
+        make()
+    assert needle in str(err.value)
+    assert isinstance(err.value, ValueError)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -843,6 +902,7 @@ def _outcomes() -> dict[str, int]:
         for c in cases:
             n[c[idx]] += 1
     n["error"] += len(FILE_CASES) + 1                                      # + data misfit
+    n["error"] += len(ENGINE_CASES)
     n["error"] += 8                                                        # --out: ., user, file, link, parent, /proc, extra file, lock
     n["error"] += 3                                                        # --seed -1, --seed 2**70, unknown study name
     n["correct"] += 5                                                      # rerun, empty/nested, stale lock, stale partial, end-to-end
