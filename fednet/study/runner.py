@@ -55,12 +55,23 @@ def prepare_task(study: Study, data_dir: str | os.PathLike | None = None) -> Lea
     ------
     fednet.learning.datasets.DatasetError
         For a missing or corrupted data file (before anything is written).
+    fednet.errors.ConfigError
+        When the partition cannot give every device at least one training point.
     """
     spec: DataSpec = study.data
     data = load_dataset(spec.dataset, data_dir)
     feats = rbf_features(data, gamma=spec.rbf_gamma, n_components=spec.n_components, seed=spec.feature_seed)
-    parts = partition(data.y_train, study.network.n_devices, kind=spec.partition, alpha=spec.dirichlet_alpha,
-                      rng=np.random.default_rng(spec.feature_seed))
+    try:
+        parts = partition(data.y_train, study.network.n_devices, kind=spec.partition, alpha=spec.dirichlet_alpha,
+                          rng=np.random.default_rng(spec.feature_seed))
+    except ValueError as e:
+        raise ConfigError(f"data.partition = {spec.partition!r} cannot split the {len(data.y_train)} training points "
+                          f"of {spec.dataset!r} over network.n_devices = {study.network.n_devices}: {e}") from e
+    empty = [i for i, idx in enumerate(parts) if len(idx) == 0]
+    if empty:
+        raise ConfigError(f"data.partition = {spec.partition!r} leaves device {empty[0]} (and {len(empty) - 1} more) "
+                          f"without training points over network.n_devices = {study.network.n_devices}; use fewer "
+                          f"devices or another partition")
     y = one_hot(data.y_train, data.n_classes)
     tr = study.training
     return LearningTask(
