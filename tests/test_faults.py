@@ -643,11 +643,22 @@ def test_failed_run_removes_the_parent_folders_it_created(tmp_path, tiny, monkey
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
 
 
+HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.write(fd, str(os.getpid()).encode())
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
 def test_live_lock_refuses_at_once_naming_the_pid(tmp_path, tiny, capsys) -> None:
     out = tmp_path / "out"
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sleeper = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path / ".out.fednet-lock")],
+                               stdout=subprocess.PIPE, text=True)
     try:
-        (tmp_path / ".out.fednet-lock").write_text(f"{sleeper.pid}\n")
+        assert sleeper.stdout.readline().strip() == "locked"
         t0 = time.perf_counter()
         err = expect_cli_error(tmp_path, capsys, ["run", str(tiny), "--out", str(out), "--quiet"],
                                f"process id {sleeper.pid}")
@@ -666,14 +677,18 @@ def dead_pid() -> int:
     return p.pid
 
 
-def test_stale_lock_of_a_dead_process_is_taken_over(tmp_path, tiny) -> None:
-    (tmp_path / ".out.fednet-lock").write_text(f"{dead_pid()}\n")
+@pytest.mark.parametrize("holder", ["dead", "alive-but-unlocked"])
+def test_stale_lock_file_is_taken_over(tmp_path, tiny, holder) -> None:
+    # a lock file nobody holds (its writer was killed; or its pid now belongs to another process)
+    pid = dead_pid() if holder == "dead" else os.getppid()
+    (tmp_path / ".out.fednet-lock").write_text(f"{pid}\n")
     assert run_cli(tiny, tmp_path / "out") == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.toml"]
 
 
-def test_stale_partial_of_a_dead_process_is_cleaned_but_a_users_lookalike_is_not(tmp_path, tiny) -> None:
-    pid = dead_pid()
+@pytest.mark.parametrize("holder", ["dead", "reused-pid"])
+def test_stale_partial_is_cleaned_but_a_users_lookalike_is_not(tmp_path, tiny, holder) -> None:
+    pid = dead_pid() if holder == "dead" else os.getppid()
     stale = tmp_path / f".out.partial-{pid}-abcd"
     stale.mkdir()
     (stale / MARKER).write_text('{"fednet": "output", "files": []}')
@@ -946,7 +961,7 @@ def _outcomes() -> dict[str, int]:
     n["error"] += len(ENGINE_CASES) + len(DATA_MISFITS)
     n["error"] += 8                                                        # --out: ., user, file, link, parent, /proc, extra file, lock
     n["error"] += 3                                                        # --seed -1, --seed 2**70, unknown study name
-    n["correct"] += 5                                                      # rerun, empty/nested, stale lock, stale partial, end-to-end
+    n["correct"] += 7                                                      # rerun, empty/nested, 2 stale locks, 2 stale partials, end-to-end
     n["correct"] += 2 * len(PHASES) + 3                                    # kills: clean state after each, SIGINT, SIGHUP, thread
     n["error"] += 1                                                        # second writer in one process
     n["error"] += 1                                                        # real subprocess: concurrent run refused

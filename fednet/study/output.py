@@ -9,12 +9,12 @@ Rules (issue 14, item 3):
   file) is refused with :class:`~fednet.errors.OutputError` and left untouched.
 - Results are written into a sibling staging folder ``.<name>.partial-<pid>-<random>`` and
   renamed to ``<name>`` at the end. SIGTERM, SIGHUP and SIGINT (and interpreter exit) remove the
-  staging folder and release the lock; a staging folder left by a killed run (SIGKILL, power loss) is
-  recognised by the dead pid in its name and removed by the next run on the same ``--out``.
-- A lock file ``.<name>.fednet-lock`` beside the output folder, created exclusively and holding
-  the writer's pid, makes a second run on the same ``--out`` fail at once with
-  :class:`~fednet.errors.OutputLocked` naming the first run's pid (a lock whose pid is dead is
-  stale and taken over).
+  staging folder and release the lock; a staging folder left by a killed run (SIGKILL, power
+  loss) is removed by the next run on the same ``--out`` once it holds the lock.
+- A lock file ``.<name>.fednet-lock`` beside the output folder, held with an exclusive ``flock``
+  and holding the writer's pid, makes a second run on the same ``--out`` fail at once with
+  :class:`~fednet.errors.OutputLocked` naming the first run's pid. The kernel releases the lock
+  when its process dies (even by SIGKILL), so a lock file left by a killed run is taken over.
 
 Usage::
 
@@ -33,11 +33,17 @@ import secrets
 import shutil
 import signal
 import threading
+import time
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any
 
 from fednet.errors import OutputError, OutputLocked
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["MARKER", "StagedOutput", "check_output_target", "pid_alive"]
 
@@ -183,9 +189,54 @@ class StagedOutput:
         self._created_parents: list[Path] = []
         self._old_handlers: dict[int, Any] = {}
         self._locked = False
+        self._lock_fd: int | None = None
 
     # -- lock -----------------------------------------------------------------------------
+    def _lock_message(self, pid: int | None) -> str:
+        who = f"process id {pid}" if pid else "process id unknown"
+        return (f"--out {str(self.given)!r} is in use by another fednet run ({who}; lock file {self.lock}); "
+                f"wait for it to finish or choose another folder")
+
     def _acquire_lock(self) -> None:
+        """Take the output's lock (an exclusive ``flock`` on the lock file, which holds our pid).
+
+        The kernel drops an ``flock`` when its process dies, even by SIGKILL, so a lock file left
+        by a killed run is simply taken over. Without ``fcntl`` (not POSIX) the lock is the file's
+        exclusive creation, and a file whose pid is no longer alive is stale.
+        """
+        if fcntl is None:  # pragma: no cover - non-POSIX fallback
+            return self._acquire_lock_by_pid()
+        for _ in range(20):
+            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid = None
+                for _ in range(20):            # the holder writes its pid right after locking
+                    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                    if text.isdigit():
+                        pid = int(text)
+                        break
+                    time.sleep(0.01)
+                os.close(fd)
+                raise OutputLocked(self._lock_message(pid)) from None
+            try:
+                same = os.stat(self.lock).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:                        # the holder removed it as we opened it: retry
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            self._lock_fd = fd
+            self._locked = True
+            with _pending_lock:
+                _pending.add(self.lock)
+            return None
+        raise OutputLocked(self._lock_message(None))
+
+    def _acquire_lock_by_pid(self) -> None:  # pragma: no cover - non-POSIX fallback
         for _ in range(3):
             try:
                 fd = os.open(self.lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -195,22 +246,9 @@ class StagedOutput:
                 except (OSError, ValueError):
                     pid = 0
                 if pid and pid_alive(pid):
-                    raise OutputLocked(f"--out {str(self.given)!r} is in use by another fednet run (process id {pid}; "
-                                       f"lock file {self.lock}); wait for it or choose another folder") from None
-                if not pid:
-                    # Being written right now by its creator, or garbage: give the writer a moment.
-                    import time
-
-                    time.sleep(0.05)
-                    try:
-                        pid = int(self.lock.read_text().strip() or "0")
-                    except (OSError, ValueError):
-                        pid = 0
-                    if pid and pid_alive(pid):
-                        raise OutputLocked(f"--out {str(self.given)!r} is in use by another fednet run (process id "
-                                           f"{pid}; lock file {self.lock})") from None
+                    raise OutputLocked(self._lock_message(pid)) from None
                 try:
-                    self.lock.unlink()          # stale: its process is gone
+                    self.lock.unlink()
                 except FileNotFoundError:
                     pass
                 continue
@@ -220,26 +258,30 @@ class StagedOutput:
             with _pending_lock:
                 _pending.add(self.lock)
             return
-        raise OutputLocked(f"could not take the lock {self.lock} of --out {str(self.given)!r}")
+        raise OutputLocked(self._lock_message(None))
 
     def _release_lock(self) -> None:
         if self._locked:
             try:
-                if self.lock.read_text().strip() == str(os.getpid()):
-                    self.lock.unlink()
+                self.lock.unlink()              # while still holding it: waiters see a new inode
             except OSError:
                 pass
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)         # releases the flock
+                self._lock_fd = None
             self._locked = False
             with _pending_lock:
                 _pending.discard(self.lock)
 
     # -- stale staging folders ----------------------------------------------------------------
     def remove_stale(self) -> list[Path]:
-        """Remove staging (and half-replaced) folders of this output left by dead processes.
+        """Remove staging (and half-replaced) folders of this output left by killed runs.
 
-        A folder qualifies when its name is ``.<name>.partial-<pid>-...`` or
-        ``.<name>.replaced-<pid>-...``, ``<pid>`` is not a live process, and it carries the marker
-        or is empty. Returns the removed folders.
+        Called with the lock held, so no other run is writing to this output: a folder qualifies
+        when its name is ``.<name>.partial-<pid>-...`` or ``.<name>.replaced-<pid>-...`` with
+        ``<pid>`` not this process, and it carries the marker or is empty (a user's folder that
+        happens to match the name is left alone). Without ``fcntl``, ``<pid>`` must also be dead.
+        Returns the removed folders.
         """
         removed = []
         prefix = f".{self.out.name}"
@@ -251,7 +293,9 @@ class StagedOutput:
                 if not name.startswith(prefix + tag):
                     continue
                 pid_text = name[len(prefix + tag):].split("-", 1)[0]
-                if not pid_text.isdigit() or pid_alive(int(pid_text)) or p.is_symlink() or not p.is_dir():
+                if not pid_text.isdigit() or int(pid_text) == os.getpid() or p.is_symlink() or not p.is_dir():
+                    continue
+                if fcntl is None and pid_alive(int(pid_text)):  # pragma: no cover
                     continue
                 if _read_marker(p) is not None or not any(p.iterdir()):
                     shutil.rmtree(p, ignore_errors=True)
