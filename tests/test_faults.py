@@ -778,6 +778,45 @@ def test_sigkill_in_each_output_phase_then_rerun_cleans_up(tmp_path, tiny, phase
     assert (out / "summary.json").is_file()
 
 
+def _child_mid_commit(study: str, out: str) -> None:
+    calls = {"n": 0}
+    orig = output_mod.check_output_target
+
+    def third_call_kills(*a, **k):      # 1, 2: entering; 3: inside commit, signals blocked
+        calls["n"] += 1
+        if calls["n"] == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return orig(*a, **k)
+
+    output_mod.check_output_target = third_call_kills
+    sys.stderr = open(os.devnull, "w")
+    os._exit(main(["run", study, "--out", out, "--quiet"]))
+
+
+def test_sigterm_during_the_final_renames_is_deferred_until_the_result_is_in_place(tmp_path, tiny) -> None:
+    out = tmp_path / "out"
+    assert run_cli(tiny, out) == 0
+    (out / "conventional" / "trace.csv").write_text("old")          # tell old from new
+    p = multiprocessing.get_context("fork").Process(target=_child_mid_commit, args=(str(tiny), str(out)))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 128 + signal.SIGTERM
+    assert (out / "conventional" / "trace.csv").read_text().startswith("protocol,")   # the new result
+    assert _debris(tmp_path) == []
+
+
+def test_previous_result_renamed_away_by_a_killed_run_is_restored(tmp_path, tiny) -> None:
+    out = tmp_path / "out"
+    assert run_cli(tiny, out) == 0
+    old = tmp_path / f".out.replaced-{dead_pid()}-abcd"
+    out.rename(old)                                                  # SIGKILL between the renames
+    with pytest.raises(KeyboardInterrupt):
+        with StagedOutput(out):
+            assert (out / "summary.json").is_file() and not old.exists()  # restored under the lock
+            raise KeyboardInterrupt
+    assert (out / "summary.json").is_file() and _debris(tmp_path) == []
+
+
 LONG = study_text(epochs=1_000_000)
 
 
@@ -962,7 +1001,7 @@ def _outcomes() -> dict[str, int]:
     n["error"] += 8                                                        # --out: ., user, file, link, parent, /proc, extra file, lock
     n["error"] += 3                                                        # --seed -1, --seed 2**70, unknown study name
     n["correct"] += 7                                                      # rerun, empty/nested, 2 stale locks, 2 stale partials, end-to-end
-    n["correct"] += 2 * len(PHASES) + 3                                    # kills: clean state after each, SIGINT, SIGHUP, thread
+    n["correct"] += 2 * len(PHASES) + 5                                    # kills: each phase x2, SIGINT, SIGHUP, thread, mid-commit, restore
     n["error"] += 1                                                        # second writer in one process
     n["error"] += 1                                                        # real subprocess: concurrent run refused
     n["recorded"] += 1                                                     # study shortfall recorded

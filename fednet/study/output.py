@@ -102,6 +102,32 @@ def _write_marker(folder: Path, files: list[str], **extra: Any) -> None:
                                              **extra}, indent=1), encoding="utf-8")
 
 
+def _remove_marked(folder: Path) -> None:
+    """Remove a folder fednet made, its marker last (an interrupted removal stays recognisable)."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return
+    for p in entries:
+        if p.name == MARKER:
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            try:
+                p.unlink()
+            except OSError:
+                pass
+    try:
+        (folder / MARKER).unlink()
+    except OSError:
+        pass
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
 def _listing(folder: Path) -> list[str]:
     """Every path under ``folder`` (files, links, folders), relative, '/'-separated, not following links."""
     out = []
@@ -281,7 +307,8 @@ class StagedOutput:
         when its name is ``.<name>.partial-<pid>-...`` or ``.<name>.replaced-<pid>-...`` with
         ``<pid>`` not this process, and it carries the marker or is empty (a user's folder that
         happens to match the name is left alone). Without ``fcntl``, ``<pid>`` must also be dead.
-        Returns the removed folders.
+        A previous result renamed away by a run killed before its new result was in place is
+        renamed back to the output folder. Returns the removed folders.
         """
         removed = []
         prefix = f".{self.out.name}"
@@ -297,8 +324,11 @@ class StagedOutput:
                     continue
                 if fcntl is None and pid_alive(int(pid_text)):  # pragma: no cover
                     continue
+                if tag == _OLD and _read_marker(p) is not None and not self.out.exists():
+                    p.rename(self.out)          # killed between the two renames: put it back
+                    continue
                 if _read_marker(p) is not None or not any(p.iterdir()):
-                    shutil.rmtree(p, ignore_errors=True)
+                    _remove_marked(p)
                     removed.append(p)
         return removed
 
@@ -367,7 +397,7 @@ class StagedOutput:
 
     def _abort(self) -> None:
         if self.staging is not None:
-            shutil.rmtree(self.staging, ignore_errors=True)
+            _remove_marked(self.staging)
             with _pending_lock:
                 _pending.discard(self.staging)
             self.staging = None
@@ -381,36 +411,53 @@ class StagedOutput:
         self._restore_handlers()
 
     def commit(self) -> Path:
-        """Write the marker's file list and rename the staging folder to the output folder."""
+        """Write the marker's file list and rename the staging folder to the output folder.
+
+        The renames (and the removal of the previous result) run with SIGTERM, SIGINT and SIGHUP
+        blocked (main thread), so a signal cannot leave the previous result renamed away and the
+        new one not yet in place; a signal that arrives meanwhile is delivered afterwards.
+        """
         assert self.staging is not None
         staging = self.staging
         files = [e for e in _listing(staging) if e != MARKER]
         _write_marker(staging, files)
-        if self.out.is_dir() and not self.out.is_symlink():
-            if any(self.out.iterdir()):
-                check_output_target(self.given)
-                old = self.out.parent / f".{self.out.name}{_OLD}{os.getpid()}-{secrets.token_hex(4)}"
-                with _pending_lock:
-                    _pending.add(old)
-                self.out.rename(old)
-                staging.rename(self.out)
-                shutil.rmtree(old, ignore_errors=True)
-                with _pending_lock:
-                    _pending.discard(old)
+        sigs = {signal.SIGTERM, signal.SIGINT} | ({signal.SIGHUP} if hasattr(signal, "SIGHUP") else set())
+        mask = getattr(signal, "pthread_sigmask", None)
+        blocked = mask is not None and threading.current_thread() is threading.main_thread()
+        if blocked:
+            mask(signal.SIG_BLOCK, sigs)
+        old = None
+        try:
+            if self.out.is_dir() and not self.out.is_symlink():
+                if any(self.out.iterdir()):
+                    check_output_target(self.given)
+                    old = self.out.parent / f".{self.out.name}{_OLD}{os.getpid()}-{secrets.token_hex(4)}"
+                    self.out.rename(old)
+                    try:
+                        staging.rename(self.out)
+                    except BaseException:
+                        old.rename(self.out)     # put the previous result back
+                        old = None
+                        raise
+                else:
+                    self.out.rmdir()
+                    staging.rename(self.out)
             else:
-                self.out.rmdir()
-                staging.rename(self.out)
-        else:
-            try:
-                staging.rename(self.out)
-            except OSError as e:
-                if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                    raise OutputError(f"--out {str(self.given)!r} appeared while fednet was writing; "
-                                      f"results left in {staging}") from None
-                raise
-        with _pending_lock:
-            _pending.discard(staging)
-        self.staging = None
+                try:
+                    staging.rename(self.out)
+                except OSError as e:
+                    if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                        raise OutputError(f"--out {str(self.given)!r} appeared while fednet was writing; fednet "
+                                          f"does not replace it and discards this run's results") from None
+                    raise
+            with _pending_lock:
+                _pending.discard(staging)
+            self.staging = None
+            if old is not None:
+                _remove_marked(old)
+        finally:
+            if blocked:
+                mask(signal.SIG_UNBLOCK, sigs)
         return self.out
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
