@@ -19,6 +19,7 @@ Tiny studies on the bundled digits data keep the file fast.
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
@@ -618,8 +619,12 @@ def test_rerun_replaces_only_fednets_own_folder(tmp_path, tiny, capsys) -> None:
     out = tmp_path / "out"
     assert run_cli(tiny, out) == 0
     first = (out / "conventional" / "trace.csv").read_text()
+    marker = (out / MARKER).read_bytes()
     assert run_cli(tiny, out) == 0                          # correct: replaced
     assert (out / "conventional" / "trace.csv").read_text() == first
+    assert (out / MARKER).read_bytes() == marker           # reproducible: no pid or time in it
+    assert sorted(json.loads(marker)["files"]) == sorted(p.relative_to(out).as_posix() for p in out.rglob("*")
+                                                         if p.name != MARKER)
     (out / "my_notes.txt").write_text("mine")               # a user's file inside fednet's folder
     expect_cli_error(tmp_path, capsys, ["run", str(tiny), "--out", str(out), "--quiet"], "my_notes.txt")
     assert (out / "my_notes.txt").read_text() == "mine"

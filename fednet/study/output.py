@@ -98,8 +98,9 @@ def _read_marker(folder: Path) -> dict[str, Any] | None:
 
 
 def _write_marker(folder: Path, files: list[str], **extra: Any) -> None:
-    (folder / MARKER).write_text(json.dumps({"fednet": "output", "pid": os.getpid(), "files": sorted(files),
-                                             **extra}, indent=1), encoding="utf-8")
+    # No pid or time in it: two runs of one study write byte-identical output folders.
+    (folder / MARKER).write_text(json.dumps({"fednet": "output", "files": sorted(files), **extra}, indent=1) + "\n",
+                                 encoding="utf-8")
 
 
 def _remove_marked(folder: Path) -> None:
