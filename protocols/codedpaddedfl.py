@@ -126,16 +126,16 @@ class CodedPaddedFLConfig(ProtocolConfig):
         Full mode: compare each decoded gradient with the plain one (not charged).
     """
 
-    element_bits: int = Field(48, ge=1)
+    element_bits: int = Field(48, ge=1, le=4096)
     alpha: int = Field(..., ge=1)
     groups: int = Field(1, ge=1)
     k: int = Field(48, ge=8, le=62)
     f: int = Field(24, ge=1)
     code_fraction_bits: int = Field(24, ge=1, le=40)
-    share_element_bits: int | None = Field(None, ge=1)
+    share_element_bits: int | None = Field(None, ge=1, le=4096)
     sharing_schedule: Literal["relay_steps", "relay_asap", "upload_once"] = "relay_steps"
     mode: Literal["full", "timing"] = "full"
-    code_draws: int = Field(16, ge=1)
+    code_draws: int = Field(16, ge=1, le=10_000)
     check_decoding: bool = True
 
     @model_validator(mode="after")

@@ -112,13 +112,13 @@ class CodedSecAggConfig(ProtocolConfig):
         Full mode: verify every decoded aggregate exactly (observer's work, not charged).
     """
 
-    element_bits: int = Field(48, ge=1)
+    element_bits: int = Field(48, ge=1, le=4096)
     z: int = Field(1, ge=0)
     k_prime: int | None = Field(None, ge=1)
     groups: int = Field(1, ge=1)
     k: int = Field(48, ge=8, le=62)
     f: int = Field(24, ge=1)
-    share_element_bits: int | None = Field(None, ge=1)
+    share_element_bits: int | None = Field(None, ge=1, le=4096)
     sharing_schedule: Literal["relay_steps", "relay_asap"] = "relay_steps"
     charge_encoding: bool = True
     mode: Literal["full", "timing"] = "full"

@@ -104,7 +104,7 @@ class LightSecAggConfig(ProtocolConfig):
     mode : {"full", "timing"}
     """
 
-    element_bits: int = Field(32, ge=1)
+    element_bits: int = Field(32, ge=1, le=4096)
     z: int = Field(1, ge=0)
     U: int | None = Field(None, ge=1)
     p: int = P32
