@@ -12,8 +12,7 @@ Exit status 2, with one message on stderr and no traceback, for any
 data, an output folder fednet may not replace or that another run holds (the message names its
 process id), or, in a ``strict`` study, a round that cannot complete. Nothing is written then.
 Status 128 + N when stopped by signal N (SIGINT: 130, SIGTERM: 143); the staging folder is
-removed and the lock released. Any
-other exception is a bug and shows its traceback.
+removed and the lock released. Any other exception is a bug and shows its traceback.
 """
 
 from __future__ import annotations

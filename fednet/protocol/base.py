@@ -151,7 +151,7 @@ class Protocol:
     def __init__(self, sim: Simulation, task: LearningTask, config: ProtocolConfig | dict | None = None,
                  *, label: str | None = None) -> None:
         if task.n_devices != sim.n_devices:
-            raise ValueError(f"the task has data for {task.n_devices} devices but the network has {sim.n_devices}")
+            raise ConfigError(f"the task has data for {task.n_devices} devices but the network has {sim.n_devices}")
         try:
             if config is None:
                 config = self.Config()
@@ -475,7 +475,7 @@ class Protocol:
             With ``strict=True``, from the first round that cannot complete.
         """
         if epochs < 0:
-            raise ValueError(f"epochs must be >= 0, got {epochs}")
+            raise ConfigError(f"epochs must be >= 0, got {epochs}")
 
         def main() -> Generator:
             self.sim.round = self.epoch = 0
