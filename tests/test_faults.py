@@ -6,8 +6,8 @@ Every case declares its expected outcome and asserts it:
     a named :class:`fednet.errors.FednetError` (and, through the CLI, exit status 2 with one
     message on stderr naming the key, no traceback, nothing written);
 ``recorded``
-    a recorded failure: the run completes and the trace marks the round (``skipped = 1``), the
-    model unchanged by it;
+    a recorded failure: the run completes and the trace marks the round (``decode_failed =
+    True``, the reason in ``skip_reason``), the model unchanged by it;
 ``correct``
     a correct result (the value is accepted and used, the output is complete, or the decoded
     model is the one without the fault).
@@ -558,7 +558,7 @@ def test_every_protocol_runs_end_to_end_through_the_cli(tmp_path, capsys) -> Non
     out = tmp_path / "out"
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([MARKER, "summary.json", "study.json", "accuracy_vs_time.png"]
+    assert names == sorted([MARKER, "summary.json", "study.json", "timing.json", "provenance.json", "accuracy_vs_time.png"]
                            + [p for p in PROTOCOLS if p != "approx_gc"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.toml"]
 
@@ -955,7 +955,7 @@ def test_dropouts_in_the_round_phase(protocol, gone, expected) -> None:
     assert [r["round"] for r in rows] == [0, 1, 2, 3]
     r1, r2 = rows[1], rows[2]
     if expected == "recorded":
-        assert r2.get("skipped") == 1 and "round 2" in r2["skip_reason"] and r2["used"] == ""
+        assert r2.get("decode_failed") is True and "round 2" in r2["skip_reason"] and r2["used"] == ""
         assert "decode_error" not in r2                                            # no stale metrics
         assert (r2["accuracy"], r2["loss"]) == (r1["accuracy"], r1["loss"])       # model unchanged
         assert r2["time_s"] >= r1["time_s"]
@@ -963,7 +963,7 @@ def test_dropouts_in_the_round_phase(protocol, gone, expected) -> None:
             _run_api(protocol, {2: gone}, strict=True)
         assert isinstance(err.value, DecodeFailure)
     else:
-        assert all("skipped" not in r for r in rows)
+        assert not any(r["decode_failed"] for r in rows)
         assert not set(map(int, r2["used"].split())) & gone
         if protocol in ("codedpaddedfl", "codedsecagg"):
             # exact decoding: the model is the one without the dropout (Prop. 3 / Sec. VI)
@@ -986,7 +986,7 @@ def test_shortfall_in_a_study_is_recorded_unless_strict(tmp_path, capsys, strict
     import csv
 
     rows = list(csv.DictReader((out / "conventional" / "trace.csv").open()))
-    skipped = [r for r in rows if r["skipped"] == "1"]
+    skipped = [r for r in rows if r["decode_failed"] == "True"]
     assert skipped and all("needs 5 results" in r["skip_reason"] for r in skipped)
     assert len(rows) == 13
 

@@ -114,7 +114,7 @@ def test_summary_statistics() -> None:
     assert st["mean"] == 2.0 and st["ci_low"] == pytest.approx(2 - 4.302652729911275 / 3 ** 0.5)
     slow = [{"round": 0, "time_s": 0.0, "accuracy": 0.1}, {"round": 1, "time_s": 10.0, "accuracy": 0.96}]
     s = summarize({"a": {0: rows, 1: rows}, "b": {0: slow, 1: slow}}, [0.95], baseline="b")
-    assert s["runs"]["a"]["per_target"]["0.95"]["speedup"] == {0: 2.0, 1: 2.0}
+    assert s["runs"]["a"]["per_target"]["0.95"]["speedup"] == {"0": 2.0, "1": 2.0}
 
 
 def test_run_to_end_disables_early_stop(tmp_path) -> None:

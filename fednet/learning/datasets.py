@@ -6,9 +6,11 @@ CodedSecAgg", Sec. VII, and of Makkonen et al., "Approximate gradient coding", S
 The files live in a data directory laid out as ``<dir>/mnist/*.gz`` and
 ``<dir>/fashion-mnist/*.gz``; the directory is, in order of precedence, the ``data_dir``
 argument, the environment variable ``$FEDNET_DATA``, or ``~/.cache/fednet``. A missing file is
-downloaded from a configurable base URL (``url`` argument, else ``$FEDNET_DATA_URL``, else
-:data:`DEFAULT_URLS`) with :mod:`urllib`; every file, downloaded or not, is verified against
-the SHA-256 sums in :data:`SHA256` before it is parsed.
+downloaded only from a base URL the user names (``url`` argument, else ``$FEDNET_DATA_URL``)
+with :mod:`urllib`; without one, a missing file fails at once with instructions (nothing is
+fetched from a URL the user did not choose; :data:`DEFAULT_URLS` are only suggested in that
+message). Every file, downloaded or not, is verified against the SHA-256 sums in
+:data:`SHA256` before it is parsed.
 
 The ``"digits"`` dataset is scikit-learn's bundled 8x8 digits (1797 images, no download), the
 embedded default of the quickstart study.
@@ -76,7 +78,8 @@ SHA256: dict[str, str] = {
     "fashion-mnist/t10k-labels-idx1-ubyte.gz": "67da17c76eaffca5446c3361aaab5c3cd6d1c2608764d35dfb1850b086bf8dd5",
 }
 
-#: Default base URLs a missing file is downloaded from: ``<base>/<file name>``.
+#: Known public mirrors, suggested in the error for a missing file; never used unless named
+#: (``FEDNET_DATA_URL=<base>`` then fetches ``<base>/<file name>``).
 DEFAULT_URLS: dict[str, str] = {
     "mnist": "https://ossci-datasets.s3.amazonaws.com/mnist",
     "fashion-mnist": "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com",
@@ -293,12 +296,21 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
 
 
 def _load_idx_dataset(name: str, data_dir: Path, url: str | None) -> Dataset:
-    base_url = url or os.environ.get("FEDNET_DATA_URL") or DEFAULT_URLS[name]
+    base_url = url or os.environ.get("FEDNET_DATA_URL")
+    missing = [f for f in FILES if not (data_dir / name / f).exists()]
+    if missing and not base_url:
+        raise DatasetError(
+            f"{name}: {len(missing)} data file(s) missing from {data_dir / name} ({', '.join(missing)}). "
+            f"Put the original gzip IDX files there, or point FEDNET_DATA (or --data-dir) at a folder holding "
+            f"{name}/, or set FEDNET_DATA_URL to a base URL to download them from "
+            f"(e.g. FEDNET_DATA_URL={DEFAULT_URLS[name]}); every file is checked against its SHA-256"
+        )
     arrays = []
     for fname in FILES:
         key = f"{name}/{fname}"
         path = data_dir / name / fname
         if not path.exists():
+            assert base_url is not None
             fetch_file(key, path, base_url)
         verify_file(path, key)
         arrays.append(read_idx(path))
@@ -355,7 +367,8 @@ def load_dataset(
         ``~/.cache/fednet``. Ignored for ``"digits"``.
     url : str, optional
         Base URL missing files are downloaded from (``<url>/<file name>``); default
-        ``$FEDNET_DATA_URL``, else :data:`DEFAULT_URLS`. ``file://`` URLs work.
+        ``$FEDNET_DATA_URL``; with neither, a missing file is an error (no default URL is
+        tried). ``file://`` URLs work.
 
     Returns
     -------
@@ -367,8 +380,8 @@ def load_dataset(
     ValueError
         If ``name`` is not one of :data:`DATASETS`.
     DatasetError
-        If a file is missing and cannot be downloaded, or fails its SHA-256 check (the
-        message names the file).
+        If a file is missing and no download URL is set (the message says how to provide the
+        data), cannot be downloaded, or fails its SHA-256 check (the message names the file).
     """
     if name not in DATASETS:
         raise ValueError(f"name must be one of {DATASETS}, got {name!r}")

@@ -20,30 +20,53 @@ accuracies and a list of runs (a protocol with its parameters). Example::
     protocol = "conventional"
     params = { drop_slowest = 0 }
 
+A run entry may sweep a parameter grid, expanded into one labelled run per combination
+(:func:`expand_sweeps`)::
+
+    [[runs]]
+    label = "CodedPaddedFL"            # -> "CodedPaddedFL alpha=6", "CodedPaddedFL alpha=16", ...
+    protocol = "codedpaddedfl"
+    params = { groups = 1, mode = "timing" }
+    sweep = { alpha = [6, 16, 23] }
+
+``[data] feature_seed = "per_seed"`` makes the random-Fourier draw vary with the study seed
+(paired across runs), so that intervals over seeds include it.
+
 Every protocol's ``params`` are validated by that protocol's ``Config`` when the study is
 loaded, together with :meth:`~fednet.protocol.base.Protocol.check` against the network, so
-a bad study fails before anything is computed or written.
+a bad study fails before anything is computed or written. :func:`load_study` reports every
+problem of a file at once, one per line, with a "did you mean" for unknown keys, and applies
+overrides (deep-merged tables, ``--set key.path=value`` assignments, run selection, an
+epoch cap) before validating, so an override is checked exactly like the file.
 """
 
 from __future__ import annotations
 
+import copy
+import difflib
+import itertools
 import math
+import os
 import re
 import tomllib
+import typing
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fednet.errors import ConfigError
 from fednet.protocol import registry
 
-__all__ = ["Study", "DataSpec", "NetworkSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError", "slug",
-           "RESERVED_NAMES"]
+__all__ = ["Study", "DataSpec", "NetworkSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError",
+           "expand_sweeps", "run_problems", "deep_merge", "parse_assignment", "apply_assignment", "select_runs",
+           "slug", "RESERVED_NAMES"]
 
 #: File and folder names a study's output folder holds besides the run folders (a run label must
 #: not map to one of them).
-RESERVED_NAMES = frozenset({"summary.json", "study.json", "timing.json", "accuracy_vs_time.png", ".fednet-output"})
+RESERVED_NAMES = frozenset({"summary.json", "study.json", "timing.json", "provenance.json", "accuracy_vs_time.png",
+                            ".fednet-output"})
 
 #: Largest seed accepted (seeds feed ``numpy.random.SeedSequence``; kept to 63 bits so they also fit int64).
 MAX_SEED = 2**63 - 1
@@ -77,8 +100,12 @@ class DataSpec(_Strict):
         RBF kernel parameter; default :func:`fednet.learning.features.default_gamma`.
     n_components : int
         Random-Fourier features d (2000 in Sec. VII).
-    feature_seed : int
-        Seed of the random frequencies (part of the problem, the same for every run and seed).
+    feature_seed : int or "per_seed"
+        Seed of the random frequencies. An int fixes one draw for every run and seed (the draw is
+        then part of the problem). ``"per_seed"`` makes the draw a random factor: study seed ``s``
+        uses ``random_state = s`` for the random-Fourier draw, the same for every run at that seed
+        (paired like every other draw), so the spread over seeds includes the feature draw. The
+        partition's own draw keeps seed 0 either way.
     partition : {"noniid", "dirichlet", "iid"}
         ``noniid``: sorted by label and cut into D consecutive shards (Sec. VII).
     dirichlet_alpha : float, optional
@@ -88,7 +115,7 @@ class DataSpec(_Strict):
     dataset: Literal["digits", "mnist", "fashion-mnist"] = "digits"
     rbf_gamma: float | None = Field(None, gt=0)
     n_components: int = Field(2000, ge=1, le=100_000)
-    feature_seed: int = Field(0, ge=0, le=MAX_SEED)
+    feature_seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | Literal["per_seed"] = 0
     partition: Literal["noniid", "dirichlet", "iid"] = "noniid"
     dirichlet_alpha: float | None = Field(None, gt=0)
 
@@ -97,6 +124,15 @@ class DataSpec(_Strict):
         if self.partition == "dirichlet" and self.dirichlet_alpha is None:
             raise ValueError("partition = 'dirichlet' needs dirichlet_alpha")
         return self
+
+    def feature_seed_for(self, seed: int) -> int:
+        """The random-Fourier ``random_state`` used at study seed ``seed`` (see ``feature_seed``)."""
+        return seed if self.feature_seed == "per_seed" else self.feature_seed
+
+    @property
+    def partition_seed(self) -> int:
+        """Seed of the partition's draw (``feature_seed`` when fixed, 0 when ``"per_seed"``)."""
+        return 0 if self.feature_seed == "per_seed" else self.feature_seed
 
 
 class NetworkSpec(_Strict):
@@ -206,12 +242,19 @@ class RunSpec(_Strict):
         The protocol's parameters (validated by its ``Config``).
     epochs : int, optional
         Overrides the study's ``epochs`` for this run.
+    sweep : dict of str to list
+        A parameter grid: ``sweep = { alpha = [6, 16, 23], groups = [1, 5] }`` expands this entry
+        into one run per combination (Cartesian product, in the order written), each with those
+        values merged into ``params``. Labels: ``label`` formatted with the values when it holds
+        ``{alpha}``-style fields (sweep keys or params), else ``"<label> alpha=6, groups=1"``. Expanded when the study is
+        loaded (:func:`expand_sweeps`); a validated study holds only expanded runs.
     """
 
     protocol: str
     label: str | None = Field(None, min_length=1, max_length=200)
     params: dict[str, Any] = {}
     epochs: int | None = Field(None, ge=0, le=10**7)
+    sweep: dict[str, list[Any]] = Field({}, description="parameter grid expanded into labelled runs when loaded")
 
     @property
     def name(self) -> str:
@@ -235,7 +278,9 @@ class Study(_Strict):
     epochs : int
         Maximum rounds per run.
     stop_at : float, optional
-        Stop a run at the first round reaching this accuracy (default: max(targets)).
+        Stop a run at the first round reaching this accuracy. Never below ``max(targets)``: a
+        lower ``stop_at`` is raised to it, so no requested target is hidden (default:
+        ``max(targets)``).
     run_to_end : bool
         Ignore ``stop_at`` and run every run for its full number of epochs (final-accuracy
         studies such as the client-drift comparison of Sec. VII-B).
@@ -284,6 +329,13 @@ class Study(_Strict):
             raise ValueError(f"targets must be accuracies in (0, 1], got {bad}")
         return sorted(v)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _expand(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("runs"), list):
+            data = {**data, "runs": expand_sweeps(data["runs"])}
+        return data
+
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
@@ -309,31 +361,12 @@ class Study(_Strict):
                                  f"file; choose another label")
             folders[key] = label
         if self.baseline is not None and self.baseline not in labels:
-            raise ValueError(f"baseline {self.baseline!r} is not the label of a run; labels: {labels}")
-        problems = []
-        for i, run in enumerate(self.runs):
-            try:
-                cls = registry.get(run.protocol)
-            except KeyError as e:
-                problems.append(f"runs[{i}] ({run.name}): {e.args[0]}")
-                continue
-            try:
-                cfg = cls.Config.model_validate(run.params, strict=True)
-                cls.check(cfg, self.network.n_devices)
-                check_dropout = getattr(cls, "check_dropout", None)
-                if check_dropout is not None and self.network.dropout > 0:
-                    check_dropout(cfg, self.network.n_devices, self.network.dropout)
-            except ValidationError as e:
-                for err in e.errors():
-                    loc = "".join(f".{p}" for p in err["loc"])
-                    inp = err.get("input")
-                    shown = "" if err["type"] == "value_error" or isinstance(inp, dict) else f" (got {inp!r})"
-                    problems.append(f"runs[{i}] ({run.name}).params{loc}: "
-                                    f"{err['msg'].removeprefix('Value error, ')}{shown}")
-            except ValueError as e:
-                problems.append(f"runs[{i}] ({run.name}).params: {e}")
+            raise ValueError(f"baseline {self.baseline!r} is not the label of a run{_did_you_mean(self.baseline, labels)}; "
+                             f"labels: {labels}")
+        problems = run_problems([r.model_dump() for r in self.runs], self.network.n_devices,
+                                dropout=self.network.dropout)
         if problems:
-            raise ValueError("; ".join(problems))
+            raise ValueError("\n".join(problems))
         return self
 
     def run_epochs(self, run: RunSpec) -> int:
@@ -345,25 +378,294 @@ class Study(_Strict):
         """Accuracy at which runs stop early (None: run every epoch)."""
         if self.run_to_end:
             return None
-        if self.stop_at is not None:
-            return self.stop_at
-        return max(self.targets) if self.targets else None
+        top = max(self.targets) if self.targets else None
+        if self.stop_at is None:
+            return top
+        return self.stop_at if top is None else max(self.stop_at, top)
 
 
-def load_study(path: str | Path, **overrides: Any) -> Study:
-    """Read and validate a study TOML file.
+# -- sweeps, overrides, suggestions --------------------------------------------------------------
+
+
+def _did_you_mean(name: Any, candidates: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the closest of ``candidates`` (difflib), else ``""``."""
+    close = difflib.get_close_matches(str(name), list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def expand_sweeps(runs: list[Any]) -> list[Any]:
+    """Expand every run entry holding a ``sweep`` grid into one entry per combination.
 
     Parameters
     ----------
-    path : path-like
-    **overrides
-        Top-level keys replacing the file's (e.g. ``seeds=[3]``).
+    runs : list of dict
+        Raw ``[[runs]]`` entries (entries that are not dicts or have no ``sweep`` pass through).
+
+    Returns
+    -------
+    list of dict
+        The runs, each sweep replaced by its combinations in ``itertools.product`` order; each
+        combination's values are merged into ``params`` and named in the label
+        (:class:`RunSpec` ``sweep``).
+
+    Raises
+    ------
+    ValueError
+        If a sweep is not a table of non-empty lists, or a label template names a key the
+        sweep lacks (the message names the run and key).
+    """
+    out: list[Any] = []
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or not run.get("sweep"):
+            out.append(run)
+            continue
+        grid = run["sweep"]
+        base = run.get("label") or run.get("protocol") or "run"
+        if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+            raise ValueError(f"runs[{i}] ({base}).sweep must be a table of non-empty lists, got {grid!r}")
+        keys = list(grid)
+        for combo in itertools.product(*(grid[k] for k in keys)):
+            values = dict(zip(keys, combo))
+            if "{" in base:
+                try:
+                    label = base.format(**{**dict(run.get("params") or {}), **values})
+                except (KeyError, IndexError, ValueError) as e:
+                    raise ValueError(f"runs[{i}].label {base!r} names {e}, which neither sweep {keys} "
+                                     "nor params holds") from None
+            else:
+                label = f"{base} " + ", ".join(f"{k}={v}" for k, v in values.items())
+            entry = {k: v for k, v in run.items() if k != "sweep"}
+            entry["label"] = label
+            entry["params"] = {**dict(run.get("params") or {}), **values}
+            out.append(entry)
+    return out
+
+
+def run_problems(runs: list[Any], n_devices: Any, *, dropout: float = 0.0) -> list[str]:
+    """Every problem of the runs' protocols and parameters, one message per problem.
+
+    Parameters are validated strictly (no ``"5"`` for 5, no ``true`` for 1, no ``inf``/``nan``).
+
+    Parameters
+    ----------
+    runs : list of dict
+        Raw or dumped run entries (``protocol``, ``label``, ``params``).
+    n_devices : int or None
+        The network size for :meth:`~fednet.protocol.base.Protocol.check` (skipped if not an int).
+    dropout : float
+        The network's per-round dropout probability; when positive, each protocol's
+        ``check_dropout`` refuses a dropout that leaves fewer devices on average than a round needs.
+
+    Returns
+    -------
+    list of str
+        ``"runs[i] (label).params.key: message (got value)"``; unknown keys and protocol names
+        carry a "did you mean" suggestion.
+    """
+    problems: list[str] = []
+    for i, run in enumerate(runs):
+        if not isinstance(run, dict) or not isinstance(run.get("protocol"), str):
+            continue
+        name = run.get("label") or run["protocol"]
+        try:
+            cls = registry.get(run["protocol"])
+        except KeyError as e:
+            problems.append(f"runs[{i}] ({name}): {e.args[0]}{_did_you_mean(run['protocol'], registry.names())}")
+            continue
+        params = run.get("params") or {}
+        try:
+            cfg = cls.Config.model_validate(params, strict=True)
+            if isinstance(n_devices, int):
+                cls.check(cfg, n_devices)
+                check_dropout = getattr(cls, "check_dropout", None)
+                if check_dropout is not None and dropout > 0:
+                    check_dropout(cfg, n_devices, dropout)
+        except ValidationError as e:
+            for err in e.errors():
+                loc = ".".join(str(p) for p in err["loc"])
+                if err["type"] == "extra_forbidden":
+                    hint = _did_you_mean(err["loc"][-1], cls.Config.model_fields)
+                    problems.append(f"runs[{i}] ({name}).params.{loc}: {err['msg']}{hint}")
+                else:
+                    msg = err["msg"].removeprefix("Value error, ")
+                    inp = err.get("input")
+                    shown = "" if err["type"] == "value_error" or isinstance(inp, dict) else f" (got {inp!r})"
+                    problems.append(f"runs[{i}] ({name}).params{'.' + loc if loc else ''}: {msg}{shown}")
+        except ValueError as e:
+            problems.append(f"runs[{i}] ({name}).params: {e}")
+    return problems
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated by ``override``, tables merged key by key (lists and scalars replaced)."""
+    out = dict(base)
+    for k, v in override.items():
+        if isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def parse_assignment(text: str) -> tuple[list[str], Any]:
+    """Split ``"key.path=value"`` into its path and a TOML-parsed value.
+
+    The path is split at dots; a segment in double quotes may hold dots and ``=``
+    (``runs."CodedPaddedFL alpha=23".params.alpha=16``). The value, after the first ``=``
+    outside quotes, is read as a TOML value (``0.1``, ``true``, ``[1, 2]``, ``"x"``,
+    ``{ alpha = 6 }``); text that is not TOML is taken as a bare string (``mode=timing``).
 
     Raises
     ------
     StudyError
-        For a missing, unreadable or non-UTF-8 file, invalid TOML, or a study that does not
-        validate; the message names every offending key and value.
+        If there is no ``=`` or the key is empty.
+    """
+    path: list[str] = []
+    seg, quoted, i = "", False, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            quoted = not quoted
+        elif not quoted and ch == ".":
+            path.append(seg.strip())
+            seg = ""
+        elif not quoted and ch == "=":
+            break
+        else:
+            seg += ch
+        i += 1
+    path.append(seg.strip())
+    value = text[i + 1:]
+    if i >= len(text) or quoted or not all(path):
+        raise StudyError(f"--set {text!r}: expected key.path=value, e.g. network.dropout=0.1 "
+                         '(quote a segment holding dots or "=": runs."CodedPaddedFL alpha=23".epochs=50)')
+    try:
+        parsed = tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        parsed = value.strip()
+    return path, parsed
+
+
+def apply_assignment(raw: dict[str, Any], path: Sequence[str], value: Any, *, text: str = "") -> None:
+    """Set ``raw[path] = value`` in place (missing tables are created; validation comes later).
+
+    A path segment addressing a list (``runs``) is an index (``runs.0.params.alpha``), a run
+    label (``runs.Conventional FL.epochs``) or ``*`` (every entry: ``runs.*.params.mode``).
+
+    Raises
+    ------
+    StudyError
+        For an index out of range, an unknown run label (with a suggestion) or a path through a
+        value that is not a table.
+    """
+    where = text or ".".join(path)
+    node: Any = raw
+    for j, seg in enumerate(path[:-1]):
+        rest = path[j + 1:]
+        if isinstance(node, list):
+            if seg == "*":
+                for item in node:
+                    apply_assignment(item, rest, value, text=where)
+                return
+            if seg.lstrip("-").isdigit():
+                idx = int(seg)
+                if not -len(node) <= idx < len(node):
+                    raise StudyError(f"--set {where}: index {idx} out of range ({len(node)} entries)")
+                node = node[idx]
+                continue
+            labels = [r.get("label") or r.get("protocol") for r in node if isinstance(r, dict)]
+            if seg not in labels:
+                raise StudyError(f"--set {where}: no run labelled {seg!r}{_did_you_mean(seg, labels)}")
+            node = node[labels.index(seg)]
+            continue
+        if not isinstance(node, dict):
+            raise StudyError(f"--set {where}: {'.'.join(path[:j])} is not a table")
+        node = node.setdefault(seg, {})
+    if not isinstance(node, dict):
+        raise StudyError(f"--set {where}: {'.'.join(path[:-1])} is not a table")
+    node[path[-1]] = value
+
+
+def select_runs(raw_runs: list[Any], labels: Sequence[str], baseline: str | None) -> list[Any]:
+    """The runs named in ``labels`` (plus the baseline, kept for the speed-ups), in study order.
+
+    Raises
+    ------
+    StudyError
+        For a label no run has (with a suggestion and the list of labels).
+    """
+    have = [r.get("label") or r.get("protocol") for r in raw_runs]
+    unknown = [x for x in labels if x not in have]
+    if unknown:
+        hints = "; ".join(f"{x!r}{_did_you_mean(x, have)}" for x in unknown)
+        raise StudyError(f"--runs: no run labelled {hints}; labels: {have}")
+    keep = set(labels) | ({baseline} if baseline else set())
+    return [r for r, name in zip(raw_runs, have) if name in keep]
+
+
+def _model_at(loc: Sequence[Any]) -> type[BaseModel] | None:
+    """The pydantic model that owns the last key of an error location inside a study."""
+    model: Any = Study
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        ann = field.annotation
+        for arg in (ann, *typing.get_args(ann)):
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                model = arg
+                break
+        else:
+            return None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _format_errors(e: ValidationError) -> list[str]:
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(study)"
+        msg = err["msg"].removeprefix("Value error, ")
+        inp = err.get("input")
+        if err["type"] == "extra_forbidden":
+            model = _model_at(err["loc"])
+            hint = _did_you_mean(err["loc"][-1], model.model_fields) if model else ""
+            lines.append(f"  {loc}: {msg}{hint}")
+            continue
+        shown = "" if isinstance(inp, dict) or err["type"] == "value_error" else f" (got {inp!r})"
+        for line in (msg + shown).split("\n"):
+            lines.append(f"  {line}" if line.startswith("runs[") else f"  {loc}: {line}")
+    return lines
+
+
+def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: Sequence[str] | None = None,
+               max_epochs: int | None = None, **overrides: Any) -> Study:
+    """Read a study TOML file, apply overrides, and validate it.
+
+    Overrides are applied in this order: ``overrides`` (deep-merged), ``sets``, ``max_epochs``,
+    sweep expansion, ``only_runs``; the result is validated as a whole, exactly like the file.
+
+    Parameters
+    ----------
+    path : path-like
+    sets : sequence of str
+        ``"key.path=value"`` assignments (the CLI's ``--set``; :func:`apply_assignment`).
+    only_runs : sequence of str, optional
+        Keep only the runs with these labels (the baseline is always kept).
+    max_epochs : int, optional
+        Maximum rounds of every run (the study's ``epochs`` and every run's own).
+    **overrides
+        Keys merged into the file's; tables merge key by key (``network={"dropout": 0.1}``
+        changes only the dropout), lists and scalars replace (``seeds=[3]``). ``None`` values
+        are ignored.
+
+    Raises
+    ------
+    StudyError
+        For a missing, unreadable or non-UTF-8 file, invalid TOML, a bad assignment, or a study
+        that does not validate; the message lists every problem on its own line, naming each key and value (unknown keys
+        with a "did you mean" suggestion).
     """
     path = Path(path)
     try:
@@ -378,15 +680,30 @@ def load_study(path: str | Path, **overrides: Any) -> Study:
         raise StudyError(f"{path}: not UTF-8 text (byte {e.start}): a study is a TOML file") from None
     except tomllib.TOMLDecodeError as e:
         raise StudyError(f"{path}: invalid TOML: {e}") from None
-    raw.update({k: v for k, v in overrides.items() if v is not None})
+    raw = deep_merge(raw, {k: v for k, v in overrides.items() if v is not None})
+    raw = copy.deepcopy(raw)
+    for text in sets:
+        keys, value = parse_assignment(text)
+        apply_assignment(raw, keys, value, text=text)
+    if max_epochs is not None:
+        raw["epochs"] = max_epochs
+        for r in raw.get("runs", []) if isinstance(raw.get("runs"), list) else []:
+            if isinstance(r, dict) and "epochs" in r:
+                r["epochs"] = max_epochs
+    note = f" (with --set {', '.join(sets)})" if sets else ""
+    if isinstance(raw.get("runs"), list):
+        try:
+            raw["runs"] = expand_sweeps(raw["runs"])
+        except ValueError as e:
+            raise StudyError(f"{path}: invalid study{note}:\n  {e}") from None
+        if only_runs:
+            raw["runs"] = select_runs(raw["runs"], only_runs, raw.get("baseline"))
     try:
         return Study.model_validate(raw, strict=True)
     except ValidationError as e:
-        lines = []
-        for err in e.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "(study)"
-            msg = err["msg"].removeprefix("Value error, ")
-            inp = err.get("input")
-            shown = "" if isinstance(inp, dict) or err["type"] == "value_error" else f" (got {inp!r})"
-            lines.append(f"  {loc}: {msg}{shown}")
-        raise StudyError(f"{path}: invalid study:\n" + "\n".join(lines)) from None
+        lines = _format_errors(e)
+        if not any(err["loc"] == () for err in e.errors()) and isinstance(raw.get("runs"), list):
+            n_dev = raw.get("network", {}).get("n_devices", NetworkSpec.model_fields["n_devices"].default) \
+                if isinstance(raw.get("network", {}), dict) else None
+            lines += [f"  {p}" for p in run_problems(raw["runs"], n_dev)]
+        raise StudyError(f"{path}: invalid study{note}:\n" + "\n".join(lines)) from None

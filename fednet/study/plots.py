@@ -1,4 +1,9 @@
-"""Accuracy against simulated wall-clock time (the papers' Figs. 4-8)."""
+"""Accuracy against simulated wall-clock time (the papers' Figs. 4-8).
+
+Drawn with matplotlib's object API (:class:`matplotlib.figure.Figure`, rendered by the Agg
+canvas into a file): importing fednet or this module never selects a matplotlib backend, so a
+notebook's or a user's backend choice stands.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +11,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-__all__ = ["plot_accuracy_vs_time"]
+__all__ = ["plot_accuracy_vs_time", "plot_results"]
 
 
 def plot_accuracy_vs_time(traces: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]],
@@ -31,7 +33,8 @@ def plot_accuracy_vs_time(traces: Mapping[str, Mapping[int, Sequence[Mapping[str
     """
     longest = max((rows[-1]["time_s"] for by_seed in traces.values() for rows in by_seed.values()), default=0.0)
     scale, unit = (3600.0, "h") if longest > 3 * 3600 else (60.0, "min") if longest > 180 else (1.0, "s")
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig = Figure(figsize=(7.5, 4.8))
+    ax = fig.add_subplot()
     for i, (label, by_seed) in enumerate(traces.items()):
         color = f"C{i % 10}"
         for j, (seed, rows) in enumerate(sorted(by_seed.items())):
@@ -48,5 +51,21 @@ def plot_accuracy_vs_time(traces: Mapping[str, Mapping[int, Sequence[Mapping[str
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
     return Path(path)
+
+
+def plot_results(out_dir: str | Path, path: str | Path | None = None) -> Path:
+    """Redraw ``accuracy_vs_time.png`` of a saved study from its traces (``fednet plot DIR``).
+
+    Parameters
+    ----------
+    out_dir : path-like
+        A study's output directory (:func:`fednet.study.results.load_results`).
+    path : path-like, optional
+        Output PNG (default ``out_dir/accuracy_vs_time.png``).
+    """
+    from .results import load_results
+
+    res = load_results(out_dir)
+    path = Path(out_dir) / "accuracy_vs_time.png" if path is None else Path(path)
+    return plot_accuracy_vs_time(res.traces(), res.summary["targets"], path, title=res.summary.get("study", ""))

@@ -1,33 +1,68 @@
-"""Results of a study: time to target accuracy, paired speed-ups with confidence intervals.
+"""Results of a study: time to target accuracy, paired speed-ups with positive intervals, tidy tables.
 
 The time to a target is the simulated time (seconds) at the end of the first round whose test
-accuracy reaches the target; ``None`` when the run never reaches it. Speed-ups are paired: for
-each seed, ``time(baseline) / time(run)`` (both runs faced the same keyed stragglers and losses),
-then averaged over seeds with a Student-t 95 % confidence interval.
+accuracy reaches the target; ``None`` when the run never reaches it (counted and shown, with
+the reason, never averaged in as a number).
+
+Statistics (computed with :mod:`scipy.stats`, never hand formulas):
+
+* times are positive and skewed, so their centre is the **geometric mean** over seeds, and the
+  interval is the Student-t interval of ``log(time)`` mapped back by ``exp``
+  (``scipy.stats.ttest_1samp(log t).confidence_interval``): it is always positive;
+* a **speed-up** is a ratio, ``time(baseline) / time(run)`` paired by seed (both runs faced the
+  same keyed stragglers, losses and, with ``feature_seed = "per_seed"``, the same feature draw);
+  its centre is the geometric mean of the paired ratios and its interval the t interval of the
+  paired log-ratios, mapped back: always positive, and ``1/x`` of the reverse comparison.
+
+``summary.json`` is strict JSON (``allow_nan=False``; every mapping key a string; an unreached
+target is ``null`` with a reason) and holds only reproducible numbers, so two runs at the same
+seed give byte-identical files; host timings live in ``timing.json``.
+
+Tidy tables (:func:`load_results`, :func:`rounds_frame`, :func:`targets_frame`) are pandas
+DataFrames: one row per (run, seed, round), and one per (run, seed, target).
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from scipy import stats
 
-__all__ = ["time_to_target", "mean_ci", "summarize", "format_summary"]
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+__all__ = ["time_to_target", "crossing", "mean_ci", "log_interval", "target_table", "summarize",
+           "format_summary", "format_per_seed", "dumps_strict", "Results", "load_results", "rounds_frame",
+           "targets_frame", "LEVEL"]
+
+#: Confidence level of every interval in the summaries.
+LEVEL = 0.95
+
+Traces = Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]
+
+
+def crossing(rows: Sequence[Mapping[str, Any]], target: float) -> tuple[float, int] | None:
+    """``(time_s, round)`` of the first trace row whose test accuracy reaches ``target`` (None if never)."""
+    for row in rows:
+        if row["accuracy"] >= target:
+            return float(row["time_s"]), int(row["round"])
+    return None
 
 
 def time_to_target(rows: Sequence[Mapping[str, Any]], target: float) -> float | None:
     """Simulated seconds until the test accuracy first reaches ``target`` (None if never)."""
-    for row in rows:
-        if row["accuracy"] >= target:
-            return float(row["time_s"])
-    return None
+    hit = crossing(rows, target)
+    return None if hit is None else hit[0]
 
 
-def mean_ci(values: Iterable[float], level: float = 0.95) -> dict[str, Any]:
-    """Mean and Student-t confidence interval of ``values``.
+def mean_ci(values: Iterable[float], level: float = LEVEL) -> dict[str, Any]:
+    """Arithmetic mean and Student-t confidence interval of ``values`` (for quantities of any sign).
 
     Returns
     -------
@@ -38,97 +73,380 @@ def mean_ci(values: Iterable[float], level: float = 0.95) -> dict[str, Any]:
     if x.size == 0:
         return {"mean": None, "ci_low": None, "ci_high": None, "n": 0}
     mean = float(x.mean())
+    if x.size == 1 or float(x.std()) == 0.0:
+        return {"mean": mean, "ci_low": mean, "ci_high": mean, "n": int(x.size)}
+    lo, hi = stats.t.interval(level, x.size - 1, loc=mean, scale=stats.sem(x))
+    return {"mean": mean, "ci_low": float(lo), "ci_high": float(hi), "n": int(x.size)}
+
+
+def log_interval(values: Iterable[float], level: float = LEVEL) -> dict[str, Any]:
+    """Geometric mean and log-scale Student-t interval of positive ``values`` (times, ratios).
+
+    Parameters
+    ----------
+    values : iterable of float
+        Strictly positive numbers (simulated seconds, or paired ratios).
+    level : float
+        Confidence level (0.95).
+
+    Returns
+    -------
+    dict
+        ``geomean``, ``ci_low``, ``ci_high`` (``exp`` of the t interval of ``log(values)``:
+        positive, ``None`` for fewer than two values), ``n``.
+
+    Raises
+    ------
+    ValueError
+        If a value is not finite and positive (names it).
+    """
+    x = np.asarray(list(values), dtype=float)
+    bad = [v for v in x.tolist() if not (math.isfinite(v) and v > 0)]
+    if bad:
+        raise ValueError(f"log_interval needs finite positive values, got {bad[0]!r}")
+    if x.size == 0:
+        return {"geomean": None, "ci_low": None, "ci_high": None, "n": 0}
+    logs = np.log(x)
+    g = float(np.exp(logs.mean()))
     if x.size == 1:
-        return {"mean": mean, "ci_low": mean, "ci_high": mean, "n": 1}
-    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
-    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": int(x.size)}
+        return {"geomean": g, "ci_low": None, "ci_high": None, "n": 1}
+    if float(np.ptp(logs)) == 0.0:
+        return {"geomean": g, "ci_low": g, "ci_high": g, "n": int(x.size)}
+    ci = stats.ttest_1samp(logs, 0.0).confidence_interval(confidence_level=level)
+    return {"geomean": g, "ci_low": float(np.exp(ci.low)), "ci_high": float(np.exp(ci.high)), "n": int(x.size)}
 
 
-def summarize(traces: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]], targets: Sequence[float],
-              baseline: str | None, wall_s: Mapping[str, Mapping[int, float]] | None = None) -> dict[str, Any]:
-    """Summary of a study.
+def target_table(traces: Traces, targets: Sequence[float], baseline: str | None = None,
+                 feature_seeds: Mapping[int, int] | None = None) -> list[dict[str, Any]]:
+    """One record per (run, seed, target): the tidy form of the time-to-target results.
 
     Parameters
     ----------
     traces : {run label: {seed: trace rows}}
     targets : accuracies
     baseline : run label the speed-ups are relative to, or None
-    wall_s : {run label: {seed: host seconds}}, optional
+    feature_seeds : {seed: random-Fourier random_state}, optional
+
+    Returns
+    -------
+    list of dict
+        Keys ``run, seed, feature_seed, target, reached, time_s, round, speedup, max_accuracy,
+        last_round``; ``time_s``/``round`` are None when not reached; ``speedup`` is
+        ``time(baseline)/time(run)`` at that seed (None without a baseline, for the baseline
+        itself, or when either run misses the target).
+    """
+    out = []
+    for label, by_seed in traces.items():
+        for seed in sorted(by_seed):
+            rows = by_seed[seed]
+            for t in targets:
+                hit = crossing(rows, t)
+                sp = None
+                if hit is not None and baseline is not None and label != baseline and baseline in traces:
+                    rb = traces[baseline].get(seed)
+                    hb = crossing(rb, t) if rb is not None else None
+                    if hb is not None and hit[0] > 0 and hb[0] > 0:
+                        sp = hb[0] / hit[0]
+                out.append({
+                    "run": label, "seed": int(seed),
+                    "feature_seed": None if feature_seeds is None else feature_seeds.get(seed),
+                    "target": float(t), "reached": hit is not None,
+                    "time_s": None if hit is None else hit[0], "round": None if hit is None else hit[1],
+                    "speedup": sp, "max_accuracy": float(max(r["accuracy"] for r in rows)),
+                    "last_round": int(rows[-1]["round"]),
+                })
+    return out
+
+
+def _key(t: float) -> str:
+    return f"{t:g}"
+
+
+def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
+              wall_s: Mapping[str, Mapping[int, float]] | None = None, *,
+              feature_seeds: Mapping[int, int] | None = None, level: float = LEVEL) -> dict[str, Any]:
+    """Summary of a study: strict-JSON-ready (string keys, no NaN/inf), reproducible numbers only.
+
+    Parameters
+    ----------
+    traces : {run label: {seed: trace rows}}
+    targets : accuracies
+    baseline : run label the speed-ups are relative to, or None
+    wall_s : ignored (host timings belong in ``timing.json``; kept for old callers)
+    feature_seeds : {seed: random-Fourier random_state}, optional
+    level : confidence level
 
     Returns
     -------
     dict
-        ``{"targets": [...], "baseline": ..., "runs": {label: {...}}}`` where each run holds,
-        per target, ``time_s`` per seed and across seeds (mean, 95 % CI), and ``speedup`` per
-        seed and across seeds.
+        ``targets``, ``baseline``, ``level``, ``statistics`` (how the numbers were computed),
+        ``feature_seeds`` and ``runs``: per run label, ``seeds``, ``accuracy_last_round``,
+        ``accuracy_max``, ``last_round`` (per seed) and ``per_target``: per target key
+        (``"0.95"``), ``reached`` ("k/n"), ``n_reached``, ``time_s`` and ``round`` per seed
+        (null when not reached), ``not_reached`` (seed: reason), ``time_s_stats``
+        (:func:`log_interval` over the seeds, null unless every seed reached it, with
+        ``time_s_stats_reason``), ``time_s_range`` ([min, max] over reaching seeds) and
+        ``time_s_spread`` (max/min), and for non-baseline runs ``speedup`` per seed and
+        ``speedup_stats``.
     """
-    out: dict[str, Any] = {"targets": list(targets), "baseline": baseline, "runs": {}}
+    del wall_s
+    table = target_table(traces, targets, baseline, feature_seeds)
+    out: dict[str, Any] = {
+        "targets": [float(t) for t in targets], "baseline": baseline, "level": level,
+        "statistics": ("time: geometric mean over seeds, Student-t interval of log(time); speed-up: "
+                       "time(baseline)/time(run) paired by seed, geometric mean, Student-t interval of the "
+                       "log-ratios (scipy.stats.ttest_1samp); not-reached seeds are counted, never averaged"),
+        "feature_seeds": None if feature_seeds is None else {str(s): int(v) for s, v in sorted(feature_seeds.items())},
+        "runs": {},
+    }
     for label, by_seed in traces.items():
-        run: dict[str, Any] = {"seeds": sorted(by_seed), "final_accuracy": {}, "max_accuracy": {},
-                               "rounds": {}, "per_target": {}}
-        for seed, rows in by_seed.items():
-            run["final_accuracy"][seed] = float(rows[-1]["accuracy"])
-            run["max_accuracy"][seed] = float(max(r["accuracy"] for r in rows))
-            run["rounds"][seed] = int(rows[-1]["round"])
-        if wall_s and label in wall_s:
-            run["wall_s"] = dict(wall_s[label])
+        seeds = sorted(by_seed)
+        run: dict[str, Any] = {
+            "seeds": [int(s) for s in seeds],
+            "accuracy_last_round": {str(s): float(by_seed[s][-1]["accuracy"]) for s in seeds},
+            "accuracy_max": {str(s): float(max(r["accuracy"] for r in by_seed[s])) for s in seeds},
+            "last_round": {str(s): int(by_seed[s][-1]["round"]) for s in seeds},
+            "per_target": {},
+        }
         for t in targets:
-            times = {seed: time_to_target(rows, t) for seed, rows in by_seed.items()}
-            reached = [v for v in times.values() if v is not None]
-            entry: dict[str, Any] = {"time_s": times, "reached": f"{len(reached)}/{len(times)}",
-                                     "time_s_stats": mean_ci(reached) if len(reached) == len(times) else None}
+            recs = [r for r in table if r["run"] == label and r["target"] == float(t)]
+            reached = [r for r in recs if r["reached"]]
+            times = [r["time_s"] for r in reached if r["time_s"] > 0]
+            entry: dict[str, Any] = {
+                "reached": f"{len(reached)}/{len(recs)}", "n_reached": len(reached),
+                "time_s": {str(r["seed"]): r["time_s"] for r in recs},
+                "round": {str(r["seed"]): r["round"] for r in recs},
+                "not_reached": {str(r["seed"]): f"max test accuracy {r['max_accuracy']:.4f} < {t:g} in "
+                                f"{r['last_round']} rounds" for r in recs if not r["reached"]},
+            }
+            if len(reached) == len(recs) and len(times) == len(recs):
+                entry["time_s_stats"], entry["time_s_stats_reason"] = log_interval(times, level), None
+            else:
+                entry["time_s_stats"] = None
+                entry["time_s_stats_reason"] = (f"reached by {len(reached)} of {len(recs)} seeds"
+                                                if len(reached) < len(recs) else
+                                                "reached at simulated time 0 at some seed (no log-scale interval)")
+            entry["time_s_range"] = [min(times), max(times)] if times else None
+            entry["time_s_spread"] = max(times) / min(times) if times else None
             if baseline is not None and label != baseline and baseline in traces:
-                ratios = {}
-                for seed, v in times.items():
-                    rows_b = traces[baseline].get(seed)
-                    tb = time_to_target(rows_b, t) if rows_b is not None else None
-                    ratios[seed] = None if (tb is None or v is None or v == 0) else tb / v
-                ok = [r for r in ratios.values() if r is not None]
+                ratios = {str(r["seed"]): r["speedup"] for r in recs}
+                ok = [v for v in ratios.values() if v is not None]
                 entry["speedup"] = ratios
-                entry["speedup_stats"] = mean_ci(ok) if ok and len(ok) == len(ratios) else None
-            run["per_target"][f"{t:g}"] = entry
+                if ok and len(ok) == len(ratios):
+                    entry["speedup_stats"], entry["speedup_stats_reason"] = log_interval(ok, level), None
+                else:
+                    entry["speedup_stats"] = None
+                    entry["speedup_stats_reason"] = f"both runs reached {t:g} at {len(ok)} of {len(ratios)} seeds"
+            run["per_target"][_key(t)] = entry
         out["runs"][label] = run
     return out
 
 
-def _fmt_time(s: float | None) -> str:
-    if s is None:
+def dumps_strict(obj: Any) -> str:
+    """JSON text of ``obj``, refusing NaN and infinities (``ValueError``); stable and newline-terminated."""
+    return json.dumps(obj, indent=2, allow_nan=False, ensure_ascii=False) + "\n"
+
+
+# -- text --------------------------------------------------------------------------------------
+
+def _time_unit(values: Iterable[float | None]) -> tuple[float, str]:
+    vals = [v for v in values if v is not None]
+    top = max(vals, default=0.0)
+    return (3600.0, "h") if top >= 3 * 3600 else (1.0, "s")
+
+
+def _num(v: float, scale: float = 1.0) -> str:
+    x = v / scale
+    return f"{x:.3g}" if x < 10 else f"{x:.1f}" if x < 1000 else f"{x:.0f}"
+
+
+def _interval(st: Mapping[str, Any] | None, centre: str, scale: float = 1.0) -> str:
+    if st is not None and st.get(centre) is None and st.get("mean") is not None:
+        centre = "mean"  # a summary.json written before the log-scale statistics
+    if st is None or st.get(centre) is None:
         return "-"
-    if s >= 3600:
-        return f"{s / 3600:.2f} h"
-    return f"{s:.1f} s"
+    s = _num(st[centre], scale)
+    if st.get("ci_low") is not None:
+        s += f" [{_num(st['ci_low'], scale)}, {_num(st['ci_high'], scale)}]"
+    return s
 
 
-def format_summary(summary: Mapping[str, Any]) -> str:
-    """A plain-text table: per run and target, mean time (95 % CI) and speed-up vs the baseline."""
-    targets = summary["targets"]
-    header = ["run", "final acc"]
-    for t in targets:
-        header += [f"time to {t:.0%}", f"speed-up @{t:.0%}"]
-    lines = [header]
-    for label, run in summary["runs"].items():
-        accs = list(run["final_accuracy"].values())
-        row = [label, f"{np.mean(accs):.4f}"]
-        for t in targets:
-            e = run["per_target"][f"{t:g}"]
-            st = e["time_s_stats"]
-            if st is None:
-                row.append(f"not reached ({e['reached']})")
-            elif st["n"] > 1:
-                row.append(f"{_fmt_time(st['mean'])} [{_fmt_time(st['ci_low'])}, {_fmt_time(st['ci_high'])}]")
-            else:
-                row.append(_fmt_time(st["mean"]))
-            sp = e.get("speedup_stats")
-            if label == summary.get("baseline"):
-                row.append("1 (baseline)")
-            elif sp is None:
-                row.append("-")
-            elif sp["n"] > 1:
-                row.append(f"{sp['mean']:.2f} [{sp['ci_low']:.2f}, {sp['ci_high']:.2f}]")
-            else:
-                row.append(f"{sp['mean']:.2f}")
-        lines.append(row)
-    widths = [max(len(r[i]) for r in lines) for i in range(len(header))]
+def _table(lines: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
     text = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines]
     text.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(text)
+
+
+def format_summary(summary: Mapping[str, Any]) -> str:
+    """A plain-text table: per run and target, time (geometric mean [interval]) and speed-up.
+
+    One unit per column (named in the header); "not reached (k/n)" where a seed missed a target;
+    a run that reached a target at only some seeds shows the reaching seeds' geometric mean
+    followed by "(k/n)".
+    """
+    targets = summary["targets"]
+    level = summary.get("level", LEVEL)
+    runs = summary["runs"]
+    header = ["run", "test acc, last round (mean)"]
+    units = {}
+    for t in targets:
+        k = _key(t)
+        units[k] = _time_unit(v for r in runs.values() for v in r["per_target"][k]["time_s"].values())
+        header += [f"time to {t:.0%} [{units[k][1]}]", f"speed-up @{t:.0%} [x]"]
+    lines = [header]
+    for label, run in runs.items():
+        accs = list(run.get("accuracy_last_round", run.get("final_accuracy", {})).values())
+        row = [label, f"{np.mean(accs):.4f}" if accs else "-"]
+        for t in targets:
+            e = run["per_target"][_key(t)]
+            scale = units[_key(t)][0]
+            n_reached = e.get("n_reached", sum(v is not None for v in e["time_s"].values()))
+            n = len(e["time_s"])
+            if n_reached == 0:
+                row.append(f"not reached (0/{n})")
+            elif e.get("time_s_stats") is not None:
+                row.append(_interval(e["time_s_stats"], "geomean", scale))
+            else:
+                got = [v for v in e["time_s"].values() if v is not None and v > 0]
+                part = _num(float(np.exp(np.mean(np.log(got)))), scale) if got else "-"
+                row.append(f"{part} ({n_reached}/{n})")
+            if label == summary.get("baseline"):
+                row.append("1 (baseline)")
+            elif "speedup" not in e:
+                row.append("-")
+            elif e.get("speedup_stats") is not None:
+                row.append(_interval(e["speedup_stats"], "geomean"))
+            else:
+                ok = [v for v in e["speedup"].values() if v is not None]
+                row.append(f"{_num(float(np.exp(np.mean(np.log(ok)))))} ({len(ok)}/{len(e['speedup'])})" if ok
+                           else f"- (0/{len(e['speedup'])})")
+        lines.append(row)
+    note = (f"times: geometric mean over seeds [{level:.0%} interval, log scale]; speed-up: time(baseline) / "
+            f"time(run), paired by seed, geometric mean [{level:.0%} interval]; (k/n): reached at k of n seeds")
+    return _table(lines) + "\n" + note
+
+
+def format_per_seed(summary: Mapping[str, Any]) -> str:
+    """Per-seed crossings: for each run and target, the round and time at each seed and their spread.
+
+    With ``feature_seed = "per_seed"`` the seeds differ in their random-Fourier draw, so this shows
+    how much the time to each target moves with the feature draw (``spread`` = max / min time).
+    """
+    fs = summary.get("feature_seeds") or {}
+    seeds = sorted({int(s) for r in summary["runs"].values() for s in r["seeds"]})
+    header = ["run", "target"] + [f"seed {s}" + (f" (RFF {fs[str(s)]})" if str(s) in fs else "") for s in seeds]
+    header.append("spread [max/min]")
+    lines = [header]
+    for label, run in summary["runs"].items():
+        for t in summary["targets"]:
+            e = run["per_target"][_key(t)]
+            row = [label, f"{t:.0%}"]
+            for s in seeds:
+                ts, rd = e["time_s"].get(str(s)), e["round"].get(str(s))
+                row.append("not reached" if ts is None else f"round {rd}, {_num(ts)} s")
+            row.append("-" if e.get("time_s_spread") is None else f"{e['time_s_spread']:.2f}")
+            lines.append(row)
+    return _table(lines)
+
+
+# -- tidy tables and reading results back ---------------------------------------------------------
+
+def rounds_frame(traces: Traces) -> "pd.DataFrame":
+    """One row per (run, seed, round): the trace rows with the run label in column ``run``."""
+    import pandas as pd
+
+    rows = [{"run": label, **{k: v for k, v in r.items() if k != "protocol"}}
+            for label, by_seed in traces.items() for seed in sorted(by_seed) for r in by_seed[seed]]
+    return pd.DataFrame(rows)
+
+
+def targets_frame(traces: Traces, targets: Sequence[float], baseline: str | None = None,
+                  feature_seeds: Mapping[int, int] | None = None) -> "pd.DataFrame":
+    """One row per (run, seed, target) (:func:`target_table`); unreached times are NaN."""
+    import pandas as pd
+
+    cols = ["run", "seed", "feature_seed", "target", "reached", "time_s", "round", "speedup", "max_accuracy",
+            "last_round"]
+    df = pd.DataFrame(target_table(traces, targets, baseline, feature_seeds), columns=cols)
+    df["round"] = df["round"].astype("Int64")
+    for c in ("time_s", "speedup"):
+        df[c] = df[c].astype(float)
+    return df
+
+
+@dataclass
+class Results:
+    """A study's results as tidy tables (:func:`load_results`, :meth:`StudyResult.frames`).
+
+    Attributes
+    ----------
+    rounds : pandas.DataFrame
+        One row per (run, seed, round): ``run`` (label), ``seed``, ``round``, ``time_s``
+        (simulated seconds), ``accuracy``, ``loss``, ``bits_up``, ``bits_down``, ``device_macs``,
+        ``server_macs``, ``retransmissions``, ``used`` and protocol-specific columns.
+    targets : pandas.DataFrame
+        One row per (run, seed, target): ``reached``, ``time_s``, ``round``, ``speedup``, ...
+    summary : dict
+        ``summary.json``.
+    study : dict
+        The validated study as run (``study.json``), or empty.
+    """
+
+    rounds: "pd.DataFrame"
+    targets: "pd.DataFrame"
+    summary: dict[str, Any]
+    study: dict[str, Any] = field(default_factory=dict)
+
+    def summary_table(self) -> str:
+        """:func:`format_summary` of :attr:`summary`."""
+        return format_summary(self.summary)
+
+    def traces(self) -> dict[str, dict[int, list[dict[str, Any]]]]:
+        """``{run label: {seed: rows}}`` rebuilt from :attr:`rounds` (for plots)."""
+        out: dict[str, dict[int, list[dict[str, Any]]]] = {}
+        for label in self.rounds["run"].drop_duplicates():
+            sub = self.rounds[self.rounds["run"] == label]
+            out[label] = {int(s): g.drop(columns="run").to_dict("records") for s, g in sub.groupby("seed", sort=True)}
+        return out
+
+
+def load_results(out_dir: str | Path) -> Results:
+    """Read a study's output directory back as tidy tables.
+
+    Parameters
+    ----------
+    out_dir : path-like
+        A directory written by :func:`fednet.study.runner.run_study` (``summary.json``,
+        ``study.json``, ``<run>/trace.csv``).
+
+    Returns
+    -------
+    Results
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``summary.json`` or a run's ``trace.csv`` is missing (names the file).
+    """
+    import pandas as pd
+
+    out_dir = Path(out_dir)
+    summary = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
+    study_path = out_dir / "study.json"
+    study = json.loads(study_path.read_text(encoding="utf-8")) if study_path.exists() else {}
+    frames = []
+    for label, run in summary["runs"].items():
+        csv_path = out_dir / run.get("trace_csv", "")
+        if not csv_path.is_file():
+            raise FileNotFoundError(f"{csv_path}: trace of run {label!r} is missing")
+        df = pd.read_csv(csv_path, dtype={"used": str, "protocol": str})
+        if "used" in df:
+            df["used"] = df["used"].fillna("").astype(object)
+        frames.append(df.rename(columns={"protocol": "run"}).assign(run=label))
+    rounds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    res = Results(rounds, pd.DataFrame(), summary, study)
+    fs = summary.get("feature_seeds")
+    res.targets = targets_frame(res.traces(), summary["targets"], summary.get("baseline"),
+                                None if fs is None else {int(k): v for k, v in fs.items()})
+    return res

@@ -5,20 +5,34 @@ at the end, so a failed or interrupted study leaves no partial result directory;
 :mod:`fednet.study.output` for the marker, the lock and the clean-up of killed runs)::
 
     OUT/summary.json            time to each target per run and seed, across seeds, speed-ups
+                                (strict JSON, reproducible numbers only: byte-identical at a seed)
+    OUT/timing.json             host wall-clock seconds per run and seed, data loading (not reproducible)
+    OUT/provenance.json         fednet version, git commit, numpy/torch/galois/simpy/... versions,
+                                Python, platform, command line
     OUT/accuracy_vs_time.png    accuracy against simulated time, every run and seed
     OUT/study.json              the validated study, as run
     OUT/<run label>/trace.csv   one row per (seed, round)
     OUT/.fednet-output          marker: the files fednet wrote (only such folders are replaced)
+
+``run_study(study, None)`` writes nothing and returns the results in memory (notebooks);
+:meth:`StudyResult.frames` gives them as pandas DataFrames, like
+:func:`fednet.study.results.load_results` does for a written directory.
 """
 
 from __future__ import annotations
 
 import csv
+import importlib.metadata
 import json
+import logging
 import os
+import platform
+import shlex
+import subprocess
+import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +54,36 @@ from topologies.lte import lte_star
 
 from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
 from .output import StagedOutput
-from .results import format_summary, summarize
+from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
 
-__all__ = ["prepare_task", "build_network", "build_simulation", "run_study", "StudyResult", "slug"]
+__all__ = ["prepare_task", "build_network", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
+           "write_results"]
 
-TRACE_COLUMNS = ["protocol", "seed", "round", "time_s", "accuracy", "loss", "bits_up", "bits_down",
-                 "device_macs", "server_macs", "retransmissions", "used"]
+from fednet.protocol.trace import COLUMNS
+
+log = logging.getLogger(__name__)
+
+#: Packages whose versions :func:`provenance` records.
+PROVENANCE_PACKAGES = ("numpy", "scipy", "torch", "galois", "simpy", "pydantic", "scikit-learn", "networkx")
+
+#: The standard trace columns, in order (defined once, by :class:`fednet.protocol.trace.TraceRow`).
+TRACE_COLUMNS = list(COLUMNS)
 
 
-def prepare_task(study: Study, data_dir: str | os.PathLike | None = None) -> LearningTask:
+def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, feature_seed: int | None = None,
+                 data: Any = None) -> LearningTask:
     """Load the data set, embed it, split it over the devices and wrap it as a task.
+
+    Parameters
+    ----------
+    study : Study
+    data_dir : path-like, optional
+        Directory with ``mnist/`` and ``fashion-mnist/`` (default ``$FEDNET_DATA``).
+    feature_seed : int, optional
+        ``random_state`` of the random-Fourier draw; default the study's (``feature_seed``, or
+        :meth:`~fednet.study.config.DataSpec.feature_seed_for` of the first seed for ``"per_seed"``).
+    data : fednet.learning.datasets.Dataset, optional
+        An already loaded data set (skips loading).
 
     Raises
     ------
@@ -59,11 +93,13 @@ def prepare_task(study: Study, data_dir: str | os.PathLike | None = None) -> Lea
         When the partition cannot give every device at least one training point.
     """
     spec: DataSpec = study.data
-    data = load_dataset(spec.dataset, data_dir)
-    feats = rbf_features(data, gamma=spec.rbf_gamma, n_components=spec.n_components, seed=spec.feature_seed)
+    if data is None:
+        data = load_dataset(spec.dataset, data_dir)
+    fs = spec.feature_seed_for(study.seeds[0]) if feature_seed is None else feature_seed
+    feats = rbf_features(data, gamma=spec.rbf_gamma, n_components=spec.n_components, seed=fs)
     try:
         parts = partition(data.y_train, study.network.n_devices, kind=spec.partition, alpha=spec.dirichlet_alpha,
-                          rng=np.random.default_rng(spec.feature_seed))
+                          rng=np.random.default_rng(spec.partition_seed))
     except ValueError as e:
         raise ConfigError(f"data.partition = {spec.partition!r} cannot split the {len(data.y_train)} training points "
                           f"of {spec.dataset!r} over network.n_devices = {study.network.n_devices}: {e}") from e
@@ -100,26 +136,88 @@ def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False
                       record_views=record_views)
 
 
+def _git_commit() -> tuple[str | None, bool | None]:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                              timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5, check=True).stdout.strip() != ""
+        return head or None, dirty
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def provenance(command: Sequence[str] | None = None) -> dict[str, Any]:
+    """What produced a result: fednet version, git commit, package versions, Python, command line.
+
+    Parameters
+    ----------
+    command : sequence of str, optional
+        The command line (default ``sys.argv``).
+
+    Returns
+    -------
+    dict
+        ``fednet`` (version), ``git_commit`` and ``git_dirty`` (None outside a git checkout),
+        ``packages`` ({name: version or None}), ``python``, ``platform``, ``command``.
+    """
+    import fednet
+
+    versions = {}
+    for name in PROVENANCE_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    commit, dirty = _git_commit()
+    return {"fednet": fednet.__version__, "git_commit": commit, "git_dirty": dirty, "packages": versions,
+            "python": platform.python_version(), "platform": platform.platform(),
+            "command": shlex.join(sys.argv if command is None else command)}
+
+
 @dataclass
 class StudyResult:
     """What :func:`run_study` produced.
 
     Attributes
     ----------
-    out_dir : Path
+    out_dir : Path or None
+        Where the results were written (None: in memory only).
     summary : dict
+        ``summary.json`` (:func:`~fednet.study.results.summarize`).
     traces : {label: {seed: rows}}
     wall_s : {label: {seed: host seconds}}
+    timing : dict
+        ``timing.json``: host seconds (data loading, each run and seed, total).
+    provenance : dict
+        ``provenance.json`` (:func:`provenance`).
+    study : Study or None
     """
 
-    out_dir: Path
+    out_dir: Path | None
     summary: dict[str, Any]
     traces: dict[str, dict[int, list[dict[str, Any]]]]
     wall_s: dict[str, dict[int, float]]
+    timing: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict)
+    study: Study | None = None
 
     def table(self) -> str:
         """The summary as a plain-text table (:func:`~fednet.study.results.format_summary`)."""
         return format_summary(self.summary)
+
+    def per_seed_table(self) -> str:
+        """Per-seed crossings (:func:`~fednet.study.results.format_per_seed`)."""
+        return format_per_seed(self.summary)
+
+    def frames(self) -> Results:
+        """The results as pandas DataFrames (like :func:`~fednet.study.results.load_results`)."""
+        fs = self.summary.get("feature_seeds")
+        return Results(rounds_frame(self.traces),
+                       targets_frame(self.traces, self.summary["targets"], self.summary.get("baseline"),
+                                     None if fs is None else {int(k): v for k, v in fs.items()}),
+                       self.summary, json.loads(self.study.model_dump_json()) if self.study else {})
 
 
 def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -> Any:
@@ -151,59 +249,140 @@ def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
     return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round, strict=study.strict)
 
 
-def run_study(study: Study, out_dir: str | os.PathLike, *, data_dir: str | os.PathLike | None = None,
-              progress: bool = True, plot: bool = True) -> StudyResult:
-    """Run every (run, seed) of a study and write its results to ``out_dir``.
+def _write_trace(path: Path, by_seed: dict[int, list[dict[str, Any]]], seeds: Sequence[int]) -> None:
+    extra = sorted({k for rows in by_seed.values() for r in rows for k in r} - set(TRACE_COLUMNS))
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=TRACE_COLUMNS + extra)
+        w.writeheader()
+        for seed in seeds:
+            w.writerows(by_seed[seed])
 
-    Results go to a staging folder renamed to ``out_dir`` at the end; an existing ``out_dir``
-    is replaced only if fednet wrote it (:class:`~fednet.study.output.StagedOutput`).
 
-    Raises
-    ------
-    fednet.errors.OutputError
-        ``out_dir`` holds files fednet did not write, or is the current folder (checked first).
-    fednet.errors.OutputLocked
-        Another live fednet run writes to ``out_dir`` (its pid is in the message).
-    fednet.learning.datasets.DatasetError
-        Missing or corrupted data (nothing is left behind).
-    fednet.errors.ConfigError
-        A protocol refuses its parameters against the data (before any run starts).
-    fednet.protocol.base.StragglerShortfall
-        With ``study.strict``, from a round that cannot complete.
-    """
-    out_dir = Path(out_dir)
-    traces: dict[str, dict[int, list[dict[str, Any]]]] = {}
-    wall: dict[str, dict[int, float]] = {}
-    total = sum(study.run_epochs(r) + 1 for r in study.runs) * len(study.seeds)
-    with StagedOutput(out_dir) as tmp:
-        task = prepare_task(study, data_dir)
-        for run in study.runs:                 # refuse data-dependent misfits before any run
-            _build_protocol(study, run, study.seeds[0], task)
-        with tqdm(total=total, desc=study.name, unit="round", disable=not progress, leave=False,
-                  mininterval=0.5) as bar:
+def write_results(result: StudyResult, study: Study, directory: str | os.PathLike, *, plot: bool = True) -> None:
+    """Write a study's result files into an existing ``directory`` (module docstring for the layout)."""
+    directory = Path(directory)
+    for run in study.runs:
+        run_dir = directory / slug(run.name)
+        run_dir.mkdir(exist_ok=True)
+        _write_trace(run_dir / "trace.csv", result.traces[run.name], study.seeds)
+    (directory / "summary.json").write_text(dumps_strict(result.summary), encoding="utf-8")
+    (directory / "timing.json").write_text(dumps_strict(result.timing), encoding="utf-8")
+    (directory / "provenance.json").write_text(dumps_strict(result.provenance), encoding="utf-8")
+    (directory / "study.json").write_text(study.model_dump_json(indent=2), encoding="utf-8")
+    if plot:
+        from .plots import plot_accuracy_vs_time
+
+        plot_accuracy_vs_time(result.traces, study.targets, directory / "accuracy_vs_time.png", title=study.name)
+
+
+def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: bool,
+              command: Sequence[str] | None) -> StudyResult:
+    """Run every (run, seed) of ``study`` in memory (data loaded once per feature draw)."""
+    t_start = time.perf_counter()
+    groups: dict[int, list[int]] = {}
+    for seed in study.seeds:
+        groups.setdefault(study.data.feature_seed_for(seed), []).append(seed)
+    traces: dict[str, dict[int, list[dict[str, Any]]]] = {run.name: {} for run in study.runs}
+    wall: dict[str, dict[int, float]] = {run.name: {} for run in study.runs}
+    data_s: dict[str, float] = {}
+    # progress in rounds; a run stopped early by stop_at shrinks the total, and its remaining seeds
+    # are expected to stop near the same round (an honest ETA instead of a jump at each early stop)
+    expect = {run.name: study.run_epochs(run) + 1 for run in study.runs}
+    left = {run.name: len(study.seeds) for run in study.runs}
+    done = 0
+    with tqdm(total=sum(expect[r] * left[r] for r in expect), desc=study.name, unit="round", disable=not progress,
+              leave=False, mininterval=0.5) as bar:
+        data = None
+        for fs, seeds in groups.items():
+            bar.set_postfix_str(f"loading {study.data.dataset}, {study.data.n_components} random features "
+                                f"(draw {fs})")
+            bar.refresh()
+            t0 = time.perf_counter()
+            task = None
+            if data is None:
+                data = load_dataset(study.data.dataset, data_dir)
+            task = prepare_task(study, data_dir, feature_seed=fs, data=data)
+            data_s[str(fs)] = time.perf_counter() - t0
+            log.info("%s: data %s with feature draw %d ready in %.1f s", study.name, study.data.dataset, fs,
+                     data_s[str(fs)])
+            for run in study.runs:             # refuse data-dependent misfits before any run
+                _build_protocol(study, run, seeds[0], task)
             for run in study.runs:
-                traces[run.name], wall[run.name] = {}, {}
-                for seed in study.seeds:
+                for seed in seeds:
                     bar.set_postfix_str(f"{run.name} seed {seed}")
                     t0 = time.perf_counter()
                     rows = _run_one(study, run, seed, task, lambda row: bar.update(1))
                     wall[run.name][seed] = time.perf_counter() - t0
-                    bar.update(study.run_epochs(run) + 1 - len(rows))
                     traces[run.name][seed] = rows
-                run_dir = tmp / slug(run.name)
-                run_dir.mkdir()
-                with open(run_dir / "trace.csv", "w", newline="") as fh:
-                    extra = sorted({k for rows in traces[run.name].values() for r in rows for k in r} - set(TRACE_COLUMNS))
-                    w = csv.DictWriter(fh, fieldnames=TRACE_COLUMNS + extra)
-                    w.writeheader()
-                    for seed in study.seeds:
-                        w.writerows(traces[run.name][seed])
-        summary = summarize(traces, study.targets, study.baseline, wall)
-        summary["study"] = study.name
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
-        (tmp / "study.json").write_text(study.model_dump_json(indent=2))
-        if plot:
-            from .plots import plot_accuracy_vs_time
+                    done += len(rows)
+                    left[run.name] -= 1
+                    if len(rows) < expect[run.name]:
+                        expect[run.name] = len(rows)
+                    bar.total = done + sum(expect[r] * left[r] for r in expect)
+                    bar.refresh()
+                    log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name, run.name, seed,
+                             len(rows) - 1, rows[-1]["time_s"], wall[run.name][seed])
+    fseeds = {seed: study.data.feature_seed_for(seed) for seed in study.seeds}
+    summary = {"study": study.name,
+               **summarize(traces, study.targets, study.baseline,
+                           feature_seeds=fseeds if study.data.feature_seed == "per_seed" else None)}
+    for run in study.runs:
+        summary["runs"][run.name]["trace_csv"] = f"{slug(run.name)}/trace.csv"
+    timing = {"unit": "host seconds (wall clock; not reproducible)", "data_s": data_s,
+              "runs": {label: {str(s): v for s, v in by.items()} for label, by in wall.items()},
+              "total_s": time.perf_counter() - t_start}
+    return StudyResult(None, summary, traces, wall, timing, provenance(command), study)
 
-            plot_accuracy_vs_time(traces, study.targets, tmp / "accuracy_vs_time.png", title=study.name)
-    return StudyResult(out_dir, summary, traces, wall)
+
+def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
+              data_dir: str | os.PathLike | None = None, progress: bool = True, plot: bool = True,
+              command: Sequence[str] | None = None) -> StudyResult:
+    """Run every (run, seed) of a study; write its results to ``out_dir`` unless it is None.
+
+    Parameters
+    ----------
+    study : Study
+    out_dir : path-like or None
+        Output directory (module docstring for its files); None: nothing is written and the
+        results come back in memory only (notebooks).
+    data_dir : path-like, optional
+        Directory with ``mnist/`` and ``fashion-mnist/`` (default ``$FEDNET_DATA``).
+    progress : bool
+        Show a progress bar (rounds; data loading shown in its postfix).
+    plot : bool
+        Draw ``accuracy_vs_time.png``.
+    command : sequence of str, optional
+        Command line recorded in ``provenance.json`` (default ``sys.argv``).
+
+    Returns
+    -------
+    StudyResult
+
+    Raises
+    ------
+    fednet.errors.OutputError
+        ``out_dir`` holds files fednet did not write, or is the current folder (checked first,
+        before any simulation).
+    fednet.errors.OutputLocked
+        Another live fednet run writes to ``out_dir`` (its pid is in the message).
+    fednet.learning.datasets.DatasetError
+        For missing or corrupted data (nothing is left behind).
+    fednet.errors.ConfigError
+        A protocol refuses its parameters against the data (before any run starts).
+    fednet.protocol.base.StragglerShortfall
+        With ``study.strict``, from a round that cannot complete.
+
+    Notes
+    -----
+    The output folder is checked and locked first; every simulation runs before anything is
+    written; the files then go to a staging folder renamed to ``out_dir``. An existing
+    ``out_dir`` is replaced only if fednet wrote it (:class:`~fednet.study.output.StagedOutput`).
+    """
+    if out_dir is None:
+        return _simulate(study, data_dir=data_dir, progress=progress, command=command)
+    out_dir = Path(out_dir)
+    with StagedOutput(out_dir) as tmp:
+        result = _simulate(study, data_dir=data_dir, progress=progress, command=command)
+        write_results(result, study, tmp, plot=plot)
+    result.out_dir = out_dir
+    return result
