@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-__all__ = ["TraceRow", "COLUMNS", "EVENTS"]
+__all__ = ["TraceRow", "COLUMNS", "TEXT_COLUMNS", "EVENTS"]
 
 #: The kinds of trace events.
 EVENTS = ("phase", "round", "update")
@@ -75,3 +75,7 @@ class TraceRow:
 
 #: The standard columns, in order.
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRow))
+
+#: The standard columns that hold text (an empty string is a value, not a missing one).
+TEXT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRow)
+                                      if f.type == "str" or str(f.type).startswith("Literal"))
