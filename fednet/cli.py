@@ -103,6 +103,14 @@ def _saved(args: argparse.Namespace) -> Path | None:
     return out
 
 
+def _unreadable(out: Path, e: BaseException) -> Exception:
+    """A saved result directory whose files are damaged or not fednet's: a named DataError."""
+    from fednet.errors import DataError
+
+    what = f"{type(e).__name__}: {e}" if isinstance(e, KeyError) else str(e)
+    return DataError(f"{out}: saved results are damaged or not written by this fednet ({what})")
+
+
 def _cmd_summarize(args: argparse.Namespace) -> int:
     import json
 
@@ -111,11 +119,18 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     out = _saved(args)
     if out is None:
         return 2
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    try:
+        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        if not isinstance(summary, dict) or not isinstance(summary.get("runs"), dict):
+            raise ValueError("summary.json holds no table of runs")
+        table = format_summary(summary)
+        per_seed = format_per_seed(summary) if args.per_seed or summary.get("feature_seeds") else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise _unreadable(out, e) from e
     print(f"{summary.get('study', out.name)} ({out})\n")
-    print(format_summary(summary))
-    if args.per_seed or summary.get("feature_seeds"):
-        print("\nper seed:\n" + format_per_seed(summary))
+    print(table)
+    if per_seed is not None:
+        print("\nper seed:\n" + per_seed)
     return 0
 
 
@@ -125,7 +140,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     out = _saved(args)
     if out is None:
         return 2
-    print(plot_results(out, args.output))
+    try:
+        path = plot_results(out, args.output)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise _unreadable(out, e) from e
+    print(path)
     return 0
 
 

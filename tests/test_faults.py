@@ -418,6 +418,26 @@ def test_unknown_study_name(tmp_path, capsys, monkeypatch) -> None:
     expect_cli_error(tmp_path, capsys, ["run", "no_such_study", "--quiet"], "study file not found: no_such_study")
 
 
+#: Damaged saved results for ``fednet summarize`` / ``fednet plot``: (command, summary.json text, needle).
+SAVED_CASES = [
+    ("summarize", "{bad", "Expecting property name"),
+    ("plot", "{bad", "Expecting property name"),
+    ("summarize", '{"runs": 5}', "summary.json holds no table of runs"),
+    ("summarize", '[1, 2]', "summary.json holds no table of runs"),
+    ("plot", '{"runs": {"a": {"trace_csv": "a/trace.csv"}}, "targets": []}', "trace of run 'a' is missing"),
+    ("summarize", None, "holds no summary.json"),
+]
+
+
+@pytest.mark.parametrize("cmd,text,needle", SAVED_CASES, ids=[f"saved{i}" for i in range(len(SAVED_CASES))])
+def test_damaged_saved_results(tmp_path, capsys, cmd, text, needle) -> None:
+    d = tmp_path / "res"
+    d.mkdir()
+    if text is not None:
+        (d / "summary.json").write_text(text)
+    expect_cli_error(tmp_path, capsys, [cmd, str(d)], needle)
+
+
 def test_data_dependent_misfit_is_a_named_error_before_any_output(tmp_path, capsys) -> None:
     # approx_gc's default single-class setting needs n_devices == 10 classes: found with the data.
     path = write(tmp_path, study_text(protocol="approx_gc"))
@@ -1008,7 +1028,7 @@ def _outcomes() -> dict[str, int]:
         for c in cases:
             n[c[idx]] += 1
     n["error"] += len(FILE_CASES) + 1                                      # + data misfit
-    n["error"] += len(ENGINE_CASES) + len(DATA_MISFITS)
+    n["error"] += len(ENGINE_CASES) + len(DATA_MISFITS) + len(SAVED_CASES)
     n["error"] += 8                                                        # --out: ., user, file, link, parent, /proc, extra file, lock
     n["error"] += 3                                                        # --seed -1, --seed 2**70, unknown study name
     n["correct"] += 7                                                      # rerun, empty/nested, 2 stale locks, 2 stale partials, end-to-end
