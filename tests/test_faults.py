@@ -28,7 +28,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import fednet.study.output as output_mod
