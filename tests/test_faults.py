@@ -602,6 +602,12 @@ def test_out_dot_refuses_and_keeps_the_current_folder(tmp_path, tiny, capsys, mo
     expect_cli_error(tmp_path, capsys, ["run", str(tiny), "--out", ".", "--quiet"], "current folder")
     assert sorted(p.name for p in work.iterdir()) == ["notes.txt"]
     expect_cli_error(tmp_path, capsys, ["run", str(tiny), "--out", "..", "--quiet"], "current folder")
+    expect_cli_error(tmp_path, capsys, ["run", str(tiny), "--out", str(tmp_path / "work" / "x" / ".."), "--quiet"],
+                     "current folder")
+    (tmp_path / "alias").symlink_to(work)
+    expect_cli_error(tmp_path, capsys, ["run", str(tiny), "--out", str(tmp_path / "alias" / "sub" / ".."),
+                                        "--quiet"], "current folder")
+    assert sorted(p.name for p in work.iterdir()) == ["notes.txt"]
 
 
 def test_out_on_a_users_folder_refuses_and_leaves_it(tmp_path, tiny, capsys) -> None:

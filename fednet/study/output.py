@@ -154,7 +154,8 @@ def check_output_target(out_dir: str | os.PathLike) -> Path:
     given = Path(out_dir)
     out = Path(os.path.abspath(given))
     cwd = Path(os.path.abspath(os.getcwd()))
-    if out == cwd or out in cwd.parents:
+    real, real_cwd = Path(os.path.realpath(given)), Path(os.path.realpath(cwd))
+    if out == cwd or out in cwd.parents or real == real_cwd or real in real_cwd.parents:
         raise OutputError(f"--out {str(given)!r} is the current folder or one of its parents; fednet writes a "
                           f"whole folder and replaces it on the next run: give a new or empty folder instead")
     if out.is_symlink():
