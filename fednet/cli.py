@@ -24,7 +24,12 @@
     the tree to an image.
 ``fednet --version``
 
-Exit status 2 for a bad study or bad data (the message names the problem; nothing is written).
+Exit status 2, with one message on stderr and no traceback, for any
+:class:`fednet.errors.FednetError`: a bad study (the message names the key and value), bad
+data, an output folder fednet may not replace or that another run holds (the message names its
+process id), or, in a ``strict`` study, a round that cannot complete. Nothing is written then.
+Status 128 + N when stopped by signal N (SIGINT: 130, SIGTERM: 143); the staging folder is
+removed and the lock released. Any other exception is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -57,24 +62,15 @@ def _resolve(study: str) -> Path:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fednet.learning.datasets import DatasetError
-    from fednet.study.config import StudyError, load_study
+    from fednet.study.config import load_study
     from fednet.study.runner import run_study
 
-    try:
-        study = load_study(_resolve(args.study), seeds=[args.seed] if args.seed is not None else None,
-                           targets=args.targets, sets=args.set or (), only_runs=args.runs, max_epochs=args.epochs)
-    except StudyError as e:
-        print(f"fednet: {e}", file=sys.stderr)
-        return 2
+    study = load_study(_resolve(args.study), seeds=[args.seed] if args.seed is not None else None,
+                       targets=args.targets, sets=args.set or (), only_runs=args.runs, max_epochs=args.epochs)
     out = Path(args.out) if args.out else Path("results") / study.name
     t0 = time.perf_counter()
-    try:
-        result = run_study(study, out, data_dir=args.data_dir, progress=not args.quiet,
-                           command=["fednet", *(sys.argv[1:] if args.argv is None else args.argv)])
-    except DatasetError as e:
-        print(f"fednet: {e}", file=sys.stderr)
-        return 2
+    result = run_study(study, out, data_dir=args.data_dir, progress=not args.quiet,
+                       command=["fednet", *(sys.argv[1:] if args.argv is None else args.argv)])
     print(f"\n{study.name}: {len(study.runs)} runs x {len(study.seeds)} seeds in {time.perf_counter() - t0:.1f} s "
           f"(host wall time)\n")
     if study.description:
@@ -116,6 +112,14 @@ def _saved(args: argparse.Namespace) -> Path | None:
     return out
 
 
+def _unreadable(out: Path, e: BaseException) -> Exception:
+    """A saved result directory whose files are damaged or not fednet's: a named DataError."""
+    from fednet.errors import DataError
+
+    what = f"{type(e).__name__}: {e}" if isinstance(e, KeyError) else str(e)
+    return DataError(f"{out}: saved results are damaged or not written by this fednet ({what})")
+
+
 def _cmd_summarize(args: argparse.Namespace) -> int:
     import json
 
@@ -124,11 +128,18 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     out = _saved(args)
     if out is None:
         return 2
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    try:
+        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        if not isinstance(summary, dict) or not isinstance(summary.get("runs"), dict):
+            raise ValueError("summary.json holds no table of runs")
+        table = format_summary(summary)
+        per_seed = format_per_seed(summary) if args.per_seed or summary.get("feature_seeds") else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise _unreadable(out, e) from e
     print(f"{summary.get('study', out.name)} ({out})\n")
-    print(format_summary(summary))
-    if args.per_seed or summary.get("feature_seeds"):
-        print("\nper seed:\n" + format_per_seed(summary))
+    print(table)
+    if per_seed is not None:
+        print("\nper seed:\n" + per_seed)
     return 0
 
 
@@ -138,7 +149,11 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     out = _saved(args)
     if out is None:
         return 2
-    print(plot_results(out, args.output))
+    try:
+        path = plot_results(out, args.output)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise _unreadable(out, e) from e
+    print(path)
     return 0
 
 
@@ -215,7 +230,15 @@ def _cmd_topology(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``fednet`` command; returns the exit status."""
+    """Entry point of the ``fednet`` command; returns the exit status.
+
+    Returns
+    -------
+    int
+        0 on success; 2 for any :class:`fednet.errors.FednetError` (printed as ``fednet: <message>``
+        on stderr, without a traceback). Argument errors exit 2 through argparse.
+    """
+    from fednet.errors import FednetError
     from fednet import __version__
 
     parser = argparse.ArgumentParser(prog="fednet", description=__doc__.split("\n")[0])
@@ -258,7 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except FednetError as e:
+        print(f"fednet: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fednet: interrupted (SIGINT); no partial results were left", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -76,10 +76,10 @@ class CFLConfig(ProtocolConfig):
         Tries per message summed exactly in ``P_j`` (the geometric tail beyond is ignored).
     """
 
-    element_bits: int = Field(32, ge=1)
+    element_bits: int = Field(32, ge=1, le=4096)
     redundancy: float = Field(..., gt=0.0, lt=1.0)
-    load_grid: int = Field(200, ge=2)
-    max_tries: int = Field(12, ge=1)
+    load_grid: int = Field(200, ge=2, le=100_000)
+    max_tries: int = Field(12, ge=1, le=1000)
 
 
 @dataclass

@@ -97,16 +97,16 @@ class CodedPaddedFLConfig(ProtocolConfig):
         Full mode: compare each decoded gradient with the plain one (not charged).
     """
 
-    element_bits: int = Field(48, ge=1)
+    element_bits: int = Field(48, ge=1, le=4096)
     alpha: int = Field(..., ge=1)
     groups: int = Field(1, ge=1)
     k: int = Field(48, ge=8, le=62)
     f: int = Field(24, ge=1)
     code_fraction_bits: int = Field(24, ge=1, le=40)
-    share_element_bits: int | None = Field(None, ge=1)
+    share_element_bits: int | None = Field(None, ge=1, le=4096)
     sharing_schedule: Literal["relay_steps", "relay_asap", "upload_once"] = "relay_steps"
     mode: Literal["full", "timing"] = "full"
-    code_draws: int = Field(16, ge=1)
+    code_draws: int = Field(16, ge=1, le=10_000)
     check_decoding: bool = True
 
     @model_validator(mode="after")
@@ -200,6 +200,16 @@ class CodedPaddedFL(Protocol):
         if config.alpha > smallest:
             raise ValueError(f"alpha must be at most the smallest group size ({smallest} with "
                              f"{config.groups} groups of {n_devices} devices), got {config.alpha}")
+
+    @classmethod
+    def check_dropout(cls, config: CodedPaddedFLConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a dropout that leaves, on average, fewer than ``D_g - alpha + 1`` devices of a group."""
+        for g, size in enumerate(group_sizes(n_devices, config.groups)):
+            need, mean = size - config.alpha + 1, size * (1.0 - dropout)
+            if mean < need:
+                raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of the {size} devices of group {g} "
+                                 f"available on average, fewer than the D_g - alpha + 1 = {need} its decoder needs "
+                                 f"(alpha = {config.alpha}); raise alpha or lower dropout")
 
     @property
     def q(self) -> FixedPoint:

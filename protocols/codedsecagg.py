@@ -112,13 +112,13 @@ class CodedSecAggConfig(ProtocolConfig):
         Full mode: verify every decoded aggregate exactly (observer's work, not charged).
     """
 
-    element_bits: int = Field(48, ge=1)
+    element_bits: int = Field(48, ge=1, le=4096)
     z: int = Field(1, ge=0)
     k_prime: int | None = Field(None, ge=1)
     groups: int = Field(1, ge=1)
     k: int = Field(48, ge=8, le=62)
     f: int = Field(24, ge=1)
-    share_element_bits: int | None = Field(None, ge=1)
+    share_element_bits: int | None = Field(None, ge=1, le=4096)
     sharing_schedule: Literal["relay_steps", "relay_asap"] = "relay_steps"
     charge_encoding: bool = True
     mode: Literal["full", "timing"] = "full"
@@ -202,6 +202,21 @@ class CodedSecAgg(Protocol):
         if n_prime < kp:
             raise ValueError(f"every group needs at least k_prime = {kp} devices; groups = {N} gives {n_prime}")
         check_shamir_parameters(n_prime, kp, config.q, z=config.z)
+
+    @classmethod
+    def check_dropout(cls, config: CodedSecAggConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a dropout that leaves fewer than k' complete columns on average.
+
+        A column (device ``i`` of every group) reaches the server only if all its ``N`` devices
+        are present: on average ``n' (1 - dropout)^N`` columns of ``n' = D / N``.
+        """
+        N = config.groups
+        n_prime, kp = n_devices // N, config.threshold
+        mean = n_prime * (1.0 - dropout) ** N
+        if mean < kp:
+            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_prime} share columns complete on "
+                             f"average (all {N} groups present), fewer than the k_prime = {kp} the decoder needs; "
+                             f"lower k_prime, groups or dropout")
 
     @property
     def fp(self) -> FixedPoint:

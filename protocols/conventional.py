@@ -21,6 +21,7 @@ What each party sees: the server sees every used device's local gradient estimat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
@@ -96,6 +97,17 @@ class ConventionalFL(Protocol):
         if config.drop_slowest >= n_devices:
             raise ValueError(f"drop_slowest must be less than the number of devices ({n_devices}), "
                              f"got {config.drop_slowest}")
+
+    @classmethod
+    def check_dropout(cls, config: ConventionalFLConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a dropout that leaves fewer than ``D - drop_slowest`` devices on average."""
+        need = n_devices - config.drop_slowest
+        mean = n_devices * (1.0 - dropout)
+        if mean < need:
+            s_min = math.ceil(n_devices * dropout - 1e-12)
+            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_devices} devices available on "
+                             f"average, fewer than the D - drop_slowest = {need} each round waits for "
+                             f"(drop_slowest = {config.drop_slowest}); set drop_slowest >= {s_min} or lower dropout")
 
     def setup(self) -> Generator:
         """No set-up phase: only each device's minibatch size and sampling stream."""

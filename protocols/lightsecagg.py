@@ -106,7 +106,7 @@ class LightSecAggConfig(ProtocolConfig):
     mode : {"full", "timing"}
     """
 
-    element_bits: int = Field(32, ge=1)
+    element_bits: int = Field(32, ge=1, le=4096)
     z: int = Field(1, ge=0)
     U: int | None = Field(None, ge=1)
     p: int = P32
@@ -118,7 +118,10 @@ class LightSecAggConfig(ProtocolConfig):
 
     @model_validator(mode="after")
     def _prime(self) -> "LightSecAggConfig":
-        check_prime(self.p)
+        try:
+            check_prime(self.p)
+        except ValueError as e:
+            raise ValueError(f"p = {self.p} is not usable as the field of LightSecAgg: {e}") from None
         if self.U is not None and self.U <= self.z:
             raise ValueError(f"U must exceed z = {self.z} (T < U), got {self.U}")
         return self
@@ -174,6 +177,16 @@ class LightSecAgg(Protocol):
         """Refuse parameters outside T < U <= N (So et al.), via :func:`check_lsa_parameters`."""
         U = n_devices if config.U is None else config.U
         check_lsa_parameters(n_devices, U, config.z, config.p)
+
+    @classmethod
+    def check_dropout(cls, config: LightSecAggConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a dropout that leaves fewer than U users available on average."""
+        U = n_devices if config.U is None else config.U
+        mean = n_devices * (1.0 - dropout)
+        if mean < U:
+            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_devices} users available on "
+                             f"average, fewer than U = {U} survivors each round needs; set U <= "
+                             f"{max(config.z + 1, int(mean))} or lower dropout")
 
     @property
     def U(self) -> int:

@@ -27,8 +27,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 import simpy
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fednet.errors import ConfigError, FednetError
 from fednet.learning.task import LearningTask
 from fednet.sim.simulation import Node, Simulation
 
@@ -54,12 +55,15 @@ class ProtocolConfig(BaseModel):
     Attributes
     ----------
     element_bits : int
-        Width in bits of one transmitted number (32: float32 as in Sec. VII for the baselines).
+        Width in bits of one transmitted number (32: float32 as in Sec. VII for the baselines),
+        in [1, 4096].
+
+    Non-finite floats (``inf``, ``nan``) are refused in every field of every subclass.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    element_bits: int = 32
+    element_bits: int = Field(32, ge=1, le=4096)
 
 
 @dataclass
@@ -97,6 +101,13 @@ class Protocol(Primitives):
     label : str, optional
         Name of this run in traces (defaults to ``name``).
 
+    Raises
+    ------
+    fednet.errors.ConfigError
+        When ``config`` does not validate or :meth:`validate` refuses it against the network
+        and data (a ``ValueError`` raised there is re-raised as a ``ConfigError``, a
+        ``ValueError`` too, naming the protocol).
+
     Attributes
     ----------
     theta : ndarray, (d, c)
@@ -132,12 +143,19 @@ class Protocol(Primitives):
     def __init__(self, sim: Simulation, task: LearningTask, config: ProtocolConfig | dict | None = None,
                  *, label: str | None = None) -> None:
         if task.n_devices != sim.n_devices:
-            raise ValueError(f"the task has data for {task.n_devices} devices but the network has {sim.n_devices}")
-        if config is None:
-            config = self.Config()
-        elif isinstance(config, dict):
-            config = self.Config.model_validate(config)
-        elif not isinstance(config, self.Config):
+            raise ConfigError(f"the task has data for {task.n_devices} devices but the network has {sim.n_devices}")
+        try:
+            if config is None:
+                config = self.Config()
+            elif isinstance(config, dict):
+                config = self.Config.model_validate(config)
+        except ValidationError as e:
+            raise ConfigError("; ".join(
+                f"{self.name} {'.'.join(str(p) for p in err['loc']) or 'config'}: "
+                f"{err['msg'].removeprefix('Value error, ')}"
+                + ("" if err["type"] == "value_error" or isinstance(err.get("input"), dict)
+                   else f" (got {err.get('input')!r})") for err in e.errors())) from None
+        if not isinstance(config, self.Config):
             raise TypeError(f"config must be a {self.Config.__name__} or a dict, got {type(config).__name__}")
         self.sim = sim
         self.task = task
@@ -155,7 +173,12 @@ class Protocol(Primitives):
                 dev.state = self.State()
         if self.ServerStateType is not None:
             sim.server.state = self.ServerStateType()
-        self.validate()
+        try:
+            self.validate()
+        except FednetError:
+            raise
+        except ValueError as e:
+            raise ConfigError(f"{self.name}: {e}") from e
 
     # -- to override ----------------------------------------------------------------------
     @classmethod
@@ -164,6 +187,18 @@ class Protocol(Primitives):
 
         Called when a study is loaded (so a bad study fails before any output is written) and
         again when the protocol is built. Raise ``ValueError`` naming the parameter and value.
+        """
+
+    @classmethod
+    def check_dropout(cls, config: ProtocolConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a per-round dropout probability that leaves too few devices on average.
+
+        Called when a study with ``network.dropout > 0`` is loaded. A round that happens to lose
+        too many devices is recorded as skipped (or raises in strict mode); this check refuses
+        the configurations where that is the expected case: fewer devices available on average
+        (``n_devices * (1 - dropout)``) than one round needs. The default accepts everything
+        (protocols that proceed with whoever is present). Raise ``ValueError`` naming
+        ``network.dropout``, the parameter it conflicts with, and a setting that works.
         """
 
     def validate(self) -> None:
@@ -243,7 +278,7 @@ class Protocol(Primitives):
         """
         return self._record(self.epoch, event)
 
-    def _record(self, round: int, event: str | None = None) -> dict[str, Any]:
+    def _record(self, round: int, event: str | None = None, failure: str | None = None) -> dict[str, Any]:
         acc, loss = self.evaluate()
         c = self.sim.take_counters()
         row = TraceRow(
@@ -254,12 +289,16 @@ class Protocol(Primitives):
             event=event or ("phase" if round == 0 else "round"),
             dropped=" ".join(map(str, sorted(self.round_dropped))), decode_failed=self.decode_failed,
         ).as_dict()
-        row.update(self.round_metrics(round))
+        if failure is None:
+            row.update(self.round_metrics(round))
+        else:   # a round that could not complete: its protocol metrics would be stale
+            row["skip_reason"] = failure
         self.trace.append(row)
         return row
 
     def run(self, epochs: int, *, stop_at: float | None = None,
-            on_round: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+            on_round: Callable[[dict[str, Any]], None] | None = None,
+            strict: bool = True) -> list[dict[str, Any]]:
         """Run the setup phase and up to ``epochs`` rounds; returns the trace rows.
 
         Parameters
@@ -270,9 +309,20 @@ class Protocol(Primitives):
             Stop after the first round whose test accuracy reaches this value.
         on_round : callable(row), optional
             Called after each round (progress bars).
+        strict : bool
+            True (default): a round that cannot complete raises. False: a training round that
+            raises :class:`StragglerShortfall` (too few devices available or finishing) is
+            recorded with ``decode_failed = True`` and its reason in the extra column
+            ``skip_reason``, the model is left as it was, and the next round starts (the
+            papers' "decoding failed" rounds). The setup phase (round 0) always raises.
+
+        Raises
+        ------
+        StragglerShortfall
+            With ``strict=True``, from the first round that cannot complete.
         """
         if epochs < 0:
-            raise ValueError(f"epochs must be >= 0, got {epochs}")
+            raise ConfigError(f"epochs must be >= 0, got {epochs}")
 
         def main() -> Generator:
             self.sim.round = self.epoch = 0
@@ -285,8 +335,16 @@ class Protocol(Primitives):
                 self.used = None
                 self.round_dropped = set()
                 self.decode_failed = False
-                yield from self.round(e)
-                row = self._record(e)
+                try:
+                    yield from self.round(e)
+                except StragglerShortfall as failure:
+                    if strict:
+                        raise
+                    self.used = None
+                    self.decode_failed = True
+                    row = self._record(e, failure=str(failure))
+                else:
+                    row = self._record(e)
                 if on_round:
                     on_round(row)
                 if stop_at is not None and row["accuracy"] >= stop_at:

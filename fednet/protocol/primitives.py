@@ -40,6 +40,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
+from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter
 from fednet.sim.network import Message
 from fednet.sim.simulation import Node
@@ -51,8 +52,12 @@ __all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortf
 SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
 
 
-class StragglerShortfall(RuntimeError):
-    """Fewer nodes responded than a :meth:`Primitives.gather` (or ``first_k``, ``tree_aggregate``) needed."""
+class StragglerShortfall(DecodeFailure):
+    """Fewer nodes responded than a :meth:`Primitives.gather` (or ``first_k``, ``tree_aggregate``) needed.
+
+    A :class:`fednet.errors.DecodeFailure` (hence a ``RuntimeError``): in a study the round is
+    recorded with ``decode_failed = True`` unless the study sets ``strict = true``.
+    """
 
 
 class UnchargedCompute(RuntimeError):

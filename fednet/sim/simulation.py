@@ -38,6 +38,7 @@ import numpy as np
 import simpy
 
 from fednet.algebra.meter import MacMeter
+from fednet.errors import ConfigError
 
 from .compute import AlwaysAvailable, Availability, ComputeModel, Deterministic, ShiftedExponential
 from .network import Link, Message, transmission_time
@@ -133,16 +134,19 @@ def _positive(value: Any, what: str) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a positive number, got {value!r}") from None
+        raise ConfigError(f"{what} must be a positive number, got {value!r}") from None
     if not (v > 0 and math.isfinite(v)):
-        raise ValueError(f"{what} must be a positive number, got {value!r}")
+        raise ConfigError(f"{what} must be a finite positive number, got {value!r}")
     return v
 
 
 def _probability(value: Any, what: str) -> float:
-    v = float(value)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a probability in [0, 1), got {value!r}") from None
     if not 0.0 <= v < 1.0:
-        raise ValueError(f"{what} must be in [0, 1), got {value!r}")
+        raise ConfigError(f"{what} must be in [0, 1), got {value!r}")
     return v
 
 
@@ -180,8 +184,8 @@ class Simulation:
         self.record_views = record_views
         self.availability = availability or AlwaysAvailable()
         self.overhead = float(graph.graph.get("header_overhead", 0.0))
-        if not self.overhead >= 0:
-            raise ValueError(f"header_overhead must be >= 0, got {self.overhead}")
+        if not (self.overhead >= 0 and math.isfinite(self.overhead)):
+            raise ConfigError(f"header_overhead must be a finite fraction >= 0, got {self.overhead!r}")
         pb = graph.graph.get("packet_bits")
         self.packet_bits = None if pb is None else int(_positive(pb, "packet_bits"))
 

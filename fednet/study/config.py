@@ -48,7 +48,9 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
+import math
 import os
+import re
 import tomllib
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -58,19 +60,39 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from fednet.errors import ConfigError
 from fednet.plugins import search_path
 from fednet.protocol import registry
 
 __all__ = ["Study", "DataSpec", "NetworkSpec", "GroupSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError",
-           "expand_sweeps", "run_problems", "deep_merge", "parse_assignment", "apply_assignment", "select_runs"]
+           "expand_sweeps", "run_problems", "deep_merge", "parse_assignment", "apply_assignment", "select_runs",
+           "slug", "RESERVED_NAMES"]
+
+#: File and folder names a study's output folder holds besides the run folders (a run label must
+#: not map to one of them).
+RESERVED_NAMES = frozenset({"summary.json", "study.json", "timing.json", "provenance.json", "accuracy_vs_time.png",
+                            ".fednet-output"})
+
+#: Largest seed accepted (seeds feed ``numpy.random.SeedSequence``; kept to 63 bits so they also fit int64).
+MAX_SEED = 2**63 - 1
 
 
-class StudyError(ValueError):
-    """A study file that cannot be read or does not validate (the message names every problem)."""
+class StudyError(ConfigError):
+    """A study file that cannot be read or does not validate (the message names every problem).
+
+    A :class:`fednet.errors.ConfigError` (hence a ``ValueError``).
+    """
+
+
+def slug(label: str) -> str:
+    """A file-system-safe directory name for a run label (runs of other characters become ``_``)."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
+    return s if s and s not in {".", ".."} else "run"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Non-finite floats (inf, nan: TOML has both) are refused in every field at load time.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DataSpec(_Strict):
@@ -97,8 +119,8 @@ class DataSpec(_Strict):
 
     dataset: Literal["digits", "mnist", "fashion-mnist"] = "digits"
     rbf_gamma: float | None = Field(None, gt=0)
-    n_components: int = Field(2000, ge=1)
-    feature_seed: Annotated[int, Field(ge=0)] | Literal["per_seed"] = 0
+    n_components: int = Field(2000, ge=1, le=100_000)
+    feature_seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | Literal["per_seed"] = 0
     partition: Literal["noniid", "dirichlet", "iid"] = "noniid"
     dirichlet_alpha: float | None = Field(None, gt=0)
 
@@ -118,10 +140,10 @@ class DataSpec(_Strict):
         return 0 if self.feature_seed == "per_seed" else self.feature_seed
 
 
-_RATE = TypeAdapter(Annotated[float, Field(gt=0)])
-_LOSS = TypeAdapter(Annotated[float, Field(ge=0, lt=1)])
-_RATES = TypeAdapter(list[Annotated[float, Field(gt=0)]])
-_LOSSES = TypeAdapter(list[Annotated[float, Field(ge=0, lt=1)]])
+_RATE = TypeAdapter(Annotated[float, Field(ge=1, allow_inf_nan=False)])
+_LOSS = TypeAdapter(Annotated[float, Field(ge=0, le=0.999, allow_inf_nan=False)])
+_RATES = TypeAdapter(list[Annotated[float, Field(ge=1, allow_inf_nan=False)]])
+_LOSSES = TypeAdapter(list[Annotated[float, Field(ge=0, le=0.999, allow_inf_nan=False)]])
 
 
 def _first_error(adapter: TypeAdapter, value: Any) -> Any:
@@ -204,20 +226,22 @@ class NetworkSpec(_Strict):
         ``"package.module:function"``, called as ``function(n_devices, rng=..., **params)`` and
         returning a networkx graph (:mod:`fednet.topologies`).
     n_devices : int
-        D.
+        D, in [1, 10000].
     uplink_bps, downlink_bps : float, list of float, or distribution table
-        bit/s (5e6 and 10e6): one value, one per device, or a named distribution
-        (:mod:`fednet.topologies.distributions`, e.g. ``{ dist = "uniform", low = 2e6, high = 8e6 }``).
+        bit/s (5e6 and 10e6), finite and at least 1 bit/s: one value, one per device, or a named
+        distribution (:mod:`fednet.topologies.distributions`, e.g. ``{ dist = "uniform", low = 2e6, high = 8e6 }``).
     loss : float, list of float, or distribution table
-        Per-packet loss probability in [0, 1) (0.1), likewise.
+        Per-packet loss probability in [0, 0.999] (0.1; 1 would never deliver), likewise.
     header_overhead : float
-        Fraction (0.1).
+        Fraction (0.1), in [0, 100].
     packet_bits : int, optional
-        Packet size on the air; omitted: each message is one packet (the paper's reading).
+        Packet size on the air, in [1, 2**40] bits; omitted: each message is one packet (the
+        paper's reading).
     server_mac_rate : float
-        MAC/s (8.24e12).
+        MAC/s (8.24e12), finite and at least 1 MAC/s.
     device_mac_rates : "paper", list of float, or distribution table
-        "paper": the mixes of Sec. VII (fixed for D = 25, drawn per seed otherwise).
+        "paper": the mixes of Sec. VII (fixed for D = 25, drawn per seed otherwise); a list: one
+        finite rate of at least 1 MAC/s per device.
     groups : GroupSpec, optional
         Group membership written on the topology (default: none; grouped protocols then cut the
         devices into their ``groups`` consecutive groups, as in the papers).
@@ -226,29 +250,36 @@ class NetworkSpec(_Strict):
     compute : {"shifted_exponential", "deterministic"}
         Device compute-time model.
     setup_fraction : float
-        Mean setup time / deterministic time of the shifted exponential (0.5).
+        Mean setup time / deterministic time of the shifted exponential (0.5), in [0, 1000].
     dropout : float
-        Probability that a device is absent in a round (independent, keyed draws).
+        Probability that a device is absent in a round (independent, keyed draws), in [0, 1).
 
-    Drawn values (distributions, "paper" rates for D != 25, random groups) come from streams keyed
-    by the run's seed and the field, so changing one field's distribution leaves the others' draws
-    unchanged.
+    Every float must be finite (``inf`` and ``nan`` are refused with the key named). Drawn values
+    (distributions, "paper" rates for D != 25, random groups) come from streams keyed by the run's
+    seed and the field, so changing one field's distribution leaves the others' draws unchanged.
     """
 
     kind: str = "lte_star"
-    n_devices: int = Field(25, ge=1)
+    n_devices: int = Field(25, ge=1, le=10_000)
     uplink_bps: float | list[float] | dict[str, Any] = 5e6
     downlink_bps: float | list[float] | dict[str, Any] = 10e6
     loss: float | list[float] | dict[str, Any] = 0.1
-    header_overhead: float = Field(0.1, ge=0)
-    packet_bits: int | None = Field(None, gt=0)
+    header_overhead: float = Field(0.1, ge=0, le=100)
+    packet_bits: int | None = Field(None, gt=0, le=2**40)
     server_mac_rate: float = Field(8.24e12, gt=0)
     device_mac_rates: Literal["paper"] | list[float] | dict[str, Any] = "paper"
     groups: GroupSpec | None = None
     params: dict[str, Any] = {}
     compute: Literal["shifted_exponential", "deterministic"] = "shifted_exponential"
-    setup_fraction: float = Field(0.5, ge=0)
+    setup_fraction: float = Field(0.5, ge=0, le=1000)
     dropout: float = Field(0.0, ge=0, lt=1)
+
+    @field_validator("server_mac_rate")
+    @classmethod
+    def _server_at_least_one(cls, v: float) -> float:
+        if v < 1:
+            raise ValueError(f"server_mac_rate must be at least 1 MAC/s, got {v!r}")
+        return v
 
     @field_validator("uplink_bps", "downlink_bps", mode="wrap")
     @classmethod
@@ -266,9 +297,9 @@ class NetworkSpec(_Strict):
         if isinstance(v, str):
             return handler(v)
         if isinstance(v, list):
-            bad = [(i, r) for i, r in enumerate(v) if isinstance(r, (int, float)) and not r > 0]
+            bad = [(i, r) for i, r in enumerate(v) if isinstance(r, (int, float)) and not (math.isfinite(r) and r >= 1)]
             if bad:
-                raise ValueError(f"device_mac_rates must be positive; entry {bad[0][0]} is {bad[0][1]}")
+                raise ValueError(f"device_mac_rates must be finite and at least 1 MAC/s; entry {bad[0][0]} is {bad[0][1]!r}")
         return _per_device_value(v, "rate")
 
     @field_validator("kind")
@@ -305,10 +336,18 @@ class NetworkSpec(_Strict):
 class TrainingSpec(_Strict):
     """Hyperparameters of eqs. (2)-(5) (Sec. VII: mu = 6.0, x0.8 at 200 and 350, lambda = 9e-6)."""
 
-    learning_rate: float = Field(6.0, gt=0)
+    learning_rate: float = Field(6.0, gt=0, le=1e6)
     lr_milestones: list[int] = [200, 350]
-    lr_decay: float = Field(0.8, gt=0)
-    weight_decay: float = Field(9e-6, ge=0)
+    lr_decay: float = Field(0.8, gt=0, le=1e6)
+    weight_decay: float = Field(9e-6, ge=0, le=1e6)
+
+    @field_validator("lr_milestones")
+    @classmethod
+    def _milestones(cls, v: list[int]) -> list[int]:
+        bad = [m for m in v if not 1 <= m <= 10**7]
+        if bad:
+            raise ValueError(f"lr_milestones must be epochs in [1, 10000000], got {bad}")
+        return v
 
 
 class RunSpec(_Strict):
@@ -340,9 +379,9 @@ class RunSpec(_Strict):
     """
 
     protocol: str
-    label: str | None = None
+    label: str | None = Field(None, min_length=1, max_length=200)
     params: dict[str, Any] = {}
-    epochs: int | None = Field(None, ge=0)
+    epochs: int | None = Field(None, ge=0, le=10**7)
     sweep: dict[str, list[Any]] = Field({}, description="parameter grid expanded into labelled runs when loaded")
     network: dict[str, Any] = {}
 
@@ -386,17 +425,27 @@ class Study(_Strict):
         studies such as the client-drift comparison of Sec. VII-B).
     record_views : bool
         Keep every received message per node (privacy audits; memory-hungry in long runs).
+    strict : bool
+        False (default): a round that cannot complete because too few devices are available or
+        finish is recorded in the trace (``skipped = 1``, ``skip_reason``) and training goes on.
+        True: such a round stops the study with :class:`~fednet.protocol.base.StragglerShortfall`.
+
+    Cross-checks at load time: run labels are unique as folder names (after :func:`slug`,
+    ignoring case) and are not the name of an output file; a ``network.dropout`` that leaves fewer
+    devices on average than a run needs each round is refused (the protocol's
+    ``check_dropout``).
     """
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=200)
     description: str = ""
     seeds: list[int] = Field([0], min_length=1)
     targets: list[float] = []
     baseline: str | None = None
-    epochs: int = Field(100, ge=0)
+    epochs: int = Field(100, ge=0, le=10**7)
     stop_at: float | None = Field(None, gt=0, le=1)
     run_to_end: bool = False
     record_views: bool = False
+    strict: bool = False
     data: DataSpec = DataSpec()
     network: NetworkSpec = NetworkSpec()
     training: TrainingSpec = TrainingSpec()
@@ -405,8 +454,8 @@ class Study(_Strict):
     @field_validator("seeds")
     @classmethod
     def _seeds(cls, v: list[int]) -> list[int]:
-        if any(s < 0 for s in v):
-            raise ValueError(f"seeds must be non-negative, got {v}")
+        if any(not 0 <= s <= MAX_SEED for s in v):
+            raise ValueError(f"seeds must be in [0, 2**63 - 1], got {v}")
         if len(set(v)) != len(v):
             raise ValueError(f"seeds must be distinct, got {v}")
         return v
@@ -426,12 +475,30 @@ class Study(_Strict):
             data = {**data, "runs": expand_sweeps(data["runs"])}
         return data
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if v.strip() in {"", ".", ".."} or any(ch in v for ch in "/\\\0"):
+            raise ValueError(f"name must be a plain name without '/', backslash or NUL (it names the default "
+                             f"output folder results/<name>), got {v!r}")
+        return v
+
     @model_validator(mode="after")
     def _runs(self) -> "Study":
         labels = [r.name for r in self.runs]
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:
             raise ValueError(f"run labels must be unique; repeated: {dup}")
+        folders: dict[str, str] = {}
+        for label in labels:
+            key = slug(label).lower()
+            if key in folders:
+                raise ValueError(f"run labels {folders[key]!r} and {label!r} map to the same output folder "
+                                 f"{slug(label)!r}; make them differ in letters, digits or '._-'")
+            if key in RESERVED_NAMES:
+                raise ValueError(f"run label {label!r} maps to the folder {slug(label)!r}, the name of an output "
+                                 f"file; choose another label")
+            folders[key] = label
         if self.baseline is not None and self.baseline not in labels:
             raise ValueError(f"baseline {self.baseline!r} is not the label of a run{_did_you_mean(self.baseline, labels)}; "
                              f"labels: {labels}")
@@ -455,7 +522,7 @@ class Study(_Strict):
                 problems.append(f"runs[{i}] ({run.name}).params.groups: groups = {n_groups} but the network "
                                 f"defines {net.groups.n_groups} groups")
             dumped.append(d)
-        problems += run_problems(dumped, self.network.n_devices)
+        problems += run_problems(dumped, self.network.n_devices, dropout=self.network.dropout)
         if problems:
             raise ValueError("\n".join(problems))
         return self
@@ -555,8 +622,10 @@ def expand_sweeps(runs: list[Any]) -> list[Any]:
     return out
 
 
-def run_problems(runs: list[Any], n_devices: Any) -> list[str]:
+def run_problems(runs: list[Any], n_devices: Any, *, dropout: float = 0.0) -> list[str]:
     """Every problem of the runs' protocols and parameters, one message per problem.
+
+    Parameters are validated strictly (no ``"5"`` for 5, no ``true`` for 1, no ``inf``/``nan``).
 
     Parameters
     ----------
@@ -564,6 +633,9 @@ def run_problems(runs: list[Any], n_devices: Any) -> list[str]:
         Raw or dumped run entries (``protocol``, ``label``, ``params``).
     n_devices : int or None
         The network size for :meth:`~fednet.protocol.base.Protocol.check` (skipped if not an int).
+    dropout : float
+        The network's per-round dropout probability; when positive, each protocol's
+        ``check_dropout`` refuses a dropout that leaves fewer devices on average than a round needs.
 
     Returns
     -------
@@ -586,9 +658,12 @@ def run_problems(runs: list[Any], n_devices: Any) -> list[str]:
             continue
         params = run.get("params") or {}
         try:
-            cfg = cls.Config.model_validate(params)
+            cfg = cls.Config.model_validate(params, strict=True)
             if isinstance(n_devices, int):
                 cls.check(cfg, n_devices)
+                check_dropout = getattr(cls, "check_dropout", None)
+                if check_dropout is not None and dropout > 0:
+                    check_dropout(cfg, n_devices, dropout)
         except ValidationError as e:
             for err in e.errors():
                 loc = ".".join(str(p) for p in err["loc"])
@@ -597,7 +672,9 @@ def run_problems(runs: list[Any], n_devices: Any) -> list[str]:
                     problems.append(f"runs[{i}] ({name}).params.{loc}: {err['msg']}{hint}")
                 else:
                     msg = err["msg"].removeprefix("Value error, ")
-                    problems.append(f"runs[{i}] ({name}).params.{loc}: {msg} (got {err.get('input')!r})")
+                    inp = err.get("input")
+                    shown = "" if err["type"] == "value_error" or isinstance(inp, dict) else f" (got {inp!r})"
+                    problems.append(f"runs[{i}] ({name}).params{'.' + loc if loc else ''}: {msg}{shown}")
         except ValueError as e:
             problems.append(f"runs[{i}] ({name}).params: {e}")
     return problems
@@ -770,8 +847,8 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
     Raises
     ------
     StudyError
-        For a missing file, invalid TOML, a bad assignment, or a study that does not validate;
-        the message lists every problem on its own line, naming each key and value (unknown keys
+        For a missing, unreadable or non-UTF-8 file, invalid TOML, a bad assignment, or a study
+        that does not validate; the message lists every problem on its own line, naming each key and value (unknown keys
         with a "did you mean" suggestion).
     """
     path = Path(path)
@@ -779,6 +856,12 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise StudyError(f"study file not found: {path}") from None
+    except IsADirectoryError:
+        raise StudyError(f"study file {path} is a folder, not a TOML file") from None
+    except OSError as e:
+        raise StudyError(f"cannot read study file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise StudyError(f"{path}: not UTF-8 text (byte {e.start}): a study is a TOML file") from None
     except tomllib.TOMLDecodeError as e:
         raise StudyError(f"{path}: invalid TOML: {e}") from None
     raw = deep_merge(raw, {k: v for k, v in overrides.items() if v is not None})
@@ -801,7 +884,7 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
             raw["runs"] = select_runs(raw["runs"], only_runs, raw.get("baseline"))
     try:
         with search_path(path.parent):  # "module:Class" protocols and builders may sit beside the study
-            return Study.model_validate(raw)
+            return Study.model_validate(raw, strict=True)
     except ValidationError as e:
         lines = _format_errors(e)
         if not any(err["loc"] == () for err in e.errors()) and isinstance(raw.get("runs"), list):

@@ -1,7 +1,8 @@
 """Running a study: data pipeline, networks, protocols, traces, summary, plot.
 
 Output of :func:`run_study` (written to a temporary sibling directory and renamed into place
-at the end, so a failed or interrupted study leaves no partial result directory)::
+at the end, so a failed or interrupted study leaves no partial result directory; see
+:mod:`fednet.study.output` for the marker, the lock and the clean-up of killed runs)::
 
     OUT/summary.json            time to each target per run and seed, across seeds, speed-ups
                                 (strict JSON, reproducible numbers only: byte-identical at a seed)
@@ -11,6 +12,7 @@ at the end, so a failed or interrupted study leaves no partial result directory)
     OUT/accuracy_vs_time.png    accuracy against simulated time, every run and seed
     OUT/study.json              the validated study, as run
     OUT/<run label>/trace.csv   one row per (seed, round)
+    OUT/.fednet-output          marker: the files fednet wrote (only such folders are replaced)
 
 ``run_study(study, None)`` writes nothing and returns the results in memory (notebooks);
 :meth:`StudyResult.frames` gives them as pandas DataFrames, like
@@ -25,12 +27,9 @@ import json
 import logging
 import os
 import platform
-import re
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ import networkx as nx
 import numpy as np
 from tqdm.auto import tqdm
 
+from fednet.errors import ConfigError, FednetError
 from fednet.learning.datasets import load_dataset
 from fednet.learning.features import rbf_features
 from fednet.learning.models import one_hot
@@ -55,7 +55,8 @@ from fednet.topologies.distributions import per_device
 from fednet.topologies.groups import assign_groups, make_groups
 from fednet.topologies.lte import lte_star
 
-from .config import DataSpec, NetworkSpec, RunSpec, Study
+from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
+from .output import StagedOutput
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
 
 __all__ = ["prepare_task", "build_network", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
@@ -70,12 +71,6 @@ PROVENANCE_PACKAGES = ("numpy", "scipy", "torch", "galois", "simpy", "pydantic",
 
 #: The standard trace columns, in order (defined once, by :class:`fednet.protocol.trace.TraceRow`).
 TRACE_COLUMNS = list(COLUMNS)
-
-
-def slug(label: str) -> str:
-    """A file-system-safe directory name for a run label."""
-    s = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
-    return s or "run"
 
 
 def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, feature_seed: int | None = None,
@@ -97,14 +92,25 @@ def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, fea
     ------
     fednet.learning.datasets.DatasetError
         For a missing or corrupted data file (before anything is written).
+    fednet.errors.ConfigError
+        When the partition cannot give every device at least one training point.
     """
     spec: DataSpec = study.data
     if data is None:
         data = load_dataset(spec.dataset, data_dir)
     fs = spec.feature_seed_for(study.seeds[0]) if feature_seed is None else feature_seed
     feats = rbf_features(data, gamma=spec.rbf_gamma, n_components=spec.n_components, seed=fs)
-    parts = partition(data.y_train, study.network.n_devices, kind=spec.partition, alpha=spec.dirichlet_alpha,
-                      rng=np.random.default_rng(spec.partition_seed))
+    try:
+        parts = partition(data.y_train, study.network.n_devices, kind=spec.partition, alpha=spec.dirichlet_alpha,
+                          rng=np.random.default_rng(spec.partition_seed))
+    except ValueError as e:
+        raise ConfigError(f"data.partition = {spec.partition!r} cannot split the {len(data.y_train)} training points "
+                          f"of {spec.dataset!r} over network.n_devices = {study.network.n_devices}: {e}") from e
+    empty = [i for i, idx in enumerate(parts) if len(idx) == 0]
+    if empty:
+        raise ConfigError(f"data.partition = {spec.partition!r} leaves device {empty[0]} (and {len(empty) - 1} more) "
+                          f"without training points over network.n_devices = {study.network.n_devices}; use fewer "
+                          f"devices or another partition")
     y = one_hot(data.y_train, data.n_classes)
     tr = study.training
     return LearningTask(
@@ -263,12 +269,33 @@ class StudyResult:
                        self.summary, json.loads(self.study.model_dump_json()) if self.study else {})
 
 
-def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
-             on_round: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -> Any:
+    """The protocol of ``run`` on a fresh simulation of ``seed``.
+
+    Raises
+    ------
+    ConfigError
+        When the protocol refuses its parameters against the data or network (its ``validate``
+        raised ``ValueError``); the message names the run.
+    """
     cls = registry.get(run.protocol)
     sim = build_simulation(study.run_network(run), seed, record_views=study.record_views)
-    proto = cls(sim, task, study.run_params(run), label=run.name)
-    return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round)
+    try:
+        return cls(sim, task, study.run_params(run), label=run.name)
+    except ConfigError as e:
+        i = study.runs.index(run)
+        raise type(e)(f"runs[{i}] ({run.name}).params: {e}") from e
+    except FednetError:
+        raise
+    except ValueError as e:
+        i = study.runs.index(run)
+        raise ConfigError(f"runs[{i}] ({run.name}).params: {e}") from e
+
+
+def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
+             on_round: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
+    proto = _build_protocol(study, run, seed, task)
+    return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round, strict=study.strict)
 
 
 def _write_trace(path: Path, by_seed: dict[int, list[dict[str, Any]]], seeds: Sequence[int]) -> None:
@@ -327,6 +354,8 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
             data_s[str(fs)] = time.perf_counter() - t0
             log.info("%s: data %s with feature draw %d ready in %.1f s", study.name, study.data.dataset, fs,
                      data_s[str(fs)])
+            for run in study.runs:             # refuse data-dependent misfits before any run
+                _build_protocol(study, run, seeds[0], task)
             for run in study.runs:
                 for seed in seeds:
                     bar.set_postfix_str(f"{run.name} seed {seed}")
@@ -380,27 +409,29 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
 
     Raises
     ------
+    fednet.errors.OutputError
+        ``out_dir`` holds files fednet did not write, or is the current folder (checked first,
+        before any simulation).
+    fednet.errors.OutputLocked
+        Another live fednet run writes to ``out_dir`` (its pid is in the message).
     fednet.learning.datasets.DatasetError
-        For missing or corrupted data (before anything is written).
+        For missing or corrupted data (nothing is left behind).
+    fednet.errors.ConfigError
+        A protocol refuses its parameters against the data (before any run starts).
+    fednet.protocol.base.StragglerShortfall
+        With ``study.strict``, from a round that cannot complete.
 
     Notes
     -----
-    Every simulation runs before anything is written; the files then go to a temporary
-    directory renamed to ``out_dir`` (an existing ``out_dir`` is replaced).
+    The output folder is checked and locked first; every simulation runs before anything is
+    written; the files then go to a staging folder renamed to ``out_dir``. An existing
+    ``out_dir`` is replaced only if fednet wrote it (:class:`~fednet.study.output.StagedOutput`).
     """
-    result = _simulate(study, data_dir=data_dir, progress=progress, command=command)
     if out_dir is None:
-        return result
+        return _simulate(study, data_dir=data_dir, progress=progress, command=command)
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
-    try:
+    with StagedOutput(out_dir) as tmp:
+        result = _simulate(study, data_dir=data_dir, progress=progress, command=command)
         write_results(result, study, tmp, plot=plot)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     result.out_dir = out_dir
     return result
