@@ -149,6 +149,10 @@ class Simulation:
         Dropout model of devices (every device always available).
     record_views : bool, optional
         Keep every received message in the receiver's ``view``.
+    secret_seed : int, optional
+        Root of the secret streams (:meth:`secret_rng`: pads, masks, Shamir coefficients) for a
+        reproducible experiment; must differ from ``seed``.  Default: OS entropy
+        (:class:`~fednet.sim.rng.Streams`).
 
     Raises
     ------
@@ -159,7 +163,7 @@ class Simulation:
 
     def __init__(self, graph: nx.Graph, seed: int, *, device_compute: ComputeModel | None = None,
                  server_compute: ComputeModel | None = None, availability: Availability | None = None,
-                 record_views: bool = True) -> None:
+                 record_views: bool = True, secret_seed: int | None = None) -> None:
         self.env = simpy.Environment()
         self.graph = graph
         self.record_views = record_views
@@ -179,7 +183,7 @@ class Simulation:
             raise ValueError(f"nodes {others[:5]} have a role other than 'device' or 'server'")
         if not device_keys:
             raise ValueError("the topology has no devices")
-        self.streams = Streams(seed, len(device_keys) + 1)
+        self.streams = Streams(seed, len(device_keys) + 1, secret_seed=secret_seed)
         self.seed = self.streams.seed
 
         dev_default = device_compute or ShiftedExponential(0.5)
@@ -213,6 +217,8 @@ class Simulation:
         self.nodes: list[Node] = [*self.devices, self.server]
         self.counters = Counters()
         self.round = 0
+        # availability of each device, drawn once per round (round 0: the setup phase); -1 = not drawn
+        self._available: dict[int, np.ndarray] = {}
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -235,17 +241,47 @@ class Simulation:
         return c
 
     def rng(self, node: Node | int, purpose: str, *more: int | str) -> np.random.Generator:
-        """An independent sequential stream for (node, purpose, ...): pads, masks, sampling."""
+        """An independent *public* sequential stream for (node, purpose, ...): data sampling, codes.
+
+        Derived from the public seed: never use it for secrets (pads, masks, shares); see
+        :meth:`secret_rng`.
+        """
         idx = node.index if isinstance(node, Node) else int(node)
         return self.streams.generator(idx, purpose, *more)
 
+    def secret_rng(self, node: Node | int, purpose: str, *more: int | str) -> np.random.Generator:
+        """An independent *secret* stream for (node, purpose, ...): pads, masks, noise, Shamir coefficients.
+
+        Rooted in OS entropy or the ``secret_seed`` (never the public seed); see
+        :meth:`fednet.sim.rng.Streams.secret`.
+        """
+        idx = node.index if isinstance(node, Node) else int(node)
+        return self.streams.secret(idx, purpose, *more)
+
     def available(self, node: Node, round: int | None = None) -> bool:
-        """Whether a device takes part in a round under the availability model (server: always)."""
+        """Whether a device takes part in a round under the availability model (server: always).
+
+        The availability of a device in a round is drawn once -- the first keyed uniform of
+        ``(device, "dropout", round)`` -- and every later question about the same device and round
+        reads the same answer.  Round 0 is the setup phase.
+        """
         if node.is_server:
             return True
-        r = self.round if round is None else round
-        return self.availability.available(
-            node.index, r, lambda: self.streams.uniform(node.index, "dropout", r))
+        r = self.round if round is None else int(round)
+        if r < 0:
+            raise ValueError(f"round must be non-negative, got {r}")
+        flags = self._available.get(r)
+        if flags is None:
+            flags = self._available[r] = np.full(self.n_devices, -1, dtype=np.int8)
+        i = node.index
+        if flags[i] < 0:
+            flags[i] = bool(self.availability.available(
+                i, r, lambda: self.streams.uniform(i, "dropout", r)))
+        return bool(flags[i])
+
+    def absent(self, round: int | None = None) -> list[int]:
+        """Indices of the devices absent in ``round`` (default: the current one), drawn as in :meth:`available`."""
+        return [dev.index for dev in self.devices if not self.available(dev, round)]
 
     # -- timed operations -----------------------------------------------------------------
     def _hop(self, msg: Message, device: Node, direction: str) -> Generator:
