@@ -380,7 +380,7 @@ class CodedPaddedFL(Protocol):
             if full:
                 M, G1 = local_statistics(q, self.task.X[dev.index], self.task.Y[dev.index])
                 dev.state.M, dev.state.G1 = M, G1      # kept for the observer's check only
-                Phi, Psi, RX, RG = pad(q, W, M, G1, self.sim.rng(dev, "pads"))
+                Phi, Psi, RX, RG = pad(q, W, M, G1, self.sim.secret_rng(dev, "pads"))
                 dev.state.share = (Phi, Psi)
                 self.server.state.pads[dev.index] = (RX, RG)   # the seed is what travels
             else:

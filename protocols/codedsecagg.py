@@ -334,7 +334,7 @@ class CodedSecAgg(Protocol):
     def _encode(self, dev: Node) -> None:
         """Device ``dev``: Shamir-share its two secrets (Sec. VI-A)."""
         cfg = self.config
-        rng = self.sim.rng(dev, "shamir")
+        rng = self.sim.secret_rng(dev, "shamir")
         phi, psi = dev.state.secrets
         sp = shamir_share(phi, self.n_prime, cfg.threshold, self.q, rng, self.points)
         sg = shamir_share(psi, self.n_prime, cfg.threshold, self.q, rng, self.points)

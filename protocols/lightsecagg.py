@@ -230,7 +230,7 @@ class LightSecAgg(Protocol):
     # -- device work -----------------------------------------------------------------------
     def _draw_mask(self, dev: Node, epoch: int) -> None:
         """Draw ``z_i`` for this round (free: randomness is not a MAC) and the encoder's stream."""
-        dev.state.rng_mask = self.sim.rng(dev, "masks", epoch)
+        dev.state.rng_mask = self.sim.secret_rng(dev, "masks", epoch)
         dev.state.mask = uniform(dev.state.rng_mask, self.config.p, self.task.d * self.task.c)
 
     def _encode(self, dev: Node) -> np.ndarray:
