@@ -23,6 +23,27 @@ can check what a coalition of nodes, or the server, could learn.
 
 Each finished round appends a record to the trace (simulated time, accuracy, loss, bits up and
 down, MACs per role, the devices whose results were used); round 0 is the setup phase.
+
+Dropouts in the setup phase: the availability model is consulted for the setup phase too (round 0,
+one draw per device and setup attempt), and each protocol declares its reaction in
+:attr:`Protocol.setup_dropouts`:
+
+``"none"``
+    The setup exchanges nothing (conventional FL, LightSecAgg: masks are drawn each round);
+    absent devices are only recorded (``setup_absent``).
+``"offline"``
+    The setup's exchange happens offline, before training, where the paper's straggler model does
+    not apply (approximate gradient coding's data sharing, Makkonen et al. Sec. III-A); recorded only.
+``"reshare"`` (default)
+    The setup needs every device (pads or shares along the code, Shamir shares, parity uploads):
+    if a device is absent, the whole setup phase is run again -- a failed attempt costs a full
+    phase, the absentees being detected when it ends -- until an attempt finds every device
+    present, at most :attr:`Protocol.max_setup_attempts` attempts; then :class:`SetupFailure`.
+    Attempt ``a >= 1`` draws availability under the purpose ``"dropout-setup-a"``, round 0; the
+    number of attempts is recorded (``setup_attempts`` on the round-0 trace row whenever an
+    availability model is set).
+``"fail"``
+    Any absent device fails the setup with :class:`SetupFailure`.
 """
 
 from __future__ import annotations
@@ -35,13 +56,17 @@ import numpy as np
 import simpy
 from pydantic import BaseModel, ConfigDict
 
+from fednet.errors import DecodeFailure
 from fednet.learning.task import LearningTask
+from fednet.sim.compute import AlwaysAvailable
 from fednet.sim.network import Message
 from fednet.sim.simulation import Node, Simulation
 
 from . import registry
 
-__all__ = ["Protocol", "ProtocolConfig", "Outgoing", "StragglerShortfall", "payload_size"]
+__all__ = ["Protocol", "ProtocolConfig", "Outgoing", "StragglerShortfall", "SetupFailure", "payload_size"]
+
+SETUP_DROPOUT_REACTIONS = ("none", "offline", "reshare", "fail")
 
 
 class ProtocolConfig(BaseModel):
@@ -60,6 +85,10 @@ class ProtocolConfig(BaseModel):
 
 class StragglerShortfall(RuntimeError):
     """Fewer nodes responded than a :meth:`Protocol.gather` needed."""
+
+
+class SetupFailure(DecodeFailure):
+    """The setup phase could not complete: devices were absent (see :attr:`Protocol.setup_dropouts`)."""
 
 
 def payload_size(payload: Any) -> int:
@@ -127,6 +156,11 @@ class Protocol:
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[ProtocolConfig]] = ProtocolConfig
+    #: Reaction to devices absent in the setup phase (module docstring): "none", "offline",
+    #: "reshare" or "fail".
+    setup_dropouts: ClassVar[str] = "reshare"
+    #: Most setup attempts under ``setup_dropouts = "reshare"`` before :class:`SetupFailure`.
+    max_setup_attempts: ClassVar[int] = 100
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -151,6 +185,11 @@ class Protocol:
         self.epoch = 0
         self.used: list[int] | None = None
         self.trace: list[dict[str, Any]] = []
+        self.setup_absent: list[list[int]] = []
+        self.setup_attempts = 0
+        if self.setup_dropouts not in SETUP_DROPOUT_REACTIONS:
+            raise ValueError(f"{type(self).__name__}.setup_dropouts must be one of {SETUP_DROPOUT_REACTIONS}, "
+                             f"got {self.setup_dropouts!r}")
         self.validate()
 
     # -- to override ----------------------------------------------------------------------
@@ -211,6 +250,21 @@ class Protocol:
     def element_bits(self) -> int:
         """Wire width in bits of one number (the config's ``element_bits``)."""
         return self.config.element_bits
+
+    def minibatch_rows(self, dev: Node, batch: int, epoch: int | None = None) -> np.ndarray:
+        """Device ``dev``'s minibatch of ``batch`` of its points in round ``epoch`` (default: the current one).
+
+        Drawn without replacement from the public stream keyed ``(device, "minibatch", epoch)``, so
+        every protocol that samples minibatches sees the same rows at a seed (paired comparisons),
+        whichever earlier rounds the device took part in.
+
+        Returns
+        -------
+        ndarray of int, (batch,)
+        """
+        n = self.task.X[dev.index].shape[0]
+        e = self.epoch if epoch is None else epoch
+        return self.sim.rng(dev, "minibatch", e).choice(n, size=batch, replace=False)
 
     def step(self, gradient_sum: np.ndarray, m_used: int) -> None:
         """The update of eqs. (4)-(5): ``theta -= mu (G / m_used + lambda theta)``.
@@ -393,6 +447,32 @@ class Protocol:
         return arrived[:need]
 
     # -- the run loop --------------------------------------------------------------------
+    def _setup_absent(self, attempt: int) -> list[int]:
+        """Devices absent in setup attempt ``attempt`` (one draw per device and attempt)."""
+        if attempt == 0:
+            return self.sim.absent(0)
+        return [dev.index for dev in self.devices if not self.sim.available(dev, 0, phase=attempt)]
+
+    def _setup_phase(self) -> Generator:
+        """Run :meth:`setup` under the protocol's reaction to setup dropouts (module docstring)."""
+        reaction = self.setup_dropouts
+        self.setup_absent = [self._setup_absent(0)]
+        self.setup_attempts = 1
+        if reaction == "fail" and self.setup_absent[0]:
+            raise SetupFailure(f"{self.label}: devices {self.setup_absent[0]} are absent in the setup phase "
+                               f"and {type(self).__name__} fails its setup without them")
+        yield from self.setup()
+        if reaction != "reshare":
+            return
+        while self.setup_absent[-1]:
+            if self.setup_attempts >= self.max_setup_attempts:
+                raise SetupFailure(
+                    f"{self.label}: the setup phase found devices absent in each of {self.setup_attempts} attempts "
+                    f"(last: {self.setup_absent[-1]}); max_setup_attempts = {self.max_setup_attempts}")
+            self.setup_absent.append(self._setup_absent(self.setup_attempts))
+            self.setup_attempts += 1
+            yield from self.setup()                   # everyone re-shares (a full phase)
+
     def _record(self, round: int) -> dict[str, Any]:
         acc, loss = self.evaluate()
         c = self.sim.take_counters()
@@ -403,6 +483,8 @@ class Protocol:
             "retransmissions": c.retransmissions,
             "used": "" if self.used is None else " ".join(map(str, sorted(self.used))),
         }
+        if round == 0 and self.setup_dropouts == "reshare" and not isinstance(self.sim.availability, AlwaysAvailable):
+            row["setup_attempts"] = self.setup_attempts
         row.update(self.round_metrics(round))
         self.trace.append(row)
         return row
@@ -425,7 +507,7 @@ class Protocol:
 
         def main() -> Generator:
             self.sim.round = self.epoch = 0
-            yield from self.setup()
+            yield from self._setup_phase()
             row = self._record(0)
             if on_round:
                 on_round(row)

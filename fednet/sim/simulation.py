@@ -218,7 +218,7 @@ class Simulation:
         self.counters = Counters()
         self.round = 0
         # availability of each device, drawn once per round (round 0: the setup phase); -1 = not drawn
-        self._available: dict[int, np.ndarray] = {}
+        self._available: dict[tuple[int, int], np.ndarray] = {}
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -258,25 +258,31 @@ class Simulation:
         idx = node.index if isinstance(node, Node) else int(node)
         return self.streams.secret(idx, purpose, *more)
 
-    def available(self, node: Node, round: int | None = None) -> bool:
+    def available(self, node: Node, round: int | None = None, *, phase: int = 0) -> bool:
         """Whether a device takes part in a round under the availability model (server: always).
 
         The availability of a device in a round is drawn once -- the first keyed uniform of
         ``(device, "dropout", round)`` -- and every later question about the same device and round
-        reads the same answer.  Round 0 is the setup phase.
+        reads the same answer.  Round 0 is the setup phase; ``phase = a >= 1`` asks about the
+        ``a``-th repetition of a phase of that round (a setup attempt), drawn under the purpose
+        ``"dropout-setup-a"``, also once.
         """
         if node.is_server:
             return True
         r = self.round if round is None else int(round)
         if r < 0:
             raise ValueError(f"round must be non-negative, got {r}")
-        flags = self._available.get(r)
+        if phase < 0:
+            raise ValueError(f"phase must be non-negative, got {phase}")
+        key = (r, int(phase))
+        flags = self._available.get(key)
         if flags is None:
-            flags = self._available[r] = np.full(self.n_devices, -1, dtype=np.int8)
+            flags = self._available[key] = np.full(self.n_devices, -1, dtype=np.int8)
         i = node.index
         if flags[i] < 0:
+            purpose = "dropout" if phase == 0 else f"dropout-setup-{phase}"
             flags[i] = bool(self.availability.available(
-                i, r, lambda: self.streams.uniform(i, "dropout", r)))
+                i, r, lambda: self.streams.uniform(i, purpose, r)))
         return bool(flags[i])
 
     def absent(self, round: int | None = None) -> list[int]:
