@@ -102,6 +102,7 @@ class ApproxGC(Protocol):
 
     name = "approx_gc"
     Config = ApproxGCConfig
+    setup_dropouts = "offline"                            # data sharing is offline (Sec. III-A): recorded only
 
     @classmethod
     def check(cls, config: ApproxGCConfig, n_devices: int) -> None:

@@ -71,6 +71,7 @@ class ConventionalFL(Protocol):
 
     name = "conventional"
     Config = ConventionalFLConfig
+    setup_dropouts = "none"                               # no setup exchange: absentees recorded only
 
     @classmethod
     def check(cls, config: ConventionalFLConfig, n_devices: int) -> None:

@@ -178,6 +178,7 @@ class LightSecAgg(Protocol):
 
     name = "lightsecagg"
     Config = LightSecAggConfig
+    setup_dropouts = "none"                               # masks are drawn each round: absentees recorded only
 
     @classmethod
     def check(cls, config: LightSecAggConfig, n_devices: int) -> None:
