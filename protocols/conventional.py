@@ -81,19 +81,17 @@ class ConventionalFL(Protocol):
                              f"got {config.drop_slowest}")
 
     def setup(self) -> Generator:
-        """No set-up phase: only each device's minibatch size and sampling stream."""
+        """No set-up phase: only each device's minibatch size."""
         for dev in self.devices:
             n = self.task.X[dev.index].shape[0]
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * n)))
-            dev.state.sampler = self.sim.rng(dev, "minibatch")
         return
         yield  # pragma: no cover
 
     def local_gradient(self, dev: Node) -> np.ndarray:
         """Device ``dev``'s minibatch gradient on the model it received this round."""
         theta = dev.state.received.astype(np.float64)      # the float32 model it downloaded
-        n = self.task.X[dev.index].shape[0]
-        rows = dev.state.sampler.choice(n, size=dev.state.batch, replace=False)
+        rows = self.minibatch_rows(dev, dev.state.batch)   # keyed (device, "minibatch", epoch): paired
         return minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], theta, rows)
 
     def round(self, epoch: int) -> Generator:

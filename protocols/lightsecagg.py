@@ -204,8 +204,7 @@ class LightSecAgg(Protocol):
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
         not depend on which earlier rounds the device took part in (full and timing modes agree)."""
-        n = self.task.X[dev.index].shape[0]
-        return self.sim.rng(dev, "minibatch", epoch).choice(n, size=dev.state.batch, replace=False)
+        return self.minibatch_rows(dev, dev.state.batch, epoch)
 
     def _batched_gradients(self, devs: list[Node], epoch: int) -> dict[int, np.ndarray]:
         """Timing mode: every device's quantised minibatch gradient in a few batched products
