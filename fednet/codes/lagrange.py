@@ -28,6 +28,7 @@ import numpy as np
 from fednet.algebra.fields import (
     as_field,
     check_field_capacity,
+    check_prime,
     distinct_points,
     field_dtype,
     from_field,
@@ -164,14 +165,22 @@ def default_lsa_points(N: int, U: int) -> tuple[list[int], list[int]]:
     return list(range(U + 1, U + N + 1)), list(range(1, U + 1))
 
 
-def check_lsa_parameters(N: int, U: int, T: int, q: int) -> None:
-    """Validate LightSecAgg parameters: ``0 <= T < U <= N`` and ``q > N + U`` (distinct points).
+def check_lsa_parameters(N: int, U: int, T: int, q: int, *, quant_bits: int | None = None) -> None:
+    """Validate LightSecAgg parameters: ``0 <= T < U <= N``, ``q`` an odd prime, ``q > N + U``
+    (distinct points) and, with ``quant_bits`` = b, room for the sum of ``U`` quantised values of
+    magnitude ``2^b`` (one unit of gradient each: ``q > 2 U 2^b``; the data-dependent sums are
+    checked again by :func:`quantize` as they are formed).
 
     Raises
     ------
     ValueError
         Naming the violated parameter and its value.
+    fednet.errors.CapacityError
+        If the field cannot carry ``U`` quantised units (with the smallest prime that works).
     """
+    check_prime(q)
+    if int(q) == 2:
+        raise ValueError("q must be an odd prime (the signed map needs q > 2), got 2")
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be a positive integer, got {N!r}")
     if not isinstance(T, (int, np.integer)) or T < 0:
@@ -180,6 +189,9 @@ def check_lsa_parameters(N: int, U: int, T: int, q: int) -> None:
         raise ValueError(f"U must satisfy T = {T} < U <= N = {N}, got {U!r}")
     if int(q) <= N + U:
         raise ValueError(f"q = {q} too small for N + U = {N + U} distinct points")
+    if quant_bits is not None:
+        check_field_capacity(q, int(U) << int(quant_bits),
+                             what=f"the sum of U = {U} quantised units 2^quant_bits = 2^{quant_bits}")
 
 
 def lsa_piece_length(d: int, U: int, T: int) -> int:
@@ -339,8 +351,12 @@ def quantize(x: np.ndarray, b: int, q: int, *, n_summands: int = 1) -> np.ndarra
         ``|sum x| 2**b < q / 2``).
     """
     v = np.rint(np.asarray(x, dtype=np.float64) * 2.0**b)
+    if v.size and not np.all(np.isfinite(v)):
+        raise ValueError("quantize: x must be finite")
     m = int(np.max(np.abs(v))) if v.size else 0
     check_field_capacity(q, m * int(n_summands), what=f"sums of {n_summands} quantised values")
+    if m >= 2**62:                       # beyond int64: exact Python ints (every float64 here is an integer)
+        return to_field(np.array([int(t) for t in v.ravel()], dtype=object).reshape(v.shape), q)
     return to_field(v.astype(np.int64), q)
 
 
