@@ -184,7 +184,7 @@ class LightSecAgg(Protocol):
     def check(cls, config: LightSecAggConfig, n_devices: int) -> None:
         """Refuse parameters outside T < U <= N (So et al.), via :func:`check_lsa_parameters`."""
         U = n_devices if config.U is None else config.U
-        check_lsa_parameters(n_devices, U, config.z, config.p)
+        check_lsa_parameters(n_devices, U, config.z, config.p, quant_bits=config.quant_bits)
 
     @property
     def U(self) -> int:
