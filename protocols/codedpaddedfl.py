@@ -65,6 +65,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from fednet.algebra.capacity import check_round_capacity, check_statistics_capacity
 from fednet.algebra.fixed_point import (
     FixedPoint,
     extract_bits,
@@ -362,6 +363,7 @@ class CodedPaddedFL(Protocol):
         cfg, q = self.config, self.q
         D = self.sim.n_devices
         self.groups = equal_groups(D, cfg.groups)
+        check_statistics_capacity(q, self.task.X, self.task.Y, self.groups)   # refuse a too-narrow Q<k,f> now
         bq = FixedPoint(min(62, cfg.code_fraction_bits + 24), cfg.code_fraction_bits)
         full = cfg.mode == "full"
         # timing mode needs only the code's shape (responders, decoding cost): no conditioning search
@@ -522,6 +524,7 @@ class CodedPaddedFL(Protocol):
         e = q.decode(eps)
         parts = [q.decode(self.devices[i].state.M) @ e + q.decode(self.devices[i].state.G1)
                  for i in self.groups[g]]
+        check_round_capacity(q, parts, code.B, what=f"round {self.epoch}, group {g}")   # refuse a wrapped round
         err = float(np.abs(G - sum(parts)).max())
         g_sum = float(sum(np.abs(p).max() for p in parts))
         e_max = 2.0 ** -q.f * (2 + float(np.abs(e).sum(axis=0).max())) + 2.0 ** -q.f

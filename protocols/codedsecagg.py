@@ -65,6 +65,7 @@ import numpy as np
 import simpy
 from pydantic import Field, model_validator
 
+from fednet.algebra.capacity import check_statistics_capacity
 from fednet.algebra.fields import check_field_capacity, fixed_point_field, from_field, to_field
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.algebra.meter import charge, macs_of, matmul
@@ -282,6 +283,7 @@ class CodedSecAgg(Protocol):
         cfg = self.config
         D = self.sim.n_devices
         self.groups = equal_groups(D, cfg.groups)
+        check_statistics_capacity(self.fp, self.task.X, self.task.Y)          # refuse a too-narrow Q<k,f> now
         self.n_prime = D // cfg.groups
         self.points = default_points(self.n_prime)
         self.tree = aggregation_tree(cfg.groups)
