@@ -179,3 +179,14 @@ def test_quantize_beyond_int64_is_exact():
     assert np.array_equal(dequantize(v, 2, p), np.rint(x * 4) / 4)
     with pytest.raises(CapacityError, match="smallest prime that works"):
         quantize(x, 2, p, n_summands=2**20)
+
+
+def test_codedsecagg_round_that_would_wrap_is_refused():
+    """Here the aggregate (about 4800 > 2^11) exceeds q/2 and wraps *into* Z_<k+f> modulo q, so the
+    range check of decode_aggregate passes: only the capacity check catches it."""
+    task = wide_task(scale=2.0)
+    task.learning_rate = 40.0
+    proto = CodedSecAgg(make_sim(D=6), task, dict(z=1, groups=2, k=20, f=8))
+    with pytest.raises(CapacityError, match=r"k = 20 too small.*the aggregate gradient of round \d+ reaches"):
+        proto.run(30)
+    assert len(proto.trace) >= 2
