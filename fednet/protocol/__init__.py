@@ -1,7 +1,7 @@
 """fednet.protocol — the ``Protocol`` base class, its primitives, and the registry by name."""
 
-from .base import Outgoing, Protocol, ProtocolConfig, StragglerShortfall, payload_size
+from .base import Outgoing, Protocol, ProtocolConfig, SetupFailure, StragglerShortfall, payload_size
 from .registry import get, names, register
 
-__all__ = ["Outgoing", "Protocol", "ProtocolConfig", "StragglerShortfall", "payload_size", "get", "names",
+__all__ = ["Outgoing", "Protocol", "ProtocolConfig", "SetupFailure", "StragglerShortfall", "payload_size", "get", "names",
            "register"]
