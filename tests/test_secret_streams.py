@@ -85,3 +85,22 @@ def test_codedpaddedfl_full_mode_is_reproducible_with_a_secret_seed():
     t1 = CodedPaddedFL(sim(secret_seed=5), task, dict(alpha=2)).run(3)
     t2 = CodedPaddedFL(sim(secret_seed=5), task, dict(alpha=2)).run(3)
     assert t1 == t2 and t1[-1]["decode_error"] <= t1[-1]["decode_bound"]
+
+
+def test_a_share_cannot_be_unpadded_from_the_public_seed():
+    """The attack of issue 14: regenerate device j's pad from the public seed and subtract it from the
+    padded share a group-mate received; with secret pads the result is not X_j^T X_j."""
+    from fednet.algebra.fixed_point import random_ring_limbs, ring_add, ring_from_int
+    from protocols.codedpaddedfl import pack_upper
+
+    s = sim(D=6)
+    proto = CodedPaddedFL(s, make_task(D=6, n=12, d=5, c=2, lr=0.5), dict(alpha=2))
+    proto.run(0)
+    W, d = proto.config.ring_bits, proto.task.d
+    msg = next(m for dev in s.devices for m in dev.view if m.kind == "share")
+    j = msg.src
+    guess = random_ring_limbs((d * (d + 1) // 2,), W, s.rng(s.devices[j], "pads"))   # the old derivation
+    recovered = ring_add(msg.payload[0], guess, W, subtract=True)
+    truth = ring_from_int(pack_upper(s.devices[j].state.M), W)
+    assert not np.array_equal(recovered, truth)
+    assert np.mean(recovered == truth) < 0.01                   # not even partly: limbs agree by chance only
