@@ -36,9 +36,11 @@ one draw per device and setup attempt), and each protocol declares its reaction 
     not apply (approximate gradient coding's data sharing, Makkonen et al. Sec. III-A); recorded only.
 ``"reshare"`` (default)
     The setup needs every device (pads or shares along the code, Shamir shares, parity uploads):
-    if a device is absent, the whole setup phase is run again -- a failed attempt costs a full
-    phase, the absentees being detected when it ends -- until an attempt finds every device
-    present, at most :attr:`Protocol.max_setup_attempts` attempts; then :class:`SetupFailure`.
+    if devices are absent, the setup phase is run again until every device has been present in
+    at least one attempt (the server stores the encrypted shares addressed to an absent device
+    until it returns), at most :attr:`Protocol.max_setup_attempts` attempts; then
+    :class:`SetupFailure`.  Each further attempt is charged a full setup phase (time and traffic:
+    a conservative bound, the absentees being detected when a phase ends).
     Attempt ``a >= 1`` draws availability under the purpose ``"dropout-setup-a"``, round 0; the
     number of attempts is recorded (``setup_attempts`` on the round-0 trace row whenever an
     availability model is set).
@@ -464,14 +466,16 @@ class Protocol:
         yield from self.setup()
         if reaction != "reshare":
             return
-        while self.setup_absent[-1]:
+        pending = set(self.setup_absent[0])          # devices not yet present in any attempt
+        while pending:
             if self.setup_attempts >= self.max_setup_attempts:
                 raise SetupFailure(
-                    f"{self.label}: the setup phase found devices absent in each of {self.setup_attempts} attempts "
-                    f"(last: {self.setup_absent[-1]}); max_setup_attempts = {self.max_setup_attempts}")
+                    f"{self.label}: devices {sorted(pending)} were absent in each of {self.setup_attempts} setup "
+                    f"attempts; max_setup_attempts = {self.max_setup_attempts}")
             self.setup_absent.append(self._setup_absent(self.setup_attempts))
             self.setup_attempts += 1
-            yield from self.setup()                   # everyone re-shares (a full phase)
+            pending &= set(self.setup_absent[-1])
+            yield from self.setup()                   # a further attempt, charged as a full phase
 
     def _record(self, round: int) -> dict[str, Any]:
         acc, loss = self.evaluate()
