@@ -1,6 +1,6 @@
 """Random streams: one root seed, independent streams per node and purpose, keyed timing draws.
 
-Two kinds of randomness live here (DESIGN.md, "Randomness"):
+Three kinds of randomness live here (DESIGN.md, "Randomness"):
 
 * **Keyed timing draws** decide stragglers and losses. The ``index``-th draw of node ``node``
   for purpose ``purpose`` in round ``round`` is a fixed function of ``(seed, n_nodes, node,
@@ -18,8 +18,9 @@ Two kinds of randomness live here (DESIGN.md, "Randomness"):
   128 bits of OS entropy (:func:`secrets.randbits`), or a ``secret_seed`` that the experimenter
   keeps apart from the study file (reproducible experiments), and the generator is Philox
   (a keyed counter-based generator, Salmon et al., SC 2011) rather than PCG64.  Anyone holding the
-  study file regenerates every public draw but no secret.  Because pads and masks cancel exactly,
-  the secret draws do not change a trace (README, "Threat model").
+  study file regenerates every public draw but no secret.  Because masks and Shamir coefficients
+  cancel exactly, the secret draws do not change a trace; CodedPaddedFL's full mode rounds each
+  padded value within one unit of ``2^-f`` depending on its pad (README, "Threat model").
 
 Implementation: for each ``(purpose, round)`` a block of uniforms of shape
 ``(n_nodes, width)`` is drawn from its own ``SeedSequence(seed, spawn_key=(0, purpose_id,
