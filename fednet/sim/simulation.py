@@ -332,11 +332,16 @@ class Simulation:
         return msg
 
     def compute(self, node: Node, fn: Callable[..., Any] | None, *args: Any,
-                macs: int | None = None, round: int | None = None, **kwargs: Any) -> Generator:
+                macs: int | None = None, round: int | None = None, timing_key: str = "compute",
+                **kwargs: Any) -> Generator:
         """Run ``fn(*args, **kwargs)`` on ``node`` and hold its processor for the charged time.
 
         The MACs are those counted by the meter while ``fn`` ran; ``macs=`` adds a known count
         instead (timing-only mode replays counts metered in a real run). Returns ``fn``'s result.
+        The random part of the time is the next keyed draw of ``(node, timing_key, round)``: the
+        training step of every protocol uses the default key ``"compute"``, and steps that only
+        some protocols have (mask encoding, say) use their own key, so that the training steps of
+        two protocols at one seed straggle alike (a paired comparison).
         """
         r = self.round if round is None else round
         with node.cpu.request() as req:
@@ -349,7 +354,7 @@ class Simulation:
             total = meter.macs + (int(macs) if macs is not None else 0)
             seconds = node.compute_model.duration(
                 node.index, r, total, node.mac_rate,
-                lambda: self.streams.standard_exponential(node.index, "compute", r))
+                lambda: self.streams.standard_exponential(node.index, timing_key, r))
             if node.is_server:
                 self.counters.server_macs += total
             else:
