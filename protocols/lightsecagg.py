@@ -280,9 +280,9 @@ class LightSecAgg(Protocol):
             try:
                 if full:
                     self._draw_mask(dev, epoch)
-                    enc = yield from self.sim.compute(dev, self._encode, dev)
+                    enc = yield from self.sim.compute(dev, self._encode, dev, timing_key="compute-mask")
                 else:
-                    yield from self.sim.compute(dev, None, macs=enc_macs)
+                    yield from self.sim.compute(dev, None, macs=enc_macs, timing_key="compute-mask")
                     enc = None
                 received[i][i] = enc[i] if full else None
                 delivered[(i, i)].succeed()
@@ -361,9 +361,10 @@ class LightSecAgg(Protocol):
             yield from self.send(self.server, dev, np.asarray(U1), kind="survivors", element_bits=bits)
             yield env.all_of([delivered[(i, j)] for i in U1])
             if full:
-                s = yield from self.sim.compute(dev, lsa_aggregate_encoded, [received[j][i] for i in U1], cfg.p)
+                s = yield from self.sim.compute(dev, lsa_aggregate_encoded, [received[j][i] for i in U1], cfg.p,
+                                                timing_key="compute-mask")
             else:
-                yield from self.sim.compute(dev, None, macs=(len(U1) - 1) * L)
+                yield from self.sim.compute(dev, None, macs=(len(U1) - 1) * L, timing_key="compute-mask")
                 s = None
             yield from self.send(dev, self.server, s if full else np.empty(0), kind="aggregated_mask",
                                  n_elements=L, element_bits=bits)
