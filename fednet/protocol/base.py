@@ -283,20 +283,25 @@ class Protocol:
 
     # -- primitives -------------------------------------------------------------------------
     def _message(self, src: Node, dst: Node, payload: Any, kind: str, n_elements: int | None,
-                 element_bits: int | None, encrypted: bool = False) -> Message:
+                 element_bits: int | None, encrypted: bool = False, timing_key: str = "") -> Message:
         return Message(src.index, dst.index, kind, payload,
                        payload_size(payload) if n_elements is None else int(n_elements),
-                       element_bits or self.element_bits, round=self.sim.round, encrypted=encrypted)
+                       element_bits or self.element_bits, round=self.sim.round, encrypted=encrypted,
+                       timing_key=timing_key)
 
     def send(self, src: Node, dst: Node, payload: Any, *, kind: str, n_elements: int | None = None,
-             element_bits: int | None = None, encrypted: bool = False) -> Generator[Any, Any, Message]:
+             element_bits: int | None = None, encrypted: bool = False,
+             timing_key: str = "") -> Generator[Any, Any, Message]:
         """Send one message and wait until it is delivered; returns the :class:`Message`.
 
         ``encrypted=True`` marks a message to the server that the server only stores and
         forwards (end-to-end encrypted for other devices): it goes to the server's ``relayed``
-        list, not its view. Device-to-device messages are always encrypted.
+        list, not its view. Device-to-device messages are always encrypted.  ``timing_key``
+        gives a message that only this protocol sends its own keyed loss draws
+        (:class:`fednet.sim.network.Message`), leaving the model download and the gradient upload
+        on the shared ones.
         """
-        msg = self._message(src, dst, payload, kind, n_elements, element_bits, encrypted)
+        msg = self._message(src, dst, payload, kind, n_elements, element_bits, encrypted, timing_key)
         return (yield from self.sim.transfer(msg))
 
     def broadcast(self, payload: Any, *, kind: str, to: Iterable[Node] | None = None,

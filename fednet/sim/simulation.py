@@ -294,7 +294,9 @@ class Simulation:
         link = device.uplink if direction == "up" else device.downlink
         with link.resource.request() as req:
             yield req
-            u = self.streams.uniform(device.index, "uplink" if direction == "up" else "downlink", msg.round)
+            purpose = "uplink" if direction == "up" else "downlink"
+            u = self.streams.uniform(device.index, f"{purpose}:{msg.timing_key}" if msg.timing_key else purpose,
+                                     msg.round)
             seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
                                                    self.packet_bits, u)
             start = self.now
