@@ -292,7 +292,7 @@ class LightSecAgg(Protocol):
                     yield env.all_of(sends)
                 else:
                     yield from self.send(dev, self.server, enc if full else np.empty(0), kind="encoded_mask_relay",
-                                         n_elements=(N - 1) * L, element_bits=bits, encrypted=True)
+                                         n_elements=(N - 1) * L, element_bits=bits, encrypted=True, timing_key="mask")
                     bundles[i] = enc
                     uploaded[i].succeed()
             except simpy.Interrupt:
@@ -301,7 +301,7 @@ class LightSecAgg(Protocol):
         def one(dev: Node, j: int, payload) -> Generator:
             try:
                 msg = yield from self.send(dev, self.devices[j], payload, kind="encoded_mask",
-                                           n_elements=L, element_bits=bits)
+                                           n_elements=L, element_bits=bits, timing_key="mask")
             except simpy.Interrupt:
                 return
             received[j][dev.index] = msg.payload
@@ -315,7 +315,8 @@ class LightSecAgg(Protocol):
                 senders = [i for i in sorted(bundles) if i != j]
                 payload = np.stack([bundles[i][j] for i in senders]) if full else np.empty(0)
                 msg = yield from self.send(self.server, dev, payload, kind="encoded_mask_relay",
-                                           n_elements=len(senders) * L, element_bits=bits, encrypted=True)
+                                           n_elements=len(senders) * L, element_bits=bits, encrypted=True,
+                                           timing_key="mask")
             except simpy.Interrupt:
                 return
             for k, i in enumerate(senders):
@@ -358,7 +359,8 @@ class LightSecAgg(Protocol):
 
         def second(dev: Node) -> Generator:
             j = dev.index
-            yield from self.send(self.server, dev, np.asarray(U1), kind="survivors", element_bits=bits)
+            yield from self.send(self.server, dev, np.asarray(U1), kind="survivors", element_bits=bits,
+                                 timing_key="mask")
             yield env.all_of([delivered[(i, j)] for i in U1])
             if full:
                 s = yield from self.sim.compute(dev, lsa_aggregate_encoded, [received[j][i] for i in U1], cfg.p,
@@ -367,7 +369,7 @@ class LightSecAgg(Protocol):
                 yield from self.sim.compute(dev, None, macs=(len(U1) - 1) * L, timing_key="compute-mask")
                 s = None
             yield from self.send(dev, self.server, s if full else np.empty(0), kind="aggregated_mask",
-                                 n_elements=L, element_bits=bits)
+                                 n_elements=L, element_bits=bits, timing_key="mask")
             return j, s
 
         # users outside U1 are dropped for this round; their work goes on until the round ends
