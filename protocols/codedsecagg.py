@@ -450,7 +450,8 @@ class CodedSecAgg(Protocol):
         for dev in self.devices:                # |M_i| < 2**(k-1), D < 2**14: no int64 overflow
             M_total += dev.state.M
         G1_total = sum(dev.state.G1.astype(object) for dev in self.devices) * (1 << f)
-        check_fixed_point_holds(self.fp, float(np.abs(self.fp.decode(M_total) @ self.fp.decode(eps) + self.fp.decode(G1_total.astype(float)) * 2.0**-f).max()), f"the aggregate gradient of round {self.epoch}")   # refuse a wrapped aggregate
+        agg = self.fp.decode(M_total) @ self.fp.decode(eps) + self.fp.decode(G1_total.astype(float)) * 2.0**-f
+        check_fixed_point_holds(self.fp, float(np.abs(agg).max()), f"the aggregate gradient of round {self.epoch}")
         if self.task.d <= 256:
             want = M_total.astype(object).dot(eps.astype(object)) + G1_total
             ok = np.array_equal(exact, want)
