@@ -139,26 +139,30 @@ def test_bad_setup_reaction_is_refused():
 
 
 def test_training_steps_of_two_protocols_use_the_same_timing_draw(monkeypatch):
-    """LightSecAgg's mask steps draw under their own key ("compute-mask"), so its training step takes
-    the same keyed draw -- index 0 of (device, "compute", round) -- as conventional FL's: both straggle alike."""
+    """LightSecAgg's mask steps draw under their own keys ("compute-mask", "uplink:mask", ...), so its
+    training step, model download and gradient upload take the same keyed draws -- index 0 of
+    (device, "compute" / "downlink" / "uplink", round) -- as conventional FL's: both straggle and lose
+    packets alike."""
     from fednet.sim.rng import Streams
 
     calls: dict[str, list] = {}
-    real = Streams.standard_exponential
+    real = Streams.uniform
 
     def spy(self, node, purpose, round):
         value = real(self, node, purpose, round)
         calls[self.tag].append((node, purpose, round, value))
         return value
 
-    monkeypatch.setattr(Streams, "standard_exponential", spy)
+    monkeypatch.setattr(Streams, "uniform", spy)
     task = make_task(D=6, n=15, d=5, c=2, lr=0.5)
     for cls, cfg in ((ConventionalFL, {}), (LightSecAgg, dict(z=1, U=6, mode="full"))):
-        s = Simulation(lte_star(6, device_mac_rates=[1e6] * 6, loss=0.0), 4)     # shifted-exponential compute
+        s = Simulation(lte_star(6, device_mac_rates=[1e6] * 6, loss=0.1), 4)     # shifted-exponential compute
         s.streams.tag = cls.name
         calls[cls.name] = []
         cls(s, task, cfg).run(3)
-    train = {name: [(n, r, v) for n, p, r, v in c if p == "compute" and n < 6] for name, c in calls.items()}
-    assert sorted(train["conventional"]) == sorted(train["lightsecagg"])      # same draws, one per device and round
-    assert len(train["conventional"]) == 6 * 3
-    assert any(p == "compute-mask" for _, p, _, _ in calls["lightsecagg"])
+    for purpose in ("compute", "downlink", "uplink"):
+        train = {name: sorted((n, r, v) for n, p, r, v in c if p == purpose and n < 6 and r > 0)
+                 for name, c in calls.items()}
+        assert train["conventional"] == train["lightsecagg"], purpose    # same draws, one per device and round
+        assert len(train["conventional"]) == 6 * 3
+    assert {"compute-mask", "uplink:mask", "downlink:mask"} <= {p for _, p, _, _ in calls["lightsecagg"]}
