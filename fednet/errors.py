@@ -24,6 +24,9 @@ class                        built-in base                       raised for
                                                                  another run's lock)
 :class:`DecodeFailure`       ``RuntimeError``                    a round that cannot complete
                                                                  (too few results to decode)
+:class:`SetupFailure`        ``RuntimeError`` (via               a setup phase that cannot
+                             DecodeFailure)                      complete (devices absent under
+                                                                 the protocol's reaction)
 ==========================  =================================  =============================
 
 This module imports nothing from fednet, so every layer may use it.
@@ -32,7 +35,7 @@ This module imports nothing from fednet, so every layer may use it.
 from __future__ import annotations
 
 __all__ = ["FednetError", "ConfigError", "CapacityError", "DataError", "OutputError", "OutputLocked",
-           "DecodeFailure"]
+           "DecodeFailure", "SetupFailure"]
 
 
 class FednetError(Exception):
@@ -68,3 +71,11 @@ class OutputLocked(OutputError):
 
 class DecodeFailure(FednetError, RuntimeError):
     """A round that cannot complete: too few results reached the server to decode the aggregate."""
+
+
+class SetupFailure(DecodeFailure):
+    """A setup phase (round 0) that cannot complete: devices were absent and the protocol's reaction
+    (``Protocol.setup_dropouts``: ``"fail"``, or ``"reshare"`` beyond ``max_setup_attempts``) gives up.
+
+    The message names the protocol, the absent devices and the number of attempts.
+    """

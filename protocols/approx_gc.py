@@ -157,6 +157,7 @@ class ApproxGC(Protocol):
     name = "approx_gc"
     Config = ApproxGCConfig
     State = ApproxGCState
+    setup_dropouts = "offline"                            # data sharing is offline (Sec. III-A): recorded only
     p: float
     sharing: Sharing
     grad_sq_norm: float = float("nan")

@@ -53,6 +53,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from fednet.algebra.capacity import check_round_capacity, check_statistics_capacity
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.codes.gradient_codes import CyclicGradientCode
 from fednet.codes import padded
@@ -222,6 +223,7 @@ class CodedPaddedFL(Protocol):
         cfg, q, mode = self.config, self.q, self.mode
         d, c, W = self.task.d, self.task.c, cfg.ring_bits
         self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. V-E)
+        check_statistics_capacity(q, self.task.X, self.task.Y, self.groups)   # refuse a too-narrow Q<k,f> now
         bq = FixedPoint(min(62, cfg.code_fraction_bits + 24), cfg.code_fraction_bits)
         search = mode.exact                         # timing mode needs only the code's shape
         self.codes = [CyclicGradientCode(cfg.alpha, len(members), self.sim.rng(self.server, "gradient-code", g),
@@ -235,7 +237,7 @@ class CodedPaddedFL(Protocol):
             st = dev.state
             st.M, st.G1 = mode.offline(local_statistics, q, self.task.X[dev.index], self.task.Y[dev.index],
                                        like=(Shape((d, d), np.int64), Shape((d, c), np.int64)))
-            Phi, Psi, RX, RG = mode.offline(padded.pad, q, W, st.M, st.G1, self.sim.rng(dev, "pads"),
+            Phi, Psi, RX, RG = mode.offline(padded.pad, q, W, st.M, st.G1, self.sim.secret_rng(dev, "pads"),
                                             like=(Shape((limbs, d * (d + 1) // 2), np.int64),
                                                   Shape((limbs, d, c), np.int64)) * 2)
             st.share = (Phi, Psi)
@@ -321,6 +323,8 @@ class CodedPaddedFL(Protocol):
     def _check(self, g: int, local: list[int], G: np.ndarray, eps: np.ndarray) -> None:
         """Observer: compare with the plain gradient from the same fixed-point data (not charged)."""
         stats = [(self.devices[i].state.M, self.devices[i].state.G1) for i in self.groups[g]]
+        parts = padded.plain_gradients(self.q, eps, stats)
+        check_round_capacity(self.q, parts, self.codes[g].B, what=f"round {self.epoch}, group {g}")  # refuse a wrapped round
         err, bound = padded.decode_error(self.q, self.codes[g], local, G, eps, stats)
         self.max_decode_error = max(self.max_decode_error, err)
         self.decode_bound = max(self.decode_bound, bound)

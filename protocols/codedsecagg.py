@@ -59,6 +59,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from fednet.algebra.capacity import check_statistics_capacity
 from fednet.algebra.fields import field_dtype, fixed_point_field
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.codes.gram import local_statistics
@@ -234,6 +235,7 @@ class CodedSecAgg(Protocol):
         cfg, mode = self.config, self.mode
         d, c, q = self.task.d, self.task.c, self.q
         self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. VI-D)
+        check_statistics_capacity(self.fp, self.task.X, self.task.Y)          # refuse a too-narrow Q<k,f> now
         self.n_prime = len(self.groups[0])
         self.points = default_points(self.n_prime)
         self.tree = aggregation_tree(cfg.groups)
@@ -271,7 +273,7 @@ class CodedSecAgg(Protocol):
         d, c, fdt = self.task.d, self.task.c, field_dtype(self.q)
         phi, psi = dev.state.secrets
         dev.state.out_shares = self.mode.run(
-            share_device_secrets, phi, psi, n1, kp, self.q, self.sim.rng(dev, "shamir"), self.points,
+            share_device_secrets, phi, psi, n1, kp, self.q, self.sim.secret_rng(dev, "shamir"), self.points,
             macs=shamir_share_macs(n1, kp, self._size),
             like=[(Shape((d * (d + 1) // 2,), fdt), Shape((d, c), fdt))] * n1)
 
@@ -316,7 +318,8 @@ class CodedSecAgg(Protocol):
         return self.mode.run(add_shares, acc, part, self.q, macs=d * c, like=Shape((d, c), field_dtype(self.q)))
 
     def _check(self, exact: np.ndarray, G: np.ndarray, eps: np.ndarray) -> None:
-        """Observer (not charged): :func:`fednet.codes.secagg.check_aggregate` on every device's data."""
+        """Observer (not charged): :func:`fednet.codes.secagg.check_aggregate` on every device's data,
+        after checking that the plain aggregate fits ``Q<k,f>`` (a wrapped aggregate is a CapacityError)."""
         err = check_aggregate(exact, G, [dev.state.M for dev in self.devices], [dev.state.G1 for dev in self.devices],
-                              eps, self.config.f)
+                              eps, self.config.f, fp=self.fp, what=f"the aggregate gradient of round {self.epoch}")
         self.max_decode_error = max(self.max_decode_error, err)

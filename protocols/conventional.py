@@ -51,10 +51,9 @@ class ConventionalFLConfig(ProtocolConfig):
 
 @dataclass
 class ConventionalState(NodeState):
-    """A device's state: its minibatch size ``b_i`` and its sampling stream."""
+    """A device's state: its minibatch size ``b_i`` (the rows come from :meth:`Protocol.minibatch_rows`)."""
 
     batch: int = 0
-    sampler: np.random.Generator | None = None
 
 
 def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -90,6 +89,7 @@ class ConventionalFL(Protocol):
     name = "conventional"
     Config = ConventionalFLConfig
     State = ConventionalState
+    setup_dropouts = "none"                               # no setup exchange: absentees recorded only
 
     @classmethod
     def check(cls, config: ConventionalFLConfig, n_devices: int) -> None:
@@ -110,19 +110,17 @@ class ConventionalFL(Protocol):
                              f"(drop_slowest = {config.drop_slowest}); set drop_slowest >= {s_min} or lower dropout")
 
     def setup(self) -> Generator:
-        """No set-up phase: only each device's minibatch size and sampling stream."""
+        """No set-up phase: only each device's minibatch size."""
         for dev in self.devices:
             n = self.task.X[dev.index].shape[0]
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * n)))
-            dev.state.sampler = self.sim.rng(dev, "minibatch")
         return
         yield  # pragma: no cover
 
     def local_gradient(self, dev: Node) -> np.ndarray:
         """Device ``dev``'s minibatch gradient on the model it received this round."""
         theta = dev.state.received.astype(np.float64)      # the float32 model it downloaded
-        n = self.task.X[dev.index].shape[0]
-        rows = dev.state.sampler.choice(n, size=dev.state.batch, replace=False)
+        rows = self.minibatch_rows(dev, dev.state.batch)   # keyed (device, "minibatch", epoch): paired
         return minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], theta, rows)
 
     def round(self, epoch: int) -> Generator:

@@ -28,6 +28,13 @@ encoding shares the device's processor with training (encoding first), the ``N -
 share the uplink with the masked upload (first come, first served).  With ``offline_parallel``
 False every mask is delivered before the round's model is broadcast.
 
+Randomness: masks and mask noise come from the secret stream (``Simulation.secret_rng``), never the
+public seed.  The mask steps (encoding, the encoded-mask messages, the survivor list, the
+aggregated masks) draw their compute delays and losses under their own ``timing_key = "mask"``, so
+the model download, the training step and the masked upload take the same keyed draws as
+conventional FL's at one seed (a paired comparison); minibatches come from
+:meth:`~fednet.protocol.base.Protocol.minibatch_rows`, shared with conventional FL too.
+
 Choice of U: ``U`` is a parameter; the baseline's study sweeps ``U`` for each ``(D, z)`` and keeps the
 fastest to the target accuracy (smaller ``U`` waits for fewer users but drops more of the non-iid
 data each round and lengthens the pieces, ``L = dc / (U - T)``).  ``U`` defaults to ``N``.
@@ -171,12 +178,13 @@ class LightSecAgg(Protocol):
     name = "lightsecagg"
     Config = LightSecAggConfig
     State = LightSecAggState
+    setup_dropouts = "none"                               # masks are drawn each round: absentees recorded only
 
     @classmethod
     def check(cls, config: LightSecAggConfig, n_devices: int) -> None:
         """Refuse parameters outside T < U <= N (So et al.), via :func:`check_lsa_parameters`."""
         U = n_devices if config.U is None else config.U
-        check_lsa_parameters(n_devices, U, config.z, config.p)
+        check_lsa_parameters(n_devices, U, config.z, config.p, quant_bits=config.quant_bits, param="p")
 
     @classmethod
     def check_dropout(cls, config: LightSecAggConfig, n_devices: int, dropout: float) -> None:
@@ -214,16 +222,16 @@ class LightSecAgg(Protocol):
         masks = Mailbox(self.env)
 
         def encode(dev: Node) -> Generator:            # offline phase of user i: z_i and its N encoded shares
-            dev.state.rng_mask = self.sim.rng(dev, "masks", epoch)
+            dev.state.rng_mask = self.sim.secret_rng(dev, "masks", epoch)      # a secret: never the public seed
             dev.state.mask = self.mode.offline(uniform, dev.state.rng_mask, cfg.p, d * c, like=Shape((d * c,), np.int64))
-            dev.state.encoded = yield from self.compute(dev, self._encode, dev)
+            dev.state.encoded = yield from self.compute(dev, self._encode, dev, timing_key="mask")
             masks.put(dev.index, dev.index, dev.state.encoded[dev.index])
 
         offline = self.exchange([[(src, dst) for src in available for dst in self.devices if dst is not src]],
                                 lambda src, dst: src.state.encoded[dst.index], prepare=encode, mailbox=masks,
                                 kind="encoded_mask" if cfg.mask_relay == "per_message" else "encoded_mask_relay",
                                 schedule="relay_asap" if cfg.mask_relay == "per_message" else "bundled",
-                                n_elements=L)
+                                n_elements=L, timing_key="mask")
         if cfg.offline_parallel:
             offline = self.background(offline)
         else:
@@ -235,7 +243,8 @@ class LightSecAgg(Protocol):
         survivors = yield from self.gather(
             [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1, masks, L), kind="aggregated_mask",
             download=np.asarray(U1), download_kind="survivors", upload_elements=L,
-            wait=lambda dev: masks.wait(dev.index, U1), free=len(U1) == 1)              # |U1| = 1: nothing to add
+            wait=lambda dev: masks.wait(dev.index, U1), free=len(U1) == 1,              # |U1| = 1: nothing to add
+            timing_key="mask")
         self.cancel(online, offline)                      # whatever is still running is not needed
         uploads = dict((dev.index, up) for dev, up in online)
         replies = sorted(survivors, key=lambda r: r[0].index)
@@ -279,8 +288,7 @@ class LightSecAgg(Protocol):
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
         not depend on which earlier rounds the device took part in (full and timing modes agree)."""
-        n = self.task.X[dev.index].shape[0]
-        return self.sim.rng(dev, "minibatch", epoch).choice(n, size=dev.state.batch, replace=False)
+        return self.minibatch_rows(dev, dev.state.batch, epoch)
 
     def _host_gradients(self) -> dict[int, np.ndarray]:
         """Timing mode's stand-ins: this round's quantised minibatch gradient of every available user, in a few

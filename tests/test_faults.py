@@ -36,7 +36,7 @@ import fednet.study.runner as runner_mod
 import protocols  # noqa: F401  (registers the built-in protocols)
 from fednet.cli import main
 from fednet.errors import (CapacityError, ConfigError, DataError, DecodeFailure, FednetError, OutputError,
-                           OutputLocked)
+                           OutputLocked, SetupFailure)
 from fednet.learning.datasets import DatasetError
 from fednet.protocol import registry
 from fednet.protocol.base import StragglerShortfall
@@ -522,27 +522,25 @@ def test_data_misfits_are_named_errors(tmp_path, capsys, text, needle) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
 
 
-#: Exact formats too narrow for the data: today they fail inside a round (AssertionError or a
-#: ValueError with a traceback); helper W5b's capacity checks (issue 14, item 1) refuse them
-#: before training. Expected: exit 2, one message, no traceback.
-PENDING_CAPACITY = [
-    ("codedpaddedfl", "{ alpha = 2, k = 8, f = 4 }"),
-    ("codedsecagg", "{ z = 1, groups = 2, k = 8, f = 4 }"),
-    ("lightsecagg", "{ z = 1, quant_bits = 40 }"),
-    ("codedpaddedfl", "{ alpha = 2, k = 62, f = 61 }"),
+#: Exact formats too narrow for the data: the capacity checks (issue 14, item 1;
+#: fednet.algebra.capacity, LightSecAgg's check of U 2^quant_bits against its prime) refuse them
+#: before training with a CapacityError naming the parameter and the smallest setting that works.
+#: Expected: exit 2, one message, no traceback, nothing written: (protocol, params, needle).
+TOO_NARROW = [
+    ("codedpaddedfl", "{ alpha = 2, k = 8, f = 4 }", "k = 8 too small: Q<8,4> holds magnitudes below 2^3 = 8"),
+    ("codedsecagg", "{ z = 1, groups = 2, k = 8, f = 4 }", "the smallest k that works with f = 4 is k = "),
+    ("lightsecagg", "{ z = 1, quant_bits = 40 }", "the smallest prime that works is p = 13194139533349"),
+    ("codedpaddedfl", "{ alpha = 2, k = 62, f = 61 }", "no k <= 62 works with f = 61"),
 ]
 
 
-@pytest.mark.xfail(reason="capacity checks before training: helper W5b (issue 14 item 1)", strict=False)
-@pytest.mark.parametrize("protocol,params", PENDING_CAPACITY, ids=[f"{p}:{q}" for p, q in PENDING_CAPACITY])
-def test_too_narrow_formats_are_refused_before_training(tmp_path, capsys, protocol, params) -> None:
+@pytest.mark.parametrize("protocol,params,needle", TOO_NARROW, ids=[f"{p}:{q}" for p, q, _ in TOO_NARROW])
+def test_too_narrow_formats_are_refused_before_training(tmp_path, capsys, protocol, params, needle) -> None:
     path = write(tmp_path, study_text(protocol=protocol, params=params))
-    try:
-        code = main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"])
-    except Exception as e:          # today: a traceback
-        pytest.fail(f"traceback: {type(e).__name__}: {e}")
+    code = main(["run", str(path), "--out", str(tmp_path / "out"), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("fednet: ") and "Traceback" not in err
+    assert needle in err
     assert not (tmp_path / "out").exists()
 
 
@@ -1016,12 +1014,63 @@ def test_shortfall_in_a_study_is_recorded_unless_strict(tmp_path, capsys, strict
     assert len(rows) == 13
 
 
-def test_setup_phase_has_no_availability_dependence_yet() -> None:
-    # Round 0 (setup) does not consult availability (issue 14 item 4, helper W5b); a device absent in
-    # round 0 only changes nothing: correct result equal to the clean run.
-    rows, _ = _run_api("conventional", {0: {1, 2, 3}}, strict=True)
-    clean, _ = _run_api("conventional", {}, strict=True)
-    assert [r["loss"] for r in rows] == [r["loss"] for r in clean]
+class AbsentInFirstSetupAttempt(Availability):
+    """Devices ``gone`` absent in the first setup attempt only (the engine asks once per attempt)."""
+
+    def __init__(self, gone: set[int]) -> None:
+        self.gone, self.asked = gone, set()
+
+    def available(self, node: int, round: int, draw) -> bool:
+        if round != 0 or node not in self.gone:
+            return True
+        first = node not in self.asked
+        self.asked.add(node)
+        return not first
+
+
+#: Each protocol's declared reaction to setup-phase dropouts (issue 14, item 4).
+SETUP_REACTIONS = {"conventional": "none", "lightsecagg": "none", "approx_gc": "offline",
+                   "codedpaddedfl": "reshare", "codedsecagg": "reshare", "cfl": "reshare"}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_setup_phase_dropouts_follow_the_declared_reaction(protocol) -> None:
+    """Devices 1, 2, 3 absent in the first setup attempt: protocols without a setup exchange record them
+    (round 0's ``dropped``) and proceed; the others re-share once, charged a second full phase. Either way
+    the model is that of the clean run."""
+    task = make_task(D=D, n=20, d=6, c=3)
+
+    def run(availability):
+        sim = Simulation(lte_star(D, device_mac_rates=[1e6] * D, loss=0.0), 1, availability=availability)
+        proto = registry.get(protocol)(sim, task, API_PARAMS[protocol])
+        return proto.run(2, strict=True), proto
+
+    rows, proto = run(AbsentInFirstSetupAttempt({1, 2, 3}))
+    clean, _ = run(Absent({}))
+    assert proto.setup_dropouts == SETUP_REACTIONS[protocol]
+    assert proto.setup_absent[0] == [1, 2, 3]
+    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in clean], rel=1e-9, abs=1e-12)
+    if proto.setup_dropouts == "reshare":
+        assert proto.setup_attempts == 2 and rows[0]["setup_attempts"] == 2 and rows[0]["dropped"] == ""
+        assert rows[0]["bits_up"] == 2 * clean[0]["bits_up"]                 # the whole phase again
+    else:
+        assert proto.setup_attempts == 1 and rows[0]["dropped"] == "1 2 3"
+        assert rows[0]["bits_up"] == clean[0]["bits_up"]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_device_absent_in_every_setup_attempt(protocol) -> None:
+    """Device 1 never present in round 0: a protocol that needs every device in its setup gives up after
+    ``max_setup_attempts`` with a named SetupFailure; the others proceed (correct result)."""
+    if SETUP_REACTIONS[protocol] == "reshare":
+        with pytest.raises(SetupFailure, match=r"devices \[1\] were absent in each of 100 setup attempts") as err:
+            _run_api(protocol, {0: {1}}, strict=True)
+        assert isinstance(err.value, DecodeFailure)
+    else:
+        rows, _ = _run_api(protocol, {0: {1}}, strict=True)
+        clean, _ = _run_api(protocol, {}, strict=True)
+        assert rows[0]["dropped"] == "1"
+        assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in clean], rel=1e-9, abs=1e-12)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1037,7 +1086,7 @@ OTHER_OUTCOMES: dict[str, str | list[str]] = {
     "test_data_dependent_misfit_is_a_named_error_before_any_output": "error",
     "test_engine_refuses_non_finite_and_out_of_range_values": ["error"] * len(ENGINE_CASES),
     "test_data_misfits_are_named_errors": ["error"] * len(DATA_MISFITS),
-    "test_too_narrow_formats_are_refused_before_training": ["pending"] * len(PENDING_CAPACITY),
+    "test_too_narrow_formats_are_refused_before_training": ["error"] * len(TOO_NARROW),
     "test_error_family": ["correct"] * 5,
     "test_unexpected_exception_keeps_its_traceback": "correct",
     "test_every_protocol_runs_end_to_end_through_the_cli": "correct",
@@ -1062,14 +1111,16 @@ OTHER_OUTCOMES: dict[str, str | list[str]] = {
     "test_second_writer_in_the_same_process_is_refused": "error",
     "test_staged_output_outside_the_main_thread_still_cleans_on_error": "correct",
     "test_shortfall_in_a_study_is_recorded_unless_strict": ["recorded", "error"],
-    "test_setup_phase_has_no_availability_dependence_yet": "correct",
+    "test_setup_phase_dropouts_follow_the_declared_reaction": ["correct"] * len(PROTOCOLS),
+    "test_device_absent_in_every_setup_attempt": ["error" if r == "reshare" else "correct"
+                                                  for r in (SETUP_REACTIONS[p] for p in PROTOCOLS)],
 }
 
 
 def _outcomes() -> dict[str, int]:
     """Cases per declared outcome: ``error`` (named error / CLI exit 2), ``recorded`` (failure in the
-    trace), ``correct`` (correct result), ``pending`` (xfail until helper W5b's capacity checks)."""
-    n = {"error": 0, "recorded": 0, "correct": 0, "pending": 0}
+    trace), ``correct`` (correct result)."""
+    n = {"error": 0, "recorded": 0, "correct": 0}
     for cases in (FIELD_CASES, PARAM_CASES, COMBO_CASES):
         for c in cases:
             n[c[2]] += 1

@@ -28,6 +28,8 @@ from typing import Iterable
 import galois
 import numpy as np
 
+from fednet.errors import CapacityError
+
 __all__ = [
     "INT64_FIELD_LIMIT",
     "next_prime_above",
@@ -134,7 +136,7 @@ def field_dtype(q: int) -> np.dtype:
     return np.dtype(np.int64) if int(q) < INT64_FIELD_LIMIT else np.dtype(object)
 
 
-def check_field_capacity(q: int, max_abs: int, *, what: str = "values") -> None:
+def check_field_capacity(q: int, max_abs: int, *, what: str = "values", param: str = "q") -> None:
     """Refuse a field too small to carry signed integers of magnitude up to ``max_abs``.
 
     The signed map of Remark 3 is a bijection on ``[-(q-1)/2, (q-1)/2]``; a decoded value outside it
@@ -149,20 +151,25 @@ def check_field_capacity(q: int, max_abs: int, *, what: str = "values") -> None:
         ``D * max|x| * 2**b`` for a quantised sum).
     what : str
         Name of the carried quantity, used in the error message.
+    param : str
+        Name of the configuration parameter that sets the field (``q``, ``p``, ...), for the message.
 
     Raises
     ------
-    ValueError
-        If ``2 * max_abs + 1 > q``.
+    fednet.errors.CapacityError
+        (a ``ValueError``) If ``2 * max_abs + 1 > q``; the message names ``param``, the bound and the
+        smallest prime that works.
     """
     q = int(q)
     max_abs = int(max_abs)
     if max_abs < 0:
         raise ValueError(f"max_abs must be non-negative, got {max_abs}")
     if 2 * max_abs + 1 > q:
-        raise ValueError(
-            f"field too small: q = {q} ({q.bit_length()} bits) cannot carry {what} of magnitude up to "
-            f"{max_abs} ({max_abs.bit_length()} bits); need q > 2*max_abs = {2 * max_abs}"
+        smallest = int(galois.next_prime(2 * max_abs))
+        raise CapacityError(
+            f"field too small: {param} = {q} ({q.bit_length()} bits) cannot carry {what} of magnitude up to "
+            f"{max_abs} ({max_abs.bit_length()} bits); need {param} > 2*max_abs = {2 * max_abs}: the smallest "
+            f"prime that works is {param} = {smallest} ({smallest.bit_length()} bits)"
         )
 
 

@@ -75,6 +75,7 @@ __all__ = [
     "encode_prepared",
     "coded_gradient",
     "remove_pads",
+    "plain_gradients",
     "decode",
     "unpad_and_decode",
     "decode_error",
@@ -344,6 +345,30 @@ def unpad_and_decode_macs(n_responders: int, d: int, c: int) -> int:
     return n_responders * (d * d * c + d * c)
 
 
+def plain_gradients(q: FixedPoint, eps: np.ndarray,
+                    stats: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray]:
+    """The plain per-device gradients ``X_j^T X_j epsilon + G_j^(1)`` (eq. 11 before encoding), in reals.
+
+    Formed from the same fixed-point data as the protocol (float64, unmetered: the observer's
+    work); :func:`decode_error` compares their sum with the decoded gradient and
+    :func:`fednet.algebra.capacity.check_round_capacity` checks that they fit ``Q<k,f>``.
+
+    Parameters
+    ----------
+    q : FixedPoint
+    eps : ndarray, (d, c) int64
+        ``epsilon`` in ``Q<k,f>`` (eq. 10).
+    stats : sequence of (M, G1)
+        :func:`local_statistics` of each device: ``M`` (d, d) and ``G1`` (d, c) int64 in ``Q<k,f>``.
+
+    Returns
+    -------
+    list of ndarray, each (d, c) float64
+    """
+    e = q.decode(eps)
+    return [q.decode(M) @ e + q.decode(G1) for M, G1 in stats]
+
+
 def decode_error(q: FixedPoint, code: CyclicGradientCode, responders: Sequence[int], G: np.ndarray,
                  eps: np.ndarray, stats: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[float, float]:
     """Observer's check of eq. (12): decoded minus plain gradient, and its stated bound.
@@ -374,7 +399,7 @@ def decode_error(q: FixedPoint, code: CyclicGradientCode, responders: Sequence[i
         The stated bound on it.
     """
     e = q.decode(eps)
-    parts = [q.decode(M) @ e + q.decode(G1) for M, G1 in stats]
+    parts = plain_gradients(q, eps, stats)
     err = float(np.abs(G - sum(parts)).max())
     g_sum = float(sum(np.abs(p).max() for p in parts))
     e_max = 2.0 ** -q.f * (2 + float(np.abs(e).sum(axis=0).max())) + 2.0 ** -q.f

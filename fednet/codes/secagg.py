@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import networkx as nx
 import numpy as np
 
+from fednet.algebra.capacity import check_fixed_point_holds
 from fednet.algebra.fields import check_field_capacity, from_field, to_field
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.algebra.modp import PreparedMatrix, add_mod, sum_mod
@@ -197,12 +198,16 @@ def column_tree(groups: Sequence[Sequence[int]], steps: Sequence[Sequence[tuple[
 
 
 def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], G1s: Sequence[np.ndarray],
-                    eps: np.ndarray, f: int) -> float:
+                    eps: np.ndarray, f: int, *, fp: FixedPoint | None = None,
+                    what: str = "the aggregate gradient") -> float:
     """The observer's check of a decoded aggregate against an independent computation (not charged).
 
     ``d <= 256``: Python-int arithmetic, exact.  Larger ``d``: the same identity modulo the
     independent prime ``2**61 - 1`` (sum of the ``M_i`` in int64, then one exact modular product),
-    which a wrong entry passes with probability about ``2**-61``.
+    which a wrong entry passes with probability about ``2**-61``.  With ``fp``, the plain
+    aggregate is first checked to fit ``Q<k,f>`` (:func:`fednet.algebra.capacity.check_fixed_point_holds`):
+    an aggregate beyond ``q / 2`` wraps *into* ``Z_<k+f>`` modulo ``q`` and would otherwise be
+    reported as a wrong decoding rather than a too-narrow format.
 
     Parameters
     ----------
@@ -214,6 +219,10 @@ def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], 
         Every device's ``X_i^T X_i`` and ``G_i^(1)`` in ``Q<k,f>``.
     eps : ndarray, (d, c) int64
     f : int
+    fp : FixedPoint, optional
+        The format ``Q<k,f>`` the aggregate must fit (Remark 3).
+    what : str
+        The aggregate, for the capacity message (e.g. ``"the aggregate gradient of round 3"``).
 
     Returns
     -------
@@ -222,6 +231,9 @@ def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], 
 
     Raises
     ------
+    fednet.errors.CapacityError
+        With ``fp``, if the plain aggregate does not fit ``Q<k,f>`` (naming ``k``, the bound and
+        the smallest ``k``).
     AssertionError
         If the decoded integers differ from the exact aggregate.
     """
@@ -230,6 +242,10 @@ def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], 
     for M in Ms:                            # |M_i| < 2**(k-1), D < 2**14: no int64 overflow
         M_total += M
     G1_total = sum(g.astype(object) for g in G1s) * (1 << f)
+    plain = (M_total.astype(np.float64) @ (eps.astype(np.float64) * 2.0**-f) * 2.0**-f
+             + np.array([float(v) for v in G1_total.ravel()]).reshape(G.shape) * 2.0 ** (-2 * f))
+    if fp is not None:
+        check_fixed_point_holds(fp, float(np.abs(plain).max()), what)
     if d <= 256:
         want = M_total.astype(object).dot(eps.astype(object)) + G1_total
         ok = np.array_equal(exact, want)
@@ -241,6 +257,4 @@ def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], 
         ok = np.array_equal(lhs.astype(object), rhs)
     if not ok:
         raise AssertionError("decoded CodedSecAgg aggregate differs from the exact fixed-point aggregate")
-    plain = (M_total.astype(np.float64) @ (eps.astype(np.float64) * 2.0**-f) * 2.0**-f
-             + np.array([float(v) for v in G1_total.ravel()]).reshape(G.shape) * 2.0 ** (-2 * f))
     return float(np.abs(G - plain).max())

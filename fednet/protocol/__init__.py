@@ -42,16 +42,28 @@ gradient sets ``exact_trajectory = True`` and timing mode follows the task's cac
 
 Failures are results.  ``gather``/``first_k``/``tree_aggregate`` return a :class:`GatherResult`
 (``results`` in arrival order, ``dropped``, ``cancelled``, ``missed_deadline``, ``pending``); the
-round's unavailable devices reach the trace's ``dropped`` column.  Ask ``self.available(node)``
-(decided once per round), never ``sim.available`` directly.
+round's unavailable devices reach the trace's ``dropped`` column.  ``self.available(node)`` asks
+the engine, which draws each device's availability once per round (and once per setup attempt).
+
+Setup-phase dropouts.  A protocol declares its reaction to devices absent in the setup phase in
+``setup_dropouts`` (``"none"``, ``"offline"``, ``"reshare"`` -- the default -- or ``"fail"``;
+:mod:`fednet.protocol.base`); a setup that cannot complete raises :class:`SetupFailure`.
+
+Paired draws.  A protocol's steps of the same kind as another protocol's (the model download, the
+training step, the gradient upload) use the shared keyed draws; a step only it has (mask
+encoding, mask messages) names its own ``timing_key``, and minibatches come from
+``self.minibatch_rows`` (keyed by device and round), so two protocols at one seed are compared on
+the same stragglers and minibatches.  Secrets (pads, masks, Shamir coefficients) come from
+``self.sim.secret_rng(...)``, never from the public ``self.sim.rng(...)``.
 """
 
-from .base import NodeState, Outgoing, Protocol, ProtocolConfig, ServerState, StragglerShortfall, payload_size
+from .base import (NodeState, Outgoing, Protocol, ProtocolConfig, ServerState, SetupFailure, StragglerShortfall,
+                   payload_size)
 from .modes import Full, Mode, Shape, Timing, make_mode
 from .primitives import GatherResult, Mailbox, UnchargedCompute, cyclic_steps
 from .registry import get, names, register
 from .trace import COLUMNS, TraceRow
 
-__all__ = ["Outgoing", "Protocol", "ProtocolConfig", "NodeState", "ServerState", "StragglerShortfall",
+__all__ = ["Outgoing", "Protocol", "ProtocolConfig", "NodeState", "ServerState", "SetupFailure", "StragglerShortfall",
            "UnchargedCompute", "GatherResult", "Mailbox", "cyclic_steps", "payload_size", "Mode", "Full", "Timing", "Shape",
            "make_mode", "TraceRow", "COLUMNS", "get", "names", "register"]

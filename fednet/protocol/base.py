@@ -17,6 +17,30 @@ messages it received; every message a node receives is appended to its ``view`` 
 Each finished round appends a :class:`~fednet.protocol.trace.TraceRow` to the trace (simulated
 time, accuracy, loss, bits up and down, MACs per role, the devices used and dropped); round 0 is
 the setup phase.
+
+Dropouts in the setup phase: the availability model is consulted for the setup phase too (round 0,
+one draw per device and setup attempt, by :meth:`fednet.sim.Simulation.available`), and each
+protocol declares its reaction in :attr:`Protocol.setup_dropouts`:
+
+``"none"``
+    The setup exchanges nothing (conventional FL, LightSecAgg: masks are drawn each round);
+    absent devices are only recorded (``setup_absent``, and round 0's ``dropped``).
+``"offline"``
+    The setup's exchange happens offline, before training, where the paper's straggler model does
+    not apply (approximate gradient coding's data sharing, Makkonen et al. Sec. III-A); recorded
+    only, as for ``"none"``.
+``"reshare"`` (default)
+    The setup needs every device (pads or shares along the code, Shamir shares, parity uploads):
+    if devices are absent, the setup phase is run again until every device has been present in
+    at least one attempt (the server stores the encrypted shares addressed to an absent device
+    until it returns), at most :attr:`Protocol.max_setup_attempts` attempts; then
+    :class:`~fednet.errors.SetupFailure`.  Each further attempt is charged a full setup phase
+    (time and traffic: a conservative bound, the absentees being detected when a phase ends).
+    Attempt ``a >= 1`` draws availability under the purpose ``"dropout-setup-a"``, round 0; the
+    number of attempts is recorded (``setup_attempts`` on the round-0 trace row whenever an
+    availability model is set).
+``"fail"``
+    Any absent device fails the setup with :class:`~fednet.errors.SetupFailure`.
 """
 
 from __future__ import annotations
@@ -29,8 +53,9 @@ import numpy as np
 import simpy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from fednet.errors import ConfigError, FednetError
+from fednet.errors import ConfigError, FednetError, SetupFailure
 from fednet.learning.task import LearningTask
+from fednet.sim.compute import AlwaysAvailable
 from fednet.sim.simulation import Node, Simulation
 
 from . import registry
@@ -46,7 +71,10 @@ from .primitives import (
 from .trace import TraceRow
 
 __all__ = ["Protocol", "ProtocolConfig", "NodeState", "ServerState", "Outgoing", "StragglerShortfall",
-           "UnchargedCompute", "GatherResult", "payload_size"]
+           "SetupFailure", "UnchargedCompute", "GatherResult", "payload_size", "SETUP_DROPOUT_REACTIONS"]
+
+#: The reactions a protocol may declare to devices absent in the setup phase (module docstring).
+SETUP_DROPOUT_REACTIONS = ("none", "offline", "reshare", "fail")
 
 
 class ProtocolConfig(BaseModel):
@@ -123,6 +151,10 @@ class Protocol(Primitives):
     trace : list of dict
         The rows recorded so far (:class:`~fednet.protocol.trace.TraceRow` columns, then
         :meth:`round_metrics`).
+    setup_absent : list of list of int
+        Devices absent in each setup attempt (module docstring).
+    setup_attempts : int
+        Setup attempts made (more than one only under ``setup_dropouts = "reshare"``).
     """
 
     name: ClassVar[str] = ""
@@ -134,6 +166,11 @@ class Protocol(Primitives):
     #: Whether the decoded update equals the plain full-batch gradient (Prop. 3 of Schlegel et
     #: al.), so that timing mode may follow the task's cached full-batch trajectory.
     exact_trajectory: ClassVar[bool] = False
+    #: Reaction to devices absent in the setup phase (module docstring): "none", "offline",
+    #: "reshare" or "fail".
+    setup_dropouts: ClassVar[str] = "reshare"
+    #: Most setup attempts under ``setup_dropouts = "reshare"`` before :class:`SetupFailure`.
+    max_setup_attempts: ClassVar[int] = 100
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -142,6 +179,9 @@ class Protocol(Primitives):
 
     def __init__(self, sim: Simulation, task: LearningTask, config: ProtocolConfig | dict | None = None,
                  *, label: str | None = None) -> None:
+        if self.setup_dropouts not in SETUP_DROPOUT_REACTIONS:
+            raise ConfigError(f"{type(self).__name__}.setup_dropouts must be one of {SETUP_DROPOUT_REACTIONS}, "
+                              f"got {self.setup_dropouts!r}")
         if task.n_devices != sim.n_devices:
             raise ConfigError(f"the task has data for {task.n_devices} devices but the network has {sim.n_devices}")
         try:
@@ -167,6 +207,8 @@ class Protocol(Primitives):
         self.round_dropped: set[int] = set()
         self.decode_failed = False
         self.trace: list[dict[str, Any]] = []
+        self.setup_absent: list[list[int]] = []
+        self.setup_attempts = 0
         self.mode: Mode = make_mode(getattr(config, "mode", "full"))
         if self.State is not None:
             for dev in sim.devices:
@@ -251,6 +293,28 @@ class Protocol(Primitives):
         """Wire width in bits of one number (the config's ``element_bits``)."""
         return self.config.element_bits
 
+    def minibatch_rows(self, dev: Node, batch: int, epoch: int | None = None) -> np.ndarray:
+        """Device ``dev``'s minibatch of ``batch`` of its points in round ``epoch`` (default: the current one).
+
+        Drawn without replacement from the public stream keyed ``(device, "minibatch", epoch)``, so
+        every protocol that samples minibatches sees the same rows at a seed (paired comparisons),
+        whichever earlier rounds the device took part in.
+
+        Parameters
+        ----------
+        dev : Node
+        batch : int
+            Minibatch size ``b_i``, at most the device's number of points.
+        epoch : int, optional
+
+        Returns
+        -------
+        ndarray of int, (batch,)
+        """
+        n = self.task.X[dev.index].shape[0]
+        e = self.epoch if epoch is None else epoch
+        return self.sim.rng(dev, "minibatch", e).choice(n, size=batch, replace=False)
+
     def step(self, gradient_sum: np.ndarray, m_used: int) -> None:
         """The update of eqs. (4)-(5): ``theta -= mu (G / m_used + lambda theta)``.
 
@@ -278,6 +342,40 @@ class Protocol(Primitives):
         """
         return self._record(self.epoch, event)
 
+    def _setup_absent(self, attempt: int) -> list[int]:
+        """Devices absent in setup attempt ``attempt`` (one draw per device and attempt)."""
+        return [dev.index for dev in self.devices if not self.sim.available(dev, 0, phase=attempt)]
+
+    def _setup_phase(self) -> Generator:
+        """Run :meth:`setup` under the protocol's reaction to setup dropouts (module docstring).
+
+        Raises
+        ------
+        fednet.errors.SetupFailure
+            Under ``"fail"`` if a device is absent; under ``"reshare"`` if some device is absent in
+            each of ``max_setup_attempts`` attempts.
+        """
+        reaction = self.setup_dropouts
+        self.setup_absent = [self._setup_absent(0)]
+        self.setup_attempts = 1
+        if reaction == "fail" and self.setup_absent[0]:
+            raise SetupFailure(f"{self.label}: devices {self.setup_absent[0]} are absent in the setup phase "
+                               f"and {type(self).__name__} fails its setup without them")
+        yield from self.setup()
+        if reaction != "reshare":
+            self.round_dropped.update(self.setup_absent[0])     # recorded only (round 0's dropped)
+            return
+        pending = set(self.setup_absent[0])          # devices not yet present in any attempt
+        while pending:
+            if self.setup_attempts >= self.max_setup_attempts:
+                raise SetupFailure(
+                    f"{self.label}: devices {sorted(pending)} were absent in each of {self.setup_attempts} setup "
+                    f"attempts; max_setup_attempts = {self.max_setup_attempts}")
+            self.setup_absent.append(self._setup_absent(self.setup_attempts))
+            self.setup_attempts += 1
+            pending &= set(self.setup_absent[-1])
+            yield from self.setup()                   # a further attempt, charged as a full phase
+
     def _record(self, round: int, event: str | None = None, failure: str | None = None) -> dict[str, Any]:
         acc, loss = self.evaluate()
         c = self.sim.take_counters()
@@ -289,6 +387,8 @@ class Protocol(Primitives):
             event=event or ("phase" if round == 0 else "round"),
             dropped=" ".join(map(str, sorted(self.round_dropped))), decode_failed=self.decode_failed,
         ).as_dict()
+        if round == 0 and self.setup_dropouts == "reshare" and not isinstance(self.sim.availability, AlwaysAvailable):
+            row["setup_attempts"] = self.setup_attempts
         if failure is None:
             row.update(self.round_metrics(round))
         else:   # a round that could not complete: its protocol metrics would be stale
@@ -320,13 +420,15 @@ class Protocol(Primitives):
         ------
         StragglerShortfall
             With ``strict=True``, from the first round that cannot complete.
+        fednet.errors.SetupFailure
+            If the setup phase cannot complete under the protocol's :attr:`setup_dropouts`.
         """
         if epochs < 0:
             raise ConfigError(f"epochs must be >= 0, got {epochs}")
 
         def main() -> Generator:
             self.sim.round = self.epoch = 0
-            yield from self.setup()
+            yield from self._setup_phase()
             row = self._record(0)
             if on_round:
                 on_round(row)

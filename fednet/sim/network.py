@@ -53,6 +53,11 @@ class Message:
         and endpoints (it lands in the server's ``relayed`` list, not its ``view``). Every
         device-to-device message is encrypted (Schlegel et al., Sec. III-B); a protocol may also
         mark messages it sends to the server for forwarding.
+    timing_key : str
+        Suffix of the keyed draws deciding the message's losses: ``""`` (default) uses
+        ``(device, "uplink" / "downlink", round)``; a message only some protocols send (mask shares,
+        say) names its own key, drawing from ``"uplink:<key>"`` / ``"downlink:<key>"``, so that the
+        model download and the gradient upload of every protocol take the same draws (paired).
     """
 
     src: int
@@ -63,6 +68,7 @@ class Message:
     element_bits: int
     round: int = 0
     encrypted: bool = False
+    timing_key: str = ""
     sent_at: float = math.nan
     delivered_at: float = math.nan
     hops: list[tuple[str, int, float, float]] = field(default_factory=list)

@@ -168,6 +168,10 @@ class Simulation:
         Dropout model of devices (every device always available).
     record_views : bool, optional
         Keep every received message in the receiver's ``view``.
+    secret_seed : int, optional
+        Root of the secret streams (:meth:`secret_rng`: pads, masks, Shamir coefficients) for a
+        reproducible experiment; must differ from ``seed``.  Default: OS entropy
+        (:class:`~fednet.sim.rng.Streams`).
 
     Raises
     ------
@@ -178,7 +182,7 @@ class Simulation:
 
     def __init__(self, graph: nx.Graph, seed: int, *, device_compute: ComputeModel | None = None,
                  server_compute: ComputeModel | None = None, availability: Availability | None = None,
-                 record_views: bool = True) -> None:
+                 record_views: bool = True, secret_seed: int | None = None) -> None:
         self.env = simpy.Environment()
         self.graph = graph
         self.record_views = record_views
@@ -198,7 +202,7 @@ class Simulation:
             raise ValueError(f"nodes {others[:5]} have a role other than 'device' or 'server'")
         if not device_keys:
             raise ValueError("the topology has no devices")
-        self.streams = Streams(seed, len(device_keys) + 1)
+        self.streams = Streams(seed, len(device_keys) + 1, secret_seed=secret_seed)
         self.seed = self.streams.seed
 
         dev_default = device_compute or ShiftedExponential(0.5)
@@ -245,6 +249,8 @@ class Simulation:
                     self.d2d[index[a], index[b]] = Link(rate, loss_, simpy.Resource(self.env, capacity=1))
         self.counters = Counters()
         self.round = 0
+        # availability of each device, drawn once per round (round 0: the setup phase); -1 = not drawn
+        self._available: dict[tuple[int, int], np.ndarray] = {}
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -267,24 +273,62 @@ class Simulation:
         return c
 
     def rng(self, node: Node | int, purpose: str, *more: int | str) -> np.random.Generator:
-        """An independent sequential stream for (node, purpose, ...): pads, masks, sampling."""
+        """An independent *public* sequential stream for (node, purpose, ...): data sampling, codes.
+
+        Derived from the public seed: never use it for secrets (pads, masks, shares); see
+        :meth:`secret_rng`.
+        """
         idx = node.index if isinstance(node, Node) else int(node)
         return self.streams.generator(idx, purpose, *more)
 
-    def available(self, node: Node, round: int | None = None) -> bool:
-        """Whether a device takes part in a round under the availability model (server: always)."""
+    def secret_rng(self, node: Node | int, purpose: str, *more: int | str) -> np.random.Generator:
+        """An independent *secret* stream for (node, purpose, ...): pads, masks, noise, Shamir coefficients.
+
+        Rooted in OS entropy or the ``secret_seed`` (never the public seed); see
+        :meth:`fednet.sim.rng.Streams.secret`.
+        """
+        idx = node.index if isinstance(node, Node) else int(node)
+        return self.streams.secret(idx, purpose, *more)
+
+    def available(self, node: Node, round: int | None = None, *, phase: int = 0) -> bool:
+        """Whether a device takes part in a round under the availability model (server: always).
+
+        The availability of a device in a round is drawn once -- the first keyed uniform of
+        ``(device, "dropout", round)`` -- and every later question about the same device and round
+        reads the same answer.  Round 0 is the setup phase; ``phase = a >= 1`` asks about the
+        ``a``-th repetition of a phase of that round (a setup attempt), drawn under the purpose
+        ``"dropout-setup-a"``, also once.
+        """
         if node.is_server:
             return True
-        r = self.round if round is None else round
-        return self.availability.available(
-            node.index, r, lambda: self.streams.uniform(node.index, "dropout", r))
+        r = self.round if round is None else int(round)
+        if r < 0:
+            raise ValueError(f"round must be non-negative, got {r}")
+        if phase < 0:
+            raise ValueError(f"phase must be non-negative, got {phase}")
+        key = (r, int(phase))
+        flags = self._available.get(key)
+        if flags is None:
+            flags = self._available[key] = np.full(self.n_devices, -1, dtype=np.int8)
+        i = node.index
+        if flags[i] < 0:
+            purpose = "dropout" if phase == 0 else f"dropout-setup-{phase}"
+            flags[i] = bool(self.availability.available(
+                i, r, lambda: self.streams.uniform(i, purpose, r)))
+        return bool(flags[i])
+
+    def absent(self, round: int | None = None) -> list[int]:
+        """Indices of the devices absent in ``round`` (default: the current one), drawn as in :meth:`available`."""
+        return [dev.index for dev in self.devices if not self.available(dev, round)]
 
     # -- timed operations -----------------------------------------------------------------
     def _hop(self, msg: Message, device: Node, direction: str) -> Generator:
         link = device.uplink if direction == "up" else device.downlink
         with link.resource.request() as req:
             yield req
-            u = self.streams.uniform(device.index, "uplink" if direction == "up" else "downlink", msg.round)
+            purpose = "uplink" if direction == "up" else "downlink"
+            u = self.streams.uniform(device.index, f"{purpose}:{msg.timing_key}" if msg.timing_key else purpose,
+                                     msg.round)
             seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
                                                    self.packet_bits, u)
             start = self.now
@@ -345,11 +389,16 @@ class Simulation:
         return msg
 
     def compute(self, node: Node, fn: Callable[..., Any] | None, *args: Any,
-                macs: int | None = None, round: int | None = None, **kwargs: Any) -> Generator:
+                macs: int | None = None, round: int | None = None, timing_key: str = "compute",
+                **kwargs: Any) -> Generator:
         """Run ``fn(*args, **kwargs)`` on ``node`` and hold its processor for the charged time.
 
         The MACs are those counted by the meter while ``fn`` ran; ``macs=`` adds a known count
         instead (timing-only mode replays counts metered in a real run). Returns ``fn``'s result.
+        The random part of the time is the next keyed draw of ``(node, timing_key, round)``: the
+        training step of every protocol uses the default key ``"compute"``, and steps that only
+        some protocols have (mask encoding, say) use their own key, so that the training steps of
+        two protocols at one seed straggle alike (a paired comparison).
         """
         r = self.round if round is None else round
         with node.cpu.request() as req:
@@ -362,7 +411,7 @@ class Simulation:
             total = meter.macs + (int(macs) if macs is not None else 0)
             seconds = node.compute_model.duration(
                 node.index, r, total, node.mac_rate,
-                lambda: self.streams.standard_exponential(node.index, "compute", r))
+                lambda: self.streams.standard_exponential(node.index, timing_key, r))
             if node.is_server:
                 self.counters.server_macs += total
             else:

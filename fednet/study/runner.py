@@ -48,7 +48,7 @@ from fednet.learning.partitions import partition
 from fednet.learning.task import LearningTask
 from fednet.protocol import registry
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
-from fednet.sim.rng import Streams
+from fednet.sim.rng import Streams, secret_seed_from_env
 from fednet.sim.simulation import Simulation
 from fednet.topologies import builder
 from fednet.topologies.distributions import per_device
@@ -182,7 +182,7 @@ def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False
                else Deterministic())
     return Simulation(build_network(spec, seed), seed, device_compute=compute,
                       availability=BernoulliDropout(spec.dropout) if spec.dropout > 0 else None,
-                      record_views=record_views)
+                      record_views=record_views, secret_seed=secret_seed_from_env())
 
 
 def _git_commit() -> tuple[str | None, bool | None]:
