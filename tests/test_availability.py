@@ -106,6 +106,24 @@ def test_reshare_repeats_the_setup_until_every_device_is_present():
     assert row["bits_up"] == proto.setup_attempts * base["bits_up"]        # every attempt re-shares
 
 
+def test_steps_of_a_setup_attempt_read_that_attempts_draw():
+    """Inside setup attempt a, ``self.available`` (every primitive's question) answers from attempt a's
+    draw -- the one the reaction used -- not from attempt 0's."""
+    seen: list[list[int]] = []
+
+    class Watching(CodedPaddedFL):
+        def setup(self):
+            seen.append([dev.index for dev in self.devices if not self.available(dev)])
+            yield from super().setup()
+
+    task = make_task(D=6, n=12, d=5, c=2, lr=0.5)
+    proto = Watching(sim(D=6, p=0.3, seed=2), task, dict(alpha=2))
+    proto.run(1)
+    assert proto.setup_attempts > 1 and seen == proto.setup_absent
+    assert len({tuple(a) for a in seen}) > 1                     # the attempts' draws differ
+    assert proto.sim.phase == 0                                  # rounds read phase 0 again
+
+
 def test_reshare_gives_up_after_max_attempts_and_fail_fails_at_once():
     task = make_task(D=6, n=12, d=5, c=2, lr=0.5)
 

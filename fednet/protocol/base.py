@@ -372,9 +372,13 @@ class Protocol(Primitives):
                     f"{self.label}: devices {sorted(pending)} were absent in each of {self.setup_attempts} setup "
                     f"attempts; max_setup_attempts = {self.max_setup_attempts}")
             self.setup_absent.append(self._setup_absent(self.setup_attempts))
+            self.sim.phase = self.setup_attempts      # steps of this attempt read its availability draw
             self.setup_attempts += 1
             pending &= set(self.setup_absent[-1])
-            yield from self.setup()                   # a further attempt, charged as a full phase
+            try:
+                yield from self.setup()               # a further attempt, charged as a full phase
+            finally:
+                self.sim.phase = 0
 
     def _record(self, round: int, event: str | None = None, failure: str | None = None) -> dict[str, Any]:
         acc, loss = self.evaluate()

@@ -249,6 +249,9 @@ class Simulation:
                     self.d2d[index[a], index[b]] = Link(rate, loss_, simpy.Resource(self.env, capacity=1))
         self.counters = Counters()
         self.round = 0
+        #: Repetition of the current round's phase (a setup attempt, set by the protocol's run loop):
+        #: the default ``phase`` of :meth:`available`.
+        self.phase = 0
         # availability of each device, drawn once per round (round 0: the setup phase); -1 = not drawn
         self._available: dict[tuple[int, int], np.ndarray] = {}
 
@@ -290,17 +293,24 @@ class Simulation:
         idx = node.index if isinstance(node, Node) else int(node)
         return self.streams.secret(idx, purpose, *more)
 
-    def available(self, node: Node, round: int | None = None, *, phase: int = 0) -> bool:
+    def available(self, node: Node, round: int | None = None, *, phase: int | None = None) -> bool:
         """Whether a device takes part in a round under the availability model (server: always).
 
         The availability of a device in a round is drawn once -- the first keyed uniform of
         ``(device, "dropout", round)`` -- and every later question about the same device and round
         reads the same answer.  Round 0 is the setup phase; ``phase = a >= 1`` asks about the
         ``a``-th repetition of a phase of that round (a setup attempt), drawn under the purpose
-        ``"dropout-setup-a"``, also once.
+        ``"dropout-setup-a"``, also once.  ``round`` and ``phase`` default to the current ones
+        (:attr:`round`, :attr:`phase`), so a step of a repeated setup attempt reads that attempt's draw.
+
+        Raises
+        ------
+        ValueError
+            For a negative ``round`` or ``phase``.
         """
         if node.is_server:
             return True
+        phase = self.phase if phase is None else int(phase)
         r = self.round if round is None else int(round)
         if r < 0:
             raise ValueError(f"round must be non-negative, got {r}")
@@ -317,9 +327,10 @@ class Simulation:
                 i, r, lambda: self.streams.uniform(i, purpose, r)))
         return bool(flags[i])
 
-    def absent(self, round: int | None = None) -> list[int]:
-        """Indices of the devices absent in ``round`` (default: the current one), drawn as in :meth:`available`."""
-        return [dev.index for dev in self.devices if not self.available(dev, round)]
+    def absent(self, round: int | None = None, *, phase: int | None = None) -> list[int]:
+        """Indices of the devices absent in ``round`` and ``phase`` (default: the current ones), drawn as in
+        :meth:`available`."""
+        return [dev.index for dev in self.devices if not self.available(dev, round, phase=phase)]
 
     # -- timed operations -----------------------------------------------------------------
     def _hop(self, msg: Message, device: Node, direction: str) -> Generator:
