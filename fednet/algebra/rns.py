@@ -341,28 +341,31 @@ class RnsContext:
         return RnsArray(np.ascontiguousarray(r.reshape((self.L,) + tuple(shape))), int(bound), self)
 
     # ------------------------------------------------------------------ conversion out
-    def _sigma_alpha(self, x: RnsArray):
+    def _sigma_alpha(self, x: RnsArray, exact: bool = False):
         Lp = x.n_moduli
         if 4 * x.bound >= self._prefix_M[Lp]:
             raise RnsCapacityError(
                 f"value bound of {x.bound.bit_length()} bits does not fit the {Lp} moduli it is stored on"
             )
-        ext = self._extension(Lp)
+        ext = self._extension(Lp, exact)
         mf, minv = self._col(Lp, x.res.ndim - 1)
         inv = ext["inv"].reshape(mf.shape)
         sigma = _mod_balanced(x.res * inv, mf, minv)  # |res inv| < 2**22 * 2**22
         alpha = np.rint(np.sum(sigma * minv, axis=0))
         return sigma, alpha, ext
 
-    def _extension(self, Lp: int) -> dict:
-        if Lp in self._ext_cache:
-            return self._ext_cache[Lp]
+    def _extension(self, Lp: int, exact: bool = False) -> dict:
+        if (Lp, exact) in self._ext_cache:
+            return self._ext_cache[(Lp, exact)]
         q = self.q
         ms = [int(m) for m in self.moduli[:Lp]]
         M = self._prefix_M[Lp]
         Mi = [M // m for m in ms]
         inv = np.array([pow(Mi[i] % ms[i], -1, ms[i]) for i in range(Lp)], dtype=np.float64)
-        h = [v % q for v in Mi] + [(-M) % q]  # y = sum sigma_i h_i + alpha (-M mod q)
+        if exact:  # the integer itself: y = sum sigma_i M_i - alpha M
+            h = Mi + [-M]
+        else:  # y = sum sigma_i h_i + alpha (-M mod q), congruent modulo q
+            h = [v % q for v in Mi] + [(-M) % q]
         # table to the full base: E[i, j] = balanced(h_i mod m_j)
         E = np.empty((Lp + 1, self.L), dtype=np.float64)
         for i, hv in enumerate(h):
@@ -371,14 +374,18 @@ class RnsContext:
                 E[i, j] = v - int(mj) if v > int(mj) // 2 else v
         # digits of h_i (non-negative, < q) for the exact CRT back to integers
         nd = -(-q.bit_length() // _DIGIT)
-        D = np.array([[(hv >> (_DIGIT * d)) & 0xFFFF for d in range(nd)] for hv in h], dtype=np.float64)
+        D = None if exact else np.array([[(hv >> (_DIGIT * d)) & 0xFFFF for d in range(nd)] for hv in h],
+                                        dtype=np.float64)
         out = {"inv": inv, "E": E, "D": D, "nd": nd,
                "bound": (Lp * (int(self.moduli[0]) // 2 + 1) + Lp // 2 + 2) * q}
-        self._ext_cache[Lp] = out
+        self._ext_cache[(Lp, exact)] = out
         return out
 
     def reduce(self, x: RnsArray) -> RnsArray:
         """Reduce modulo q and extend to the full base: the result has ``bound = R`` (:attr:`reduced_bound`).
+
+        A value already bounded by ``R`` is extended exactly (its integer and bound are kept), so the
+        products of small operands (plain fixed-point data, model weights) stay on few moduli.
 
         Parameters
         ----------
@@ -395,14 +402,17 @@ class RnsContext:
         RnsCapacityError
             If ``x.bound`` does not fit the moduli ``x`` is stored on.
         """
-        sigma, alpha, ext = self._sigma_alpha(x)
+        exact = x.bound <= self.reduced_bound
+        if exact and x.n_moduli == self.L:
+            return x
+        sigma, alpha, ext = self._sigma_alpha(x, exact)
         Lp = x.n_moduli
         shape = x.shape
         S = np.concatenate([sigma.reshape(Lp, -1), alpha.reshape(1, -1)], axis=0)  # (Lp+1, n)
         r = ext["E"].T @ S  # (L, n): |.| < (Lp+1) 2**21 2**21 < 2**53
         mf, minv = self._col(self.L, 1)
         r = _mod_balanced(r, mf, minv)
-        return RnsArray(r.reshape((self.L,) + shape), ext["bound"], self)
+        return RnsArray(r.reshape((self.L,) + shape), x.bound if exact else ext["bound"], self)
 
     def to_field(self, x: RnsArray) -> np.ndarray:
         """Canonical elements ``x mod q`` in ``[0, q)`` (exact CRT).
