@@ -351,7 +351,7 @@ def stochastic_round(z, rng: np.random.Generator, *, den: int = 1) -> np.ndarray
     -------
     ndarray, same shape
         Integers: int64 for float input, Python ints (object) for integer numerators.
-        ``E[Q(z)] = z`` exactly; ``|Q(z) - z| < 1``.
+        ``E[Q(z)] = z`` up to the float64 rounding of ``frac(z)``; ``|Q(z) - z| < 1``.
 
     Raises
     ------
@@ -373,7 +373,7 @@ def stochastic_round(z, rng: np.random.Generator, *, den: int = 1) -> np.ndarray
     num = z.astype(object)
     fl = num // den
     rem = num - fl * den
-    frac = np.array([int(r) / den for r in rem.ravel()], dtype=np.float64).reshape(z.shape)
+    frac = rem.astype(np.float64) / float(den)  # rem < den: probability to float64 precision
     return fl + (u < frac).astype(np.int64).astype(object)
 
 
@@ -402,7 +402,7 @@ def clip_factor(g: Mapping[str, np.ndarray] | np.ndarray, max_norm: float | None
     arrays = g.values() if isinstance(g, Mapping) else [g]
     sq = 0.0
     for a in arrays:
-        f = np.array([float(v) for v in np.asarray(a).ravel()], dtype=np.float64) * 2.0 ** (-int(scale_bits))
+        f = np.asarray(a).astype(np.float64).ravel() * 2.0 ** (-int(scale_bits))
         sq += float(np.dot(f, f))
     norm = sq ** 0.5
     return Fraction(1) if norm <= max_norm else Fraction(float(max_norm) / norm)
@@ -417,7 +417,8 @@ def dresfl_update(params: Mapping[str, np.ndarray], grad_sum: Mapping[str, np.nd
     clipping factor of :func:`clip_factor` (Table 4).  ``shift`` converts the gradient of a fixed-point
     network to parameter units (``G - f`` of :class:`fednet.learning.field_models.FieldPolyMLP`).  The
     argument of Q is evaluated as an exact rational (``lr`` is taken as the exact binary value of the
-    float), so Q is unbiased to the last bit.
+    float): ``floor`` is exact and the rounding-up probability carries float64's relative error
+    (below ``2**-52``).
 
     Parameters
     ----------

@@ -164,8 +164,7 @@ class FieldPolyMLP(Model):
     def dequantize(self, params: ParamsOrArray) -> Params:
         """Real parameters ``W / 2^f`` (weights) of the fixed-point network (float64; ``f = 0`` for paper)."""
         p = self.params(params)
-        return {k: np.array([float(v) for v in np.asarray(a).ravel()]).reshape(np.shape(a)) * 2.0 ** -self._param_bits
-                for k, a in p.items()}
+        return {k: np.asarray(a).astype(np.float64) * 2.0 ** -self._param_bits for k, a in p.items()}
 
     def transform(self, x: np.ndarray, y: np.ndarray | None = None):
         """Data transformation of Sec. 4.1 for features (and targets): ``Round(2^l (x + c))``, ``Round(2^l y)``.
@@ -309,7 +308,7 @@ class FieldPolyMLP(Model):
     def dequantize_int(self, params: ParamsOrArray) -> Params:
         """Parameters as float64 integers (no scaling), for bounds."""
         p = self.params(params)
-        return {k: np.array([float(v) for v in np.asarray(a).ravel()]).reshape(np.shape(a)) for k, a in p.items()}
+        return {k: np.asarray(a).astype(np.float64) for k, a in p.items()}
 
     # ------------------------------------------------------------------ Model interface
     def forward(self, params: ParamsOrArray, x: np.ndarray) -> np.ndarray:
@@ -322,7 +321,7 @@ class FieldPolyMLP(Model):
         Ws, bterms = self._rns_params(params)
         _, zs = self._forward_rns(Ws, bterms, self.ctx.from_signed(self.transform(x)))
         z = psi(zs[-1].to_field(), self.q)
-        return np.array([float(v) for v in z.ravel()]).reshape(z.shape) * 2.0 ** -self.out_bits
+        return np.asarray(z).astype(np.float64) * 2.0 ** -self.out_bits
 
     def loss(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> float:
         """``(1/b) sum_j ||y_j - f(x_j)||^2`` in real units (labels quantised like the data); metered."""
@@ -333,8 +332,7 @@ class FieldPolyMLP(Model):
     def gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> Params:
         """Real-unit gradient ``psi(g) 2^-G`` of the summed squared error (float64); metered."""
         g = self.integer_gradient(params, x, y)
-        return {k: np.array([float(v) for v in a.ravel()]).reshape(a.shape) * 2.0 ** -self.grad_bits
-                for k, a in g.items()}
+        return {k: np.ldexp(np.asarray(a).astype(np.float64), -self.grad_bits) for k, a in g.items()}
 
     def float_gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> Params:
         """Reference: gradient of the same network in float64 at the dequantised weights and quantised data.
