@@ -5,7 +5,6 @@ import itertools
 import numpy as np
 import pytest
 
-from fednet.algebra.fields import uniform
 from fednet.algebra.meter import MacMeter
 from fednet.codes.dresfl import (
     DRESFL_PRIME_200,
@@ -168,3 +167,42 @@ def test_update_keeps_parameters_integer_in_Zp():
     with pytest.raises(ValueError, match="left Z_p"):
         dresfl_update({"w": np.array([(Q - 1) // 2], dtype=object)}, {"w": np.array([-64], dtype=object)},
                       1.0, 64, Q, rng)
+
+
+def test_share_dataset_equals_lcc_encode():
+    """The RNS encoding equals fednet.codes.lagrange.lcc_encode given the same noise stream."""
+    from fednet.algebra.fields import to_field
+    from fednet.codes.lagrange import lcc_encode
+
+    K, T, N = 2, 2, 5
+    rng = np.random.default_rng(1)
+    xbar = rng.integers(-8, 17, (4, 3))
+    ybar = rng.integers(0, 17, (4, 2))
+    alphas, betas = default_points(N, K, T)
+    xs, ys = share_dataset(xbar, ybar, K, T, alphas, betas, Q, np.random.default_rng(9))
+    ref_rng = np.random.default_rng(9)
+    xr = lcc_encode(split_shards(to_field(xbar, Q), K), T, alphas, betas, Q, ref_rng)
+    yr = lcc_encode(split_shards(to_field(ybar, Q), K), T, alphas, betas, Q, ref_rng)
+    assert (xs == xr).all() and (ys == yr).all()
+    # in residue form (as a client keeps it) the values are the same
+    xs_r, _ = share_dataset(xbar, ybar, K, T, alphas, betas, Q, np.random.default_rng(9), as_rns=True)
+    assert xs_r.shape == (N, 2, 3) and (xs_r.to_field() == xr).all()
+    with pytest.raises(ValueError, match="disjoint"):
+        share_dataset(xbar, ybar, K, T, [1, 9, 10, 11, 12], betas, Q, np.random.default_rng(9))
+
+
+def test_coded_data_in_residue_form_decodes():
+    """Clients keep their coded data as RnsArrays (as_rns=True); decoding still gives the plain gradient."""
+    K, T, N = 1, 1, 9
+    model = FieldPolyMLP((5, 3, 2, 2), Q, data_bits=4, weight_bits=None, init_scale=3.0)
+    params = model.init_params(2)
+    rng = np.random.default_rng(3)
+    xbar, ybar = model.transform(rng.random((6, 5)), rng.integers(0, 2, 6))
+    alphas, betas = default_points(N, K, T)
+    xs, ys = share_dataset(xbar, ybar, K, T, alphas, betas, Q, np.random.default_rng(4), as_rns=True,
+                           ctx=model.ctx)
+    rows = np.array([5, 1, 3])
+    uploads = evaluate_on_shares(lambda x, y: model.field_gradient(params, x, y), xs, ys, rows=rows)
+    dec = decode_gradients(uploads, alphas, betas, K, T, model.degree, Q)[0]
+    plain = model.integer_gradient(params, xbar[rows], ybar[rows], transformed=True)
+    assert all((psi(dec[k], Q) == plain[k]).all() for k in plain)

@@ -92,6 +92,8 @@ try:  # fused single-pass kernels (numba ships with galois); NumPy fallbacks bel
 except ImportError:  # pragma: no cover
     _numba = None
 
+_RND = 6755399441055744.0  # 1.5 * 2**52: (x + _RND) - _RND rounds |x| < 2**51 to the nearest integer
+
 if _numba is not None:
     @_numba.njit(cache=True)
     def _nb_sigma_alpha(C, m, minv, inv, sigma, alpha):  # pragma: no cover - compiled
@@ -104,13 +106,13 @@ if _numba is not None:
             ii = inv[i]
             for e in range(n):
                 c = C[i, e]
-                r = c - mi * math.floor(c * mii + 0.5)  # exact: |c| < 2**53
+                r = c - mi * ((c * mii + _RND) - _RND)  # exact: |c| < 2**53
                 s = r * ii  # |r ii| < 2**45
-                s = s - mi * math.floor(s * mii + 0.5)
+                s = s - mi * ((s * mii + _RND) - _RND)
                 sigma[i, e] = s
                 alpha[e] += s * mii
         for e in range(n):
-            alpha[e] = math.floor(alpha[e] + 0.5)
+            alpha[e] = (alpha[e] + _RND) - _RND
 
     @_numba.njit(cache=True)
     def _nb_finish(r, elast, alpha, m, minv):  # pragma: no cover - compiled
@@ -121,7 +123,7 @@ if _numba is not None:
             ej = elast[j]
             for e in range(n):
                 v = r[j, e] + ej * alpha[e]
-                r[j, e] = v - mj * math.floor(v * mji + 0.5)
+                r[j, e] = v - mj * ((v * mji + _RND) - _RND)
 
 
 def _mod_balanced(x: np.ndarray, m: np.ndarray, minv: np.ndarray) -> np.ndarray:

@@ -229,9 +229,10 @@ class FieldPolyMLP(Model):
         ----------
         params : Params
             Signed integers in ``Z_p``.
-        x_field : ndarray, shape (b, d_0), over GF(p) (canonical)
-            Features, e.g. a client's coded minibatch ``X~_j^(I_t)`` (Sec. 4.2).
-        y_field : ndarray, shape (b, d_{L+1}), over GF(p)
+        x_field : ndarray, shape (b, d_0), over GF(p) (canonical), or RnsArray of ``self.ctx``
+            Features, e.g. a client's coded minibatch ``X~_j^(I_t)`` (Sec. 4.2), possibly kept in
+            residue form (:func:`fednet.codes.dresfl.share_dataset` with ``as_rns=True, ctx=model.ctx``).
+        y_field : ndarray, shape (b, d_{L+1}), over GF(p), or RnsArray
 
         Returns
         -------
@@ -239,8 +240,11 @@ class FieldPolyMLP(Model):
             Canonical field elements (Python-int object arrays for ``p >= 2**62``); charges the MACs of
             the forward and backward pass (``b (d_0 d_1 + ...)`` per product, one per element-wise op).
         """
-        X = self.ctx.from_field(x_field)
-        Y = self.ctx.from_field(y_field)
+        X = x_field if isinstance(x_field, RnsArray) else self.ctx.from_field(x_field)
+        Y = y_field if isinstance(y_field, RnsArray) else self.ctx.from_field(y_field)
+        for name, arr in (("x_field", X), ("y_field", Y)):
+            if arr.ctx is not self.ctx:
+                raise ValueError(f"{name} is in residues of another RnsContext; share with ctx=model.ctx")
         return {k: v.to_field() for k, v in self._gradient_rns(params, X, Y).items()}
 
     def integer_gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray, *,
