@@ -9,7 +9,9 @@ encoding of one coded minibatch for N = 20 clients (K = T = 1) and the decoding 
 gradient entries from deg(g)(K + T - 1) + 1 = 9 evaluations.  Operands are kept in residue form
 across calls (as a client keeps its coded data), so the "kernel" rows exclude conversion; the
 conversion rows time it separately.  Each entry is the minimum over ``--repeat`` runs of host wall
-time (ms); the ratio is exact / float64.  Goal: within 30x of float64 at 200 bits.
+time (ms); the ratio is exact / float64.  Goal: within 30x of float64 at 200 bits.  The last row
+of the first table times a plain Python-int object-array product (what galois' FieldArray does for
+such primes) once, for scale.
 """
 
 from __future__ import annotations
@@ -111,6 +113,13 @@ def main() -> None:
         row("convert 64x784 field -> residues", lambda: xf.copy(), lambda: ctx.from_field(Xraw))
         G = model._gradient_rns(params, Xc, Yc)["W1"]
         row("convert 784x64 residues -> field (CRT)", lambda: Wf[0].copy(), lambda: G.to_field())
+        if bits == a.bits[0]:
+            A = uniform(rng, q, (64, 784))
+            B = uniform(rng, q, (784, 64))
+            t = time.perf_counter()
+            A.dot(B) % q
+            tp = (time.perf_counter() - t) * 1e3
+            rows.append(("(reference) Python-int object dot, uniform 64x784x64", rows[1][1], tp, tp / rows[1][1]))
         print(f"\n{ctx!r}")
         print(f"{'operation':52s} {'float64 ms':>11s} {'exact ms':>10s} {'ratio':>7s}")
         for name, tf, te, r in rows:
