@@ -1,7 +1,7 @@
 """Exact GF(p) kernels of DReS-FL (RNS on float64 BLAS) against float64 on the same shapes.
 
 Run: ``OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_field_kernels.py
-[--repeat 5] [--bits 200 440]``.
+[--repeat 5] [--bits 200 440] [--round]``.
 
 Shapes are those of the DReS-FL MNIST network (Shao et al., Sec. 6.1, App. E): the PINN
 784-64-64-10 with quadratic activations, batch b = 64, Lagrange-coded (uniform) data; and the LCC
@@ -64,6 +64,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--bits", type=int, nargs="+", default=[200, 440], choices=[200, 440])
+    ap.add_argument("--round", action="store_true", help="also time one full DReS-FL round")
     a = ap.parse_args()
     sizes = (784, 64, 64, 10)
     b = 64
@@ -124,6 +125,40 @@ def main() -> None:
         print(f"{'operation':52s} {'float64 ms':>11s} {'exact ms':>10s} {'ratio':>7s}")
         for name, tf, te, r in rows:
             print(f"{name:52s} {tf:11.3f} {te:10.3f} {r:7.1f}")
+    if a.round:
+        for bits in a.bits:
+            full_round(bits)
+
+
+def full_round(bits: int, N: int = 20, K: int = 1, T: int = 1, b: int = 64) -> None:
+    """Wall time of one full-mode DReS-FL round at the MNIST shapes (host seconds, one run).
+
+    A coded global minibatch (b rows, shared once by LCC, kept in residue form), N clients' field
+    gradients (uploads kept in residue form) of the 784-64-64-10 PINN (fixed point f = 8), decoding from deg(g)(K+T-1)+1 uploads,
+    psi, and the update with Q.
+    """
+    from fednet.codes.dresfl import decode_gradients, evaluate_on_shares, psi, recovery_threshold, share_dataset
+    from fednet.learning.field_models import FieldSGD
+
+    q = PRIMES[bits]
+    rng = np.random.default_rng(0)
+    model = FieldPolyMLP((784, 64, 64, 10), q, data_bits=4, weight_bits=8, init_scale=0.5, max_inner=1024)
+    params = model.init_params(0)
+    xbar, ybar = model.transform(rng.random((b * K, 784)), rng.integers(0, 10, b * K))
+    alphas, betas = default_points(N, K, T)
+    t0 = time.perf_counter()
+    xs, ys = share_dataset(xbar, ybar, K, T, alphas, betas, q, np.random.default_rng(1), as_rns=True, ctx=model.ctx)
+    t1 = time.perf_counter()
+    uploads = evaluate_on_shares(lambda x, y: model.field_gradient(params, x, y, as_rns=True), xs, ys)
+    t2 = time.perf_counter()
+    need = recovery_threshold(K, T, model.degree)
+    dec = decode_gradients(uploads[:need], alphas[:need], betas, K, T, model.degree, q)
+    g = {k: sum(psi(d[k], q) for d in dec) for k in dec[0]}
+    params = FieldSGD(model, 0.1, np.random.default_rng(2), max_norm=64.0).step(params, g, b * K, 1)
+    t3 = time.perf_counter()
+    print(f"full DReS-FL round, {bits}-bit prime, N={N}, K={K}, T={T}, b={b}: sharing of the batch "
+          f"{t1 - t0:.2f} s (one-off), {N} client gradients {t2 - t1:.2f} s ({(t2 - t1) / N * 1e3:.0f} ms each, "
+          f"uploads kept in residues), decode+psi+update {t3 - t2:.2f} s")
 
 
 if __name__ == "__main__":

@@ -206,3 +206,16 @@ def test_coded_data_in_residue_form_decodes():
     dec = decode_gradients(uploads, alphas, betas, K, T, model.degree, Q)[0]
     plain = model.integer_gradient(params, xbar[rows], ybar[rows], transformed=True)
     assert all((psi(dec[k], Q) == plain[k]).all() for k in plain)
+
+
+def test_rns_uploads_decode_like_canonical_uploads():
+    K, T, N = 1, 1, 10
+    model, params, xbar, ybar, alphas, betas, xs, ys = _setup(K, T, N)
+    up_f = evaluate_on_shares(lambda x, y: model.field_gradient(params, x, y), xs, ys)
+    up_r = evaluate_on_shares(lambda x, y: model.field_gradient(params, x, y, as_rns=True), xs, ys)
+    with MacMeter() as m1:
+        d1 = decode_gradients(up_f[1:], alphas[1:], betas, K, T, 8, Q)
+    with MacMeter() as m2:
+        d2 = decode_gradients(up_r[1:], alphas[1:], betas, K, T, 8, Q)
+    assert m1.macs == m2.macs == K * 9 * model.n_params
+    assert all((d1[0][k] == d2[0][k]).all() for k in d1[0])

@@ -215,9 +215,11 @@ class RnsContext:
             raise ValueError(f"max_inner must be an integer in [1, 2**30], got {max_inner!r}")
         self.q = int(q)
         self.max_inner = int(max_inner)
-        # largest m with max_inner * (m // 2 + 1)**2 < 2**53, and also (m/2 + 1)**2 * 2 < 2**53
-        # (also every base-extension sum of up to 64 terms sigma_i E_ij stays below 2**53)
-        half = math.isqrt((_EXACT - 1) // max(self.max_inner, 64)) - 1
+        # largest m with max_inner * (m // 2 + 1)**2 <= 2**53 - 2**25: a dot product of balanced residues
+        # is an exact float64 integer, and so is m * rint(c / m) in its reduction (|c| + m < 2**53);
+        # max_inner is taken >= 64 so that every base-extension sum of up to 64 terms
+        # sigma_i E_ij (|.| <= (m/2 + 1)**2 each) stays below 2**53 as well.
+        half = math.isqrt((_EXACT - 2**25) // max(self.max_inner, 64)) - 1
         top = 2 * half
         self._half_cap = half
         moduli: list[int] = []

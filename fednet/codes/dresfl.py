@@ -305,7 +305,8 @@ def decode_gradients(results: Sequence[Mapping[str, np.ndarray]], result_alphas:
     Parameters
     ----------
     results : sequence of Params, length R
-        Uploads ``g~`` of the responding clients (canonical field elements, equal names and shapes).
+        Uploads ``g~`` of the responding clients (canonical field elements, or RnsArrays of one
+        context as returned by ``field_gradient(..., as_rns=True)``; equal names and shapes).
     result_alphas : sequence of int, length R
         The responders' points.
     betas : sequence of int, length >= K
@@ -336,6 +337,8 @@ def decode_gradients(results: Sequence[Mapping[str, np.ndarray]], result_alphas:
     if common:
         raise ValueError(f"result_alphas must be disjoint from betas, common points {sorted(common)}")
     names = list(results[0])
+    if isinstance(results[0][names[0]], RnsArray):
+        return _decode_rns(results[:need], pts[:need], betas, K, q, names)
     sizes = [int(np.asarray(results[0][k]).size) for k in names]
     stacked = np.concatenate([np.concatenate([as_field(np.asarray(r[k]), q, name=f"results[{k}]").reshape(-1)
                                               for k in names])[None] for r in results[:need]], axis=0)
@@ -347,6 +350,32 @@ def decode_gradients(results: Sequence[Mapping[str, np.ndarray]], result_alphas:
         for name, s in zip(names, sizes):
             d[name] = flat[kk, o:o + s].reshape(np.asarray(results[0][name]).shape)
             o += s
+        out.append(d)
+    return out
+
+
+def _decode_rns(results, pts, betas, K, q, names):
+    ctx = results[0][names[0]].ctx
+    shapes = [results[0][k].shape for k in names]
+    rows = []
+    bound = 0
+    for r in results:
+        parts = []
+        for k in names:
+            a = ctx.reduce(r[k]) if r[k].n_moduli != ctx.L else r[k]
+            bound = max(bound, a.bound)
+            parts.append(a.res.reshape(ctx.L, -1))
+        rows.append(np.concatenate(parts, axis=1))
+    stacked = RnsArray(np.stack(rows, axis=1), bound, ctx)  # (L, need, n_params)
+    C = ctx.from_field(lagrange_coefficients(pts, list(betas)[:K], q))  # (K, need)
+    flat = ctx.matmul(C, stacked).to_field()  # (K, n_params)
+    out = []
+    for kk in range(K):
+        d, o = {}, 0
+        for name, shape in zip(names, shapes):
+            size = int(np.prod(shape, dtype=np.int64))
+            d[name] = flat[kk, o:o + size].reshape(shape)
+            o += size
         out.append(d)
     return out
 

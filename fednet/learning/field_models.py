@@ -222,7 +222,8 @@ class FieldPolyMLP(Model):
                 dz = ctx.scale(2, ctx.multiply(zs[i - 1], da))
         return {k: grads[k] for k in self.param_shapes()}
 
-    def field_gradient(self, params: ParamsOrArray, x_field: np.ndarray, y_field: np.ndarray) -> Params:
+    def field_gradient(self, params: ParamsOrArray, x_field: np.ndarray, y_field: np.ndarray, *,
+                       as_rns: bool = False) -> Params:
         """The gradient polynomial ``g~(X, Y; w) = g(X, Y; w) mod p`` on field data (e.g. coded data).
 
         Parameters
@@ -234,18 +235,26 @@ class FieldPolyMLP(Model):
             residue form (:func:`fednet.codes.dresfl.share_dataset` with ``as_rns=True, ctx=model.ctx``).
         y_field : ndarray, shape (b, d_{L+1}), over GF(p), or RnsArray
 
+        as_rns : bool
+            Return the gradient as :class:`fednet.algebra.rns.RnsArray` (an upload that
+            :func:`fednet.codes.dresfl.decode_gradients` decodes without converting it).
+
         Returns
         -------
         Params
-            Canonical field elements (Python-int object arrays for ``p >= 2**62``); charges the MACs of
-            the forward and backward pass (``b (d_0 d_1 + ...)`` per product, one per element-wise op).
+            Canonical field elements (Python-int object arrays for ``p >= 2**62``), or RnsArrays;
+            charges the MACs of the forward and backward pass (``b (d_0 d_1 + ...)`` per product, one
+            per element-wise op).
         """
         X = x_field if isinstance(x_field, RnsArray) else self.ctx.from_field(x_field)
         Y = y_field if isinstance(y_field, RnsArray) else self.ctx.from_field(y_field)
         for name, arr in (("x_field", X), ("y_field", Y)):
             if arr.ctx is not self.ctx:
                 raise ValueError(f"{name} is in residues of another RnsContext; share with ctx=model.ctx")
-        return {k: v.to_field() for k, v in self._gradient_rns(params, X, Y).items()}
+        grads = self._gradient_rns(params, X, Y)
+        if as_rns:
+            return grads
+        return {k: v.to_field() for k, v in grads.items()}
 
     def integer_gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray, *,
                          transformed: bool = False) -> Params:
