@@ -32,6 +32,9 @@ as float64 balanced residues ``x mod m_i`` of shape ``(n_moduli, *shape)``, toge
   conversion back (CRT) uses the same ``sigma, alpha`` and a digit-level carry pass.
 
 Every capacity condition is checked before computing (:class:`RnsCapacityError` names the numbers).
+The element-wise parts of a base extension (residue reduction, ``sigma``, ``alpha``, the final
+reduction) run as two fused single-pass numba kernels when numba is importable (it ships with galois),
+else as NumPy expressions computing the same values; the ``L' x L`` extension itself is a float64 GEMM.
 
 MAC metering follows :mod:`fednet.algebra.meter` and :mod:`fednet.algebra.modp`: an ``(m, k) @ (k, n)``
 product charges ``m k n`` MACs, an element-wise product or scaled addition one MAC per element;

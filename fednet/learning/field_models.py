@@ -34,8 +34,6 @@ The field must hold the integer gradient: :meth:`FieldPolyMLP.gradient_bound` bo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import numpy as np
 
 from fednet.algebra.meter import charge
