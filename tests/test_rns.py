@@ -120,3 +120,17 @@ def test_numpy_fallback_matches_numba(monkeypatch):
     ctx2 = RnsContext(q, 64)
     C2 = ctx2.matmul(ctx2.from_field(A), ctx2.from_field(B))
     assert (C1.to_field() == C2.to_field()).all() and (C2.to_field() == _ref_matmul(A, B, q)).all()
+
+
+def test_to_signed_small_and_large_bounds():
+    q = DRESFL_PRIME_200
+    ctx = rns_context(q)
+    x = np.array([[-(2**100), 5, 0], [2**120 + 3, -1, 7]], dtype=object)
+    a = ctx.from_signed(x)
+    assert (ctx.to_signed(a) == x).all() and (a.to_field() == np.where(x < 0, x + q, x)).all()
+    b = ctx.matmul(a, ctx.from_signed(np.ones((3, 2), dtype=np.int64)))  # small exact bound
+    assert (ctx.to_signed(b) == x.dot(np.ones((3, 2), dtype=object))).all()
+    u = ctx.from_field(np.array([q - 1, (q - 1) // 2, (q + 1) // 2], dtype=object))
+    big = ctx.multiply(u, u)  # reduced: bound above q / 2, goes through the canonical path
+    ref = [(v * v) % q for v in (q - 1, (q - 1) // 2, (q + 1) // 2)]
+    assert ctx.to_signed(big).tolist() == [v - q if v > (q - 1) // 2 else v for v in ref]

@@ -497,7 +497,7 @@ class RnsContext:
             r = _mod_balanced(r, mf, minv)
         return RnsArray(r.reshape((self.L,) + shape), bound if exact else ext["bound"], self)
 
-    def to_field(self, x: RnsArray) -> np.ndarray:
+    def to_field(self, x: RnsArray, _signed: bool = False) -> np.ndarray:
         """Canonical elements ``x mod q`` in ``[0, q)`` (exact CRT).
 
         A value with a small bound is reconstructed exactly from the shortest prefix of moduli that
@@ -558,26 +558,35 @@ class RnsContext:
         top = words.shape[1] - 1
         while top > 0 and not words[:, top].any():
             top -= 1
+        signed = _signed and exact and 2 * x.bound <= q - 1
         if top == 0 and q < 2**62:
             val = words[:, 0] - off if exact else words[:, 0]
-            return (val % q).astype(np.int64).reshape(x.shape)
+            return (val if signed else val % q).astype(np.int64).reshape(x.shape)
         out = words[:, top].astype(object)
         for w in range(top - 1, -1, -1):
             out = (out << 48) + words[:, w]
-        out = (out - off) % q if exact else out % q
+        if signed:
+            out = out - off
+        else:
+            out = (out - off) % q if exact else out % q
         if q < 2**62:
             return out.astype(np.int64).reshape(x.shape)
         return out.reshape(x.shape)
 
     def to_signed(self, x: RnsArray) -> np.ndarray:
-        """``psi`` of DReS-FL eq. (6): canonical values above ``(q-1)/2`` become ``v - q``.
+        """Balanced representatives in ``[-(q-1)/2, (q-1)/2]`` (the symmetric signed map).
+
+        When ``x.bound <= (q-1)/2`` the integer is reconstructed directly (no reduction modulo q).
+        It agrees with DReS-FL's ``psi`` (eq. 6) except at ``(q-1)/2`` itself.
 
         Returns
         -------
         ndarray, shape ``x.shape``, of Python ints (object) for ``q >= 2**62``, else int64.
         """
-        v = self.to_field(x)
         half = (self.q - 1) // 2
+        if x.bound <= half:
+            return self.to_field(x, _signed=True)
+        v = self.to_field(x)
         return np.where(v > half, v - self.q, v)
 
     # ------------------------------------------------------------------ arithmetic

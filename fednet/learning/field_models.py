@@ -286,7 +286,8 @@ class FieldPolyMLP(Model):
             )
         X = self.ctx.from_signed(xb)
         Y = self.ctx.from_signed(yb)
-        return {k: psi(v.to_field(), self.q) for k, v in self._gradient_rns(params, X, Y).items()}
+        # |g| <= bound < (p-1)/2, where psi (eq. 6) and the symmetric signed map agree
+        return {k: self.ctx.to_signed(v) for k, v in self._gradient_rns(params, X, Y).items()}
 
     def gradient_bound(self, params: ParamsOrArray, xbar: np.ndarray, ybar: np.ndarray) -> float:
         """Upper bound on ``max |g|`` over the integer gradient, by the network on absolute values.
