@@ -111,6 +111,10 @@ def test_ridge_model_gradient_is_ridge_gradient_and_metered() -> None:
     np.testing.assert_allclose(gp["theta"], g["theta"], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(gx, r @ theta.T, rtol=1e-12)
     with MacMeter() as m:
+        g2, gx2 = model.gradient_with_input(theta, x, y)
+    assert m.macs == 3 * b * d * c
+    assert np.array_equal(g2["theta"], g["theta"]) and np.array_equal(gx2, gx)
+    with MacMeter() as m:
         task.evaluate(theta)
         model.predict(theta, x)
     assert m.macs == 0  # the observer's work is free
@@ -187,3 +191,37 @@ def test_params_and_argument_errors() -> None:
         RidgeModel(0, 2)
     with pytest.raises(ValueError, match="labels"):
         as_targets(np.array([0, 2]), 2)
+
+
+def test_sgd_equals_the_real_protocol_step() -> None:
+    """Against fednet.protocol.base.Protocol.step itself (what the coordinator replaces by the optimizer)."""
+    from factories import make_sim
+
+    from fednet.protocol.base import Protocol
+
+    task = _task(D=4)
+    proto = Protocol(make_sim(D=4), task)
+    rng = np.random.default_rng(7)
+    theta = proto.theta
+    for epoch in range(1, 7):
+        proto.epoch = epoch
+        G = rng.normal(size=theta.shape)
+        proto.step(G, 23)
+        theta = task.optimizer.step(theta, G, 23, epoch)
+        assert np.array_equal(proto.theta, theta)
+        assert proto.evaluate() == task.model.evaluate(theta, task.x_test, task.y_test)
+
+
+def test_check_model_accepts_the_ridge_model_and_catches_a_breach() -> None:
+    from fednet.learning.model import check_model
+
+    task = _task()
+    p = check_model(task.model, task.X[0], task.Y[0])
+    assert np.array_equal(p["theta"], np.zeros((task.d, task.c)))
+
+    class FreeForward(RidgeModel):
+        def forward(self, params, x):
+            return np.asarray(x) @ self.as_params(params)["theta"]  # plain numpy: charged nothing
+
+    with pytest.raises(AssertionError, match="forward charged no MACs"):
+        check_model(FreeForward(task.d, task.c), task.X[0], task.Y[0])

@@ -22,22 +22,43 @@ Conventions shared by every model (a field model follows them over ``GF(p)``):
     device gradient ``G_i = X_i^T (X_i Theta - Y_i)`` of eq. (3) of Schlegel et al.: gradients
     of disjoint batches add up, and the optimiser divides the sum by the number of rows behind
     it and adds the regulariser's gradient (weight decay), eqs. (4)-(5).
-``backward(params, x, grad_output)``
-    Vector-Jacobian product for split models (FedVS, Sec. 3: the server's top model returns
-    ``dL/dH`` to the clients' bottom models): the gradients of ``sum(forward(params, x) *
-    grad_output)`` w.r.t. the parameters and the input; metered. Optional.
+``backward(params, x, grad_output, *, input_grad=True)``
+    Vector-Jacobian product for a bottom model of a split model (FedVS, Sec. 3: the clients'
+    bottom models receive ``dL/dH`` from the server): the gradients of ``sum(forward(params, x) *
+    grad_output)`` w.r.t. the parameters (and the input); metered, the backward pass only.
+    Optional.
+``gradient_with_input(params, x, y)``
+    :meth:`Model.gradient` and ``dL/dx`` together (a top model returns ``dL/dH``); metered.
+    Optional.
 ``predict(params, x)`` and ``evaluate(params, x, labels)``
     Predicted classes and ``(accuracy, loss)`` on a test set; *not* metered (the observer's
     work, never charged to a device).
 
 ``y`` is either ``(b,)`` integer class labels or ``(b, n_outputs)`` float targets (one-hot rows);
 a model converts to what its loss needs.
+
+Implementing a model
+--------------------
+Subclass :class:`Model`; set ``n_inputs`` and ``n_outputs``; implement ``param_shapes`` (name ->
+shape, in a fixed order), ``init_params(seed)`` (a deterministic function of the seed),
+``forward``, ``loss``, ``gradient``, ``predict`` and ``evaluate``; ``backward`` and
+``gradient_with_input`` only if the model is a part of a split model. Charge MACs only through
+the metered kernels (:func:`fednet.algebra.meter.matmul`, ``charge`` from an exact kernel such as
+:mod:`fednet.algebra.modp`, or the torch counter of :mod:`fednet.learning.torch_models`), never by
+a hand formula beside the computation. Accept a bare array for a one-parameter model through
+:meth:`Model.as_params`. A model over a prime field (DReS-FL, Sec. 3.1; FedVS, Sec. 3) keeps the
+same signatures: its parameters are integer arrays (field elements), ``forward`` and
+``gradient`` are exact over ``GF(p)`` (the gradient summed over the rows, so that coded partial
+gradients add up before decoding), and ``loss``/``evaluate`` decode to real numbers with the
+fixed-point scale; its server update (decode, psi, clip, stochastic rounding) is an
+:class:`Optimizer` with the same ``step(params, gradient_sum, m_used, epoch)``.
 """
 
 from __future__ import annotations
 
+import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Union
 
 import numpy as np
@@ -47,6 +68,7 @@ from fednet.learning.models import ridge_gradient
 
 __all__ = [
     "Params",
+    "ParamsOrArray",
     "Model",
     "Schedule",
     "ConstantSchedule",
@@ -58,6 +80,8 @@ __all__ = [
     "flatten",
     "unflatten",
     "as_targets",
+    "unmetered",
+    "check_model",
 ]
 
 #: Parameters of a model: name -> array (float64/float32 for real models, integers in
@@ -65,7 +89,25 @@ __all__ = [
 #: :func:`flatten`.
 Params = dict[str, np.ndarray]
 
+#: What the model methods accept: :data:`Params`, or a bare array for a one-parameter model.
 ParamsOrArray = Union[Params, np.ndarray]
+
+
+@contextlib.contextmanager
+def unmetered() -> Iterator[None]:
+    """Run metered kernels without charging the meters open around the block (the observer's work).
+
+    Evaluating a composite model (:class:`fednet.learning.split_model.SplitModel`) calls its
+    parts' metered ``forward``; inside this block no open meter is charged. It hides the open
+    meters exactly as :func:`fednet.algebra.meter.macs_of` does.
+    """
+    from fednet.algebra import meter as _meter
+
+    token = _meter._ACTIVE.set(())
+    try:
+        yield
+    finally:
+        _meter._ACTIVE.reset(token)
 
 
 def as_targets(y: np.ndarray, n_outputs: int, name: str = "y") -> np.ndarray:
@@ -114,7 +156,9 @@ class Model(ABC):
 
     Subclasses implement :meth:`param_shapes`, :meth:`init_params`, :meth:`forward`,
     :meth:`loss`, :meth:`gradient`, :meth:`predict` and :meth:`evaluate` (module docstring for
-    the conventions), and :meth:`backward` if they serve as a part of a split model.
+    the conventions), and :meth:`backward` (a bottom model) or :meth:`gradient_with_input` (a
+    top model) if they serve as a part of a split model
+    (:class:`fednet.learning.split_model.SplitModel`).
 
     Attributes
     ----------
@@ -156,7 +200,7 @@ class Model(ABC):
         """All-zero parameters of the right shapes (float64)."""
         return {k: np.zeros(s) for k, s in self.param_shapes().items()}
 
-    def params(self, p: ParamsOrArray) -> Params:
+    def as_params(self, p: ParamsOrArray) -> Params:
         """``p`` as :data:`Params`: a bare array is accepted for a single-parameter model.
 
         Raises
@@ -187,9 +231,12 @@ class Model(ABC):
     def gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> Params:
         """Gradient of ``sum_j l(f(x_j), y_j)`` (summed data term, no regulariser); metered."""
 
-    def backward(self, params: ParamsOrArray, x: np.ndarray,
-                 grad_output: np.ndarray) -> tuple[Params, np.ndarray]:
+    def backward(self, params: ParamsOrArray, x: np.ndarray, grad_output: np.ndarray, *,
+                 input_grad: bool = True) -> tuple[Params, np.ndarray | None]:
         """Vector-Jacobian product of :meth:`forward` (split models); metered.
+
+        Charges the backward pass only: the device ran (and was charged for) the forward pass
+        on ``x`` before ``grad_output`` arrived and kept what it needs.
 
         Parameters
         ----------
@@ -197,13 +244,15 @@ class Model(ABC):
         x : ndarray, shape (b, n_inputs)
         grad_output : ndarray, shape (b, n_outputs)
             ``dL/df(x)`` for some scalar ``L``.
+        input_grad : bool
+            Whether to compute (and charge) ``dL/dx`` too; a bottom model does not need it.
 
         Returns
         -------
         grads : Params
             ``dL/dparams``.
-        grad_input : ndarray, shape (b, n_inputs)
-            ``dL/dx``.
+        grad_input : ndarray, shape (b, n_inputs), or None
+            ``dL/dx`` (None without ``input_grad``).
 
         Raises
         ------
@@ -211,6 +260,26 @@ class Model(ABC):
             If the model does not support it.
         """
         raise NotImplementedError(f"{type(self).__name__} has no backward()")
+
+    def gradient_with_input(self, params: ParamsOrArray, x: np.ndarray,
+                            y: np.ndarray) -> tuple[Params, np.ndarray]:
+        """Gradients of ``sum_j l(f(x_j), y_j)`` w.r.t. the parameters and the input; metered.
+
+        The top model of a split model (FedVS, Sec. 3) needs both: it updates its parameters and
+        returns ``dL/dH`` to the bottom models.
+
+        Returns
+        -------
+        grads : Params
+            As :meth:`gradient`.
+        grad_input : ndarray, shape (b, n_inputs)
+
+        Raises
+        ------
+        NotImplementedError
+            If the model does not support it.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no gradient_with_input()")
 
     # -- observer ---------------------------------------------------------------------------
     @abstractmethod
@@ -527,7 +596,7 @@ class RidgeModel(Model):
         return self.zeros()
 
     def _theta(self, params: ParamsOrArray) -> np.ndarray:
-        theta = np.asarray(self.params(params)["theta"])
+        theta = np.asarray(self.as_params(params)["theta"])
         if theta.shape != (self.n_inputs, self.n_outputs):
             raise ValueError(f"theta has shape {theta.shape}, expected ({self.n_inputs}, {self.n_outputs})")
         return theta
@@ -560,14 +629,21 @@ class RidgeModel(Model):
         """
         return {"theta": ridge_gradient(self._x(x), as_targets(y, self.n_outputs), self._theta(params))}
 
-    def backward(self, params: ParamsOrArray, x: np.ndarray,
-                 grad_output: np.ndarray) -> tuple[Params, np.ndarray]:
-        """``({"theta": x^T g}, g Theta^T)``; charges ``2 b d c`` MACs."""
+    def backward(self, params: ParamsOrArray, x: np.ndarray, grad_output: np.ndarray, *,
+                 input_grad: bool = True) -> tuple[Params, np.ndarray | None]:
+        """``({"theta": x^T g}, g Theta^T)``; charges ``b d c`` MACs per product computed."""
         theta, x = self._theta(params), self._x(x)
         g = np.asarray(grad_output)
         if g.shape != (x.shape[0], self.n_outputs):
             raise ValueError(f"grad_output has shape {g.shape}, expected ({x.shape[0]}, {self.n_outputs})")
-        return {"theta": matmul(x.T, g)}, matmul(g, theta.T)
+        return {"theta": matmul(x.T, g)}, (matmul(g, theta.T) if input_grad else None)
+
+    def gradient_with_input(self, params: ParamsOrArray, x: np.ndarray,
+                            y: np.ndarray) -> tuple[Params, np.ndarray]:
+        """``({"theta": X^T R}, R Theta^T)`` with ``R = X Theta - Y``; charges ``3 b d c`` MACs."""
+        theta, x = self._theta(params), self._x(x)
+        r = matmul(x, theta) - as_targets(y, self.n_outputs)
+        return {"theta": matmul(x.T, r)}, matmul(r, theta.T)
 
     def predict(self, params: ParamsOrArray, x: np.ndarray) -> np.ndarray:
         """``argmax_c (x Theta)_c``, shape (b,) int64 (not metered)."""
@@ -600,3 +676,81 @@ class RidgeModel(Model):
         r = pred - np.eye(self.n_outputs)[labels.astype(np.int64)]
         loss = float(0.5 * np.sum(r * r) / len(labels) + 0.5 * self.weight_decay * np.sum(theta * theta))
         return acc, loss
+
+
+# -- conformance --------------------------------------------------------------------------------
+def check_model(model: Model, x: np.ndarray, y: np.ndarray, *, seed: int = 0, additive: bool = True,
+                rtol: float = 1e-5) -> Params:
+    """Check that ``model`` keeps the :class:`Model` conventions on a batch; raise on the first breach.
+
+    Checked: ``init_params`` names and shapes match ``param_shapes`` and repeat under a seed;
+    ``forward`` returns ``(b, n_outputs)`` and charges MACs; ``loss`` is a finite float;
+    ``gradient`` returns the parameters' names and shapes and charges MACs; ``predict`` returns
+    ``(b,)`` int64 classes; ``evaluate`` returns ``(accuracy in [0, 1], float)`` and charges
+    nothing; with ``additive``, the gradient of the whole batch equals the sum of the gradients
+    of its two halves (the summed-data-term convention), to ``rtol`` (real models; a field model
+    checks additivity mod p itself and passes ``additive=False``).
+
+    Parameters
+    ----------
+    model : Model
+    x : ndarray, (b, n_inputs), b >= 2
+    y : ndarray, (b,) labels or (b, n_outputs) targets
+    seed : int
+        Seed of ``init_params``.
+    additive : bool
+        Check additivity of ``gradient`` over a split batch (float comparison).
+    rtol : float
+        Relative tolerance of the additivity check (scaled by the largest gradient entry).
+
+    Returns
+    -------
+    Params
+        The initial parameters used.
+
+    Raises
+    ------
+    AssertionError
+        Naming the convention broken.
+    """
+    from fednet.algebra.meter import MacMeter
+
+    shapes = model.param_shapes()
+    p = model.init_params(seed)
+    assert list(p) == list(shapes), f"init_params names {list(p)} != param_shapes {list(shapes)}"
+    for k, s in shapes.items():
+        assert np.shape(p[k]) == tuple(s), f"init_params[{k!r}] has shape {np.shape(p[k])}, expected {s}"
+    q = model.init_params(seed)
+    assert all(np.array_equal(p[k], q[k]) for k in p), "init_params is not a function of the seed"
+    b = np.shape(x)[0]
+    assert b >= 2, f"check_model needs at least 2 rows, got {b}"
+    with MacMeter() as m:
+        out = model.forward(p, x)
+    assert np.shape(out) == (b, model.n_outputs), f"forward returned {np.shape(out)}, expected {(b, model.n_outputs)}"
+    assert m.macs > 0, "forward charged no MACs"
+    val = model.loss(p, x, y)
+    assert isinstance(val, float) and np.isfinite(val), f"loss returned {val!r}, expected a finite float"
+    with MacMeter() as m:
+        g = model.gradient(p, x, y)
+    assert m.macs > 0, "gradient charged no MACs"
+    assert list(g) == list(shapes), f"gradient names {list(g)} != param_shapes {list(shapes)}"
+    for k, s in shapes.items():
+        assert np.shape(g[k]) == tuple(s), f"gradient[{k!r}] has shape {np.shape(g[k])}, expected {s}"
+    with MacMeter() as m:
+        pred = model.predict(p, x)
+        acc, loss = model.evaluate(p, x, y)
+    assert m.macs == 0, f"predict/evaluate charged {m.macs} MACs (the observer's work is free)"
+    pred = np.asarray(pred)
+    assert pred.shape == (b,) and pred.dtype == np.int64, f"predict returned {pred.shape} {pred.dtype}"
+    assert pred.min() >= 0 and pred.max() < model.n_outputs, "predict returned a class out of range"
+    assert isinstance(acc, float) and 0.0 <= acc <= 1.0 and isinstance(loss, float), \
+        f"evaluate returned ({acc!r}, {loss!r})"
+    if additive:
+        h = b // 2
+        g1, g2 = model.gradient(p, x[:h], y[:h]), model.gradient(p, x[h:], y[h:])
+        for k in shapes:
+            ref = np.asarray(g[k], dtype=np.float64)
+            err = np.max(np.abs(ref - (np.asarray(g1[k], np.float64) + np.asarray(g2[k], np.float64))))
+            scale = max(1.0, float(np.max(np.abs(ref))))
+            assert err <= rtol * scale, f"gradient[{k!r}] is not additive over rows (error {err:.3g})"
+    return p
