@@ -109,3 +109,16 @@ def test_small_quadratic_field_model_trains_on_mnist():
     print(f"field MNIST: acc {acc0:.3f} -> {acc:.3f}, mse {mse:.3f}, {time.perf_counter() - t0:.1f} s, {m.macs} MACs")
     assert acc > 0.75
     assert all(np.asarray(v).dtype == np.int64 for v in params.values())
+
+
+@pytest.mark.parametrize("weight_bits", [None, 8])
+def test_field_model_keeps_model_conventions(weight_bits):
+    """W2's conformance check (names, shapes, metering, free evaluation, additivity over rows)."""
+    from fednet.learning.model import check_model
+
+    sizes = (12, 5, 4, 3)
+    model = FieldPolyMLP(sizes, DRESFL_PRIME_200, weight_bits=weight_bits, init_scale=1.0 if weight_bits else 3.0)
+    x, y = _data(sizes, 8)
+    p = check_model(model, x, y, rtol=1e-9)
+    assert all(np.asarray(v).dtype == np.int64 for v in p.values())
+    assert all(v.dtype == np.int64 for v in model.zeros().values())
