@@ -134,3 +134,23 @@ def test_to_signed_small_and_large_bounds():
     big = ctx.multiply(u, u)  # reduced: bound above q / 2, goes through the canonical path
     ref = [(v * v) % q for v in (q - 1, (q - 1) // 2, (q + 1) // 2)]
     assert ctx.to_signed(big).tolist() == [v - q if v > (q - 1) // 2 else v for v in ref]
+
+
+def test_add_scale_sum_rows_broadcast():
+    q = DRESFL_PRIME_200
+    ctx = rns_context(q)
+    rng = np.random.default_rng(5)
+    A = uniform(rng, q, (3, 4))
+    b = uniform(rng, q, (4,))
+    a_r, b_r = ctx.from_field(A), ctx.from_field(b)
+    with MacMeter() as m:
+        s1 = ctx.add(a_r, b_r, scale_b=-3).to_field()
+        s2 = ctx.add(b_r, a_r).to_field()  # the smaller operand first
+        s3 = ctx.scale(7, a_r).to_field()
+        s4 = ctx.sum_rows(a_r).to_field()
+    assert m.macs == 12 + 12 + 12 + 12
+    Ao, bo = A.astype(object), b.astype(object)
+    assert (s1 == (Ao - 3 * bo) % q).all() and (s2 == (Ao + bo) % q).all()
+    assert (s3 == (7 * Ao) % q).all() and (s4 == Ao.sum(axis=0) % q).all()
+    with pytest.raises(ValueError, match="scale_b"):
+        ctx.add(a_r, b_r, scale_b=2**20)

@@ -688,8 +688,9 @@ class RnsContext:
         if count:
             charge(int(np.prod(out_shape, dtype=np.int64)))
         mf, minv = self._col(self.L, len(out_shape))
+        ares = a.res.reshape((self.L,) + (1,) * (len(out_shape) - len(a.shape)) + a.shape)
         bres = b.res.reshape((self.L,) + (1,) * (len(out_shape) - len(b.shape)) + b.shape)
-        r = _mod_balanced(a.res + scale_b * bres, mf, minv)
+        r = _mod_balanced(ares + scale_b * bres, mf, minv)  # |.| <= (m/2 + 1)(1 + 2**20) < 2**53
         return RnsArray(r, bound, self)
 
     def scale(self, c: int, a: RnsArray) -> RnsArray:
