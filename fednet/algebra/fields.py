@@ -15,6 +15,11 @@ Hot matrix products never run on these arrays element by element: they go throug
 arrays (sums of shares, public-scalar products) is linear in the size and is done on the small
 (d, c) gradients of each round, or once at set-up.
 
+Lagrange and Vandermonde matrices are computed with Python integers (exact for any q): no galois
+field is built on the hot path, because ``galois.GF(q)`` factors ``q - 1`` to find a primitive
+element, which takes tens of seconds for DReS-FL's ``2**200 - 75``.  Huge-prime products run in
+:mod:`fednet.algebra.rns`.
+
 Signed integers are mapped as in Schlegel et al., "CodedPaddedFL and CodedSecAgg", Remark 3:
 ``0 .. (q-1)/2`` map to themselves and ``-1 -> q-1, -2 -> q-2, ...``; the inverse map reads a
 value above ``(q-1)/2`` as negative.
