@@ -324,9 +324,12 @@ class Protocol(Primitives):
             ``G = sum_i G_i`` of eq. (3) over the devices used.
         m_used : int
             Number of training points behind ``G`` (``m`` when every device contributed).
+
+        The task's optimizer (:class:`fednet.learning.model.SGD` with the task's schedule and
+        weight decay) does the arithmetic, outside any MAC meter (the update is not charged, as in
+        the papers' timing).
         """
-        mu = self.task.step_size(self.epoch)
-        self.theta = self.theta - mu * (gradient_sum / m_used + self.task.weight_decay * self.theta)
+        self.theta = self.task.optimizer.step(self.theta, gradient_sum, m_used, self.epoch)
 
     # -- the run loop --------------------------------------------------------------------
     def record(self, event: str = "update") -> dict[str, Any]:
