@@ -1,0 +1,336 @@
+"""A study's runs x seeds as independent tasks on ``dask.distributed``; BLAS thread limits.
+
+The (run, seed) pairs of a study share nothing but the prepared data, so :func:`simulate_parallel`
+submits each as one task (:func:`run_task`: the validated study, the run's index, the seed) to a
+``dask.distributed`` cluster: a :class:`~distributed.LocalCluster` of ``jobs`` single-threaded
+worker processes, or an existing cluster at a scheduler address. Each worker process prepares the
+features of a data draw once and keeps them (:func:`cached_task`, keyed by the data spec, the
+device count, the training spec and the feature seed), so a worker that runs several seeds of the
+same draw pays for the random-Fourier embedding once. The client gathers the traces into the same
+dictionaries, in the same order, as the serial runner, so ``trace.csv`` and ``summary.json`` are
+byte-identical to a serial run at the same seeds (``timing.json`` holds host seconds and differs).
+
+Threads: every worker runs one task at a time with one BLAS/OpenMP thread (:func:`limit_threads`,
+through ``threadpoolctl``; a :class:`BlasLimits` worker plugin sets it at worker start-up, and
+each task sets it again for libraries loaded since). On a loaded host the default OpenBLAS thread
+count made runs 4-11x slower (issue 12); parallelism comes from running tasks side by side instead.
+The serial runner uses the same limit, so both paths do their floating-point reductions in the
+same order.
+
+Environment: the variables named in :data:`FORWARDED_ENV` (``FEDNET_SECRET_SEED``, read by the
+simulation when it draws secret pads and masks) are captured in the client and set (or unset)
+in the worker for the duration of each task, so a worker on another host behaves like the serial
+run whatever its own environment holds. The secret then travels inside the task graph: use TLS
+between client and scheduler if the network is not trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from .config import Study
+from .threads import limit_threads
+
+__all__ = ["FORWARDED_ENV", "BlasLimits", "limit_threads", "cached_task", "run_task", "open_client",
+           "simulate_parallel", "default_jobs"]
+
+log = logging.getLogger(__name__)
+
+#: Environment variables the client forwards into every task (value, or None for unset).
+FORWARDED_ENV = ("FEDNET_SECRET_SEED",)
+
+#: Prepared tasks kept per worker process (a data draw of MNIST at 2000 features is ~0.5 GB).
+CACHE_SIZE = 2
+
+_TASKS: OrderedDict[str, Any] = OrderedDict()
+_DATA: dict[tuple[str, str | None], Any] = {}
+
+
+def default_jobs() -> int:
+    """The number of worker processes ``--jobs`` without a value starts: the usable CPU cores."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class BlasLimits(WorkerPlugin):
+    """A ``dask.distributed`` worker plugin: one BLAS/OpenMP thread pool size for the whole worker.
+
+    Parameters
+    ----------
+    n : int
+        Threads per pool in every worker process (>= 1).
+    """
+
+    name = "fednet-blas-limits"
+
+    def __init__(self, n: int = 1) -> None:
+        if int(n) < 1:
+            raise ValueError(f"blas_threads must be >= 1, got {n!r}")
+        self.n = int(n)
+        self._limits: Any = None
+
+    def setup(self, worker: Any) -> None:
+        """Load numpy and scipy's BLAS and limit every loaded pool to ``n`` threads.
+
+        BLAS pools are process-wide; OpenMP's thread count is a per-thread setting, which
+        :func:`run_task` sets again in the thread that runs the task.
+        """
+        import numpy  # noqa: F401
+        import scipy.linalg  # noqa: F401
+        from threadpoolctl import threadpool_limits
+
+        self._limits = threadpool_limits(limits=self.n)  # stays in effect for the worker's life
+
+    def teardown(self, worker: Any) -> None:
+        """Restore the pools' original sizes."""
+        if self._limits is not None:
+            self._limits.restore_original_limits()
+
+
+def _features_key(study: Study, feature_seed: int, data_dir: str | os.PathLike | None) -> str:
+    return json.dumps({"data": study.data.model_dump(mode="json"), "n_devices": study.network.n_devices,
+                       "training": study.training.model_dump(mode="json"), "feature_seed": int(feature_seed),
+                       "data_dir": None if data_dir is None else os.fspath(data_dir)}, sort_keys=True)
+
+
+def cached_task(study: Study, feature_seed: int, data_dir: str | os.PathLike | None = None) -> tuple[Any, float]:
+    """The study's prepared :class:`~fednet.learning.task.LearningTask` for a feature draw, cached per process.
+
+    Parameters
+    ----------
+    study : Study
+    feature_seed : int
+        ``random_state`` of the random-Fourier draw.
+    data_dir : path-like, optional
+        Directory with the data sets (default ``$FEDNET_DATA`` of this process).
+
+    Returns
+    -------
+    task : LearningTask
+    seconds : float
+        Host seconds spent loading and preparing (0.0 when it came from the cache).
+
+    Raises
+    ------
+    fednet.learning.datasets.DatasetError
+        For a missing or corrupted data file.
+    """
+    from fednet.learning.datasets import load_dataset
+
+    from .runner import prepare_task
+
+    key = _features_key(study, feature_seed, data_dir)
+    if key in _TASKS:
+        _TASKS.move_to_end(key)
+        return _TASKS[key], 0.0
+    t0 = time.perf_counter()
+    dkey = (study.data.dataset, None if data_dir is None else os.fspath(data_dir))
+    if dkey not in _DATA:
+        _DATA.clear()
+        _DATA[dkey] = load_dataset(study.data.dataset, data_dir)
+    task = prepare_task(study, data_dir, feature_seed=feature_seed, data=_DATA[dkey])
+    _TASKS[key] = task
+    while len(_TASKS) > CACHE_SIZE:
+        _TASKS.popitem(last=False)
+    return task, time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def _environment(env: Mapping[str, str | None] | None) -> Iterator[None]:
+    if not env:
+        yield
+        return
+    before = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLike | None = None,
+             blas_threads: int | None = 1, env: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+    """One (run, seed) of a study, as a worker runs it.
+
+    Parameters
+    ----------
+    study : Study
+        The validated study.
+    run_index : int
+        Index into ``study.runs``.
+    seed : int
+        One of ``study.seeds``.
+    data_dir : path-like, optional
+        Directory with the data sets (default the worker's ``$FEDNET_DATA``).
+    blas_threads : int or None
+        Thread-pool size during the run (:func:`limit_threads`).
+    env : mapping, optional
+        Environment variables to set (None: unset) while the task runs (:data:`FORWARDED_ENV`).
+
+    Returns
+    -------
+    dict
+        ``rows`` (the trace, one dict per round), ``wall_s`` (host seconds of the simulation),
+        ``data_s`` (host seconds spent preparing the features; 0.0 if cached), ``feature_seed``.
+    """
+    from fednet.protocol import registry
+
+    from .runner import _run_one
+
+    run = study.runs[run_index]
+    fs = study.data.feature_seed_for(seed)
+    registry.get(run.protocol)  # import the protocol (and its libraries) before the thread limit
+    with _environment(env), limit_threads(blas_threads):
+        task, data_s = cached_task(study, fs, data_dir)
+        t0 = time.perf_counter()
+        rows = _run_one(study, run, seed, task, None)
+        wall = time.perf_counter() - t0
+    return {"rows": rows, "wall_s": wall, "data_s": data_s, "feature_seed": fs}
+
+
+def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_threads: int = 1) -> Any:
+    """A ``distributed.Client`` on a new local cluster of ``jobs`` processes or on ``scheduler``.
+
+    Parameters
+    ----------
+    jobs : int, optional
+        Worker processes of a new :class:`~distributed.LocalCluster` (one thread each); default
+        :func:`default_jobs`. Ignored with ``scheduler``.
+    scheduler : str, optional
+        Address of a running scheduler (``tcp://host:8786``).
+    blas_threads : int
+        Thread-pool size of every worker (:class:`BlasLimits`).
+
+    Returns
+    -------
+    distributed.Client
+        Closing it also closes a cluster it started.
+
+    Raises
+    ------
+    ValueError
+        If ``jobs`` is below 1.
+    """
+    try:
+        from distributed import Client
+    except ImportError as e:  # pragma: no cover - dask is a dependency
+        raise ImportError("parallel runs need dask.distributed: pip install 'dask[distributed]'") from e
+
+    if scheduler is not None:
+        client = Client(scheduler)
+    else:
+        n = default_jobs() if jobs is None else int(jobs)
+        if n < 1:
+            raise ValueError(f"jobs must be >= 1, got {jobs!r}")
+        # the client owns this cluster: closing the client closes it
+        client = Client(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                        silence_logs=logging.ERROR)
+    client.register_plugin(BlasLimits(blas_threads))
+    return client
+
+
+def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str | None = None, client: Any = None,
+                      data_dir: str | os.PathLike | None = None, progress: bool = True,
+                      blas_threads: int | None = 1) -> tuple[dict[str, dict[int, list[dict[str, Any]]]],
+                                                             dict[str, dict[int, float]], dict[str, float],
+                                                             dict[str, Any]]:
+    """Run every (run, seed) of ``study`` as a Dask task and gather the traces in serial order.
+
+    Parameters
+    ----------
+    study : Study
+    jobs, scheduler : optional
+        Where to run (:func:`open_client`); ignored when ``client`` is given.
+    client : distributed.Client, optional
+        An open client to use (left open).
+    data_dir : path-like, optional
+        Directory with the data sets, as the workers see it (default their ``$FEDNET_DATA``).
+    progress : bool
+        One progress bar over all tasks, advanced as each completes.
+    blas_threads : int or None
+        Thread-pool size in every worker.
+
+    Returns
+    -------
+    traces : {label: {seed: rows}}
+        In the serial runner's order (feature draw, then run, then seed).
+    wall : {label: {seed: host seconds}}
+    data_s : {feature seed: host seconds}
+        The longest preparation of each feature draw on any worker.
+    info : dict
+        ``workers`` (how many) and ``scheduler`` (address), for ``timing.json``.
+
+    Raises
+    ------
+    Exception
+        The first task's error (e.g. :class:`~fednet.learning.datasets.DatasetError`), re-raised
+        in the client after the other tasks are cancelled.
+    """
+    from distributed import as_completed
+    from tqdm.auto import tqdm
+
+    own = client is None
+    if own:
+        client = open_client(jobs, scheduler, blas_threads=1 if blas_threads is None else blas_threads)
+    try:
+        env = {k: os.environ.get(k) for k in FORWARDED_ENV}
+        groups: dict[int, list[int]] = {}
+        for seed in study.seeds:
+            groups.setdefault(study.data.feature_seed_for(seed), []).append(seed)
+        order = [(i, seed) for seeds in groups.values() for i in range(len(study.runs)) for seed in seeds]
+        futures = {}
+        for i, seed in order:
+            fut = client.submit(run_task, study, i, seed, data_dir, blas_threads, env, pure=False,
+                                key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
+            futures[fut] = (i, seed)
+        results: dict[tuple[int, int], dict[str, Any]] = {}
+        with tqdm(total=len(order), desc=study.name, unit="run", disable=not progress, leave=False,
+                  mininterval=0.5) as bar:
+            try:
+                for fut in as_completed(list(futures)):
+                    i, seed = futures[fut]
+                    res = fut.result()
+                    results[(i, seed)] = res
+                    bar.set_postfix_str(f"{study.runs[i].name} seed {seed} done")
+                    bar.update(1)
+                    rows = res["rows"]
+                    log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name,
+                             study.runs[i].name, seed, len(rows) - 1, rows[-1]["time_s"], res["wall_s"])
+            except BaseException:
+                client.cancel(list(futures))
+                raise
+        traces: dict[str, dict[int, list[dict[str, Any]]]] = {run.name: {} for run in study.runs}
+        wall: dict[str, dict[int, float]] = {run.name: {} for run in study.runs}
+        data_s: dict[str, float] = {}
+        for i, seed in order:
+            res = results[(i, seed)]
+            name = study.runs[i].name
+            traces[name][seed] = res["rows"]
+            wall[name][seed] = res["wall_s"]
+            k = str(res["feature_seed"])
+            data_s[k] = max(data_s.get(k, 0.0), res["data_s"])
+        info = {"workers": len(client.scheduler_info().get("workers", {})), "scheduler": client.scheduler.address}
+        return traces, wall, data_s, info
+    finally:
+        if own:
+            client.close()
+
