@@ -91,7 +91,7 @@ def test_fixed_feature_draw_gathers_the_serial_traces_in_order(client, tmp_path:
     study_path.write_text(SMALL.format(fs=3).replace('"3"', "3").replace("seeds = [0, 1]", "seeds = [5, 2, 9]"))
     study = load_study(study_path)
     serial = run_study(study, None, progress=False)
-    traces, wall, data_s, info = simulate_parallel(study, client=client, progress=False)
+    traces, wall, data_s, info = simulate_parallel(study, client=client, progress=True)  # rounds via events
     assert json.dumps(traces) == json.dumps(serial.traces)  # same rows, same dict order
     assert list(traces["Conventional FL"]) == [5, 2, 9]
     assert set(data_s) == {"3"} and data_s["3"] > 0 and info["workers"] == 2

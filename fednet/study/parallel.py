@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
@@ -167,8 +168,31 @@ def _environment(env: Mapping[str, str | None] | None) -> Iterator[None]:
                 os.environ[k] = v
 
 
+def _round_reporter(topic: str | None, tag: str) -> Any:
+    """An ``on_round`` callback that logs the rounds done to ``topic`` (at most every 0.5 s), or None."""
+    if topic is None:
+        return None
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):  # not inside a Dask worker
+        return None
+    state = {"rounds": 0, "last": 0.0}
+
+    def on_round(row: dict[str, Any]) -> None:
+        state["rounds"] += 1
+        now = time.monotonic()
+        if now - state["last"] >= 0.5:
+            state["last"] = now
+            worker.log_event(topic, {"task": tag, "rounds": state["rounds"]})
+
+    return on_round
+
+
 def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLike | None = None,
-             blas_threads: int | None = 1, env: Mapping[str, str | None] | None = None) -> dict[str, Any]:
+             blas_threads: int | None = 1, env: Mapping[str, str | None] | None = None,
+             progress_topic: str | None = None) -> dict[str, Any]:
     """One (run, seed) of a study, as a worker runs it.
 
     Parameters
@@ -185,6 +209,9 @@ def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLik
         Thread-pool size during the run (:func:`limit_threads`).
     env : mapping, optional
         Environment variables to set (None: unset) while the task runs (:data:`FORWARDED_ENV`).
+    progress_topic : str, optional
+        Dask event topic to which the rounds done so far are logged (``{"task": "RUN_INDEX:SEED",
+        "rounds": n}``, at most every 0.5 s) when running inside a worker.
 
     Returns
     -------
@@ -202,7 +229,7 @@ def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLik
     with _environment(env), limit_threads(blas_threads):
         task, data_s = cached_task(study, fs, data_dir)
         t0 = time.perf_counter()
-        rows = _run_one(study, run, seed, task, None)
+        rows = _run_one(study, run, seed, task, _round_reporter(progress_topic, f"{run_index}:{seed}"))
         wall = time.perf_counter() - t0
     return {"rows": rows, "wall_s": wall, "data_s": data_s, "feature_seed": fs}
 
@@ -265,7 +292,8 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
     data_dir : path-like, optional
         Directory with the data sets, as the workers see it (default their ``$FEDNET_DATA``).
     progress : bool
-        One progress bar over all tasks, advanced as each completes.
+        One progress bar over all tasks, in rounds (reported by the workers while they run;
+        exact as each task completes).
     blas_threads : int or None
         Thread-pool size in every worker.
 
@@ -297,27 +325,61 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
         for seed in study.seeds:
             groups.setdefault(study.data.feature_seed_for(seed), []).append(seed)
         order = [(i, seed) for seeds in groups.values() for i in range(len(study.runs)) for seed in seeds]
+        # progress in rounds, as in the serial runner: workers log the rounds done per task to a
+        # topic; a finished task counts its rows, and a run stopped early by stop_at shrinks the
+        # total expected of its remaining seeds
+        expect = {i: study.run_epochs(run) + 1 for i, run in enumerate(study.runs)}
+        left = {i: len(study.seeds) for i in expect}
+        running: dict[str, int] = {}
+        done_rounds = 0
+        lock = threading.Lock()
+        topic = f"fednet-progress-{os.urandom(6).hex()}"
+        bar = tqdm(total=sum(expect[i] * left[i] for i in expect), desc=study.name, unit="round",
+                   disable=not progress, leave=False, mininterval=0.5)
+
+        def refresh() -> None:
+            bar.n = done_rounds + sum(running.values())
+            bar.total = max(bar.n, done_rounds + sum(expect[i] * left[i] for i in expect))
+            bar.refresh()
+
+        def on_event(event: tuple[float, dict[str, Any]]) -> None:
+            msg = event[1]
+            with lock:
+                if msg["task"] in running:
+                    running[msg["task"]] = max(running[msg["task"]], int(msg["rounds"]))
+                    refresh()
+
         futures = {}
         for i, seed in order:
-            fut = client.submit(run_task, study, i, seed, data_dir, blas_threads, env, pure=False,
-                                key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
+            running[f"{i}:{seed}"] = 0
+            fut = client.submit(run_task, study, i, seed, data_dir, blas_threads, env, topic if progress else None,
+                                pure=False, key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
             futures[fut] = (i, seed)
+        if progress:
+            client.subscribe_topic(topic, on_event)
         results: dict[tuple[int, int], dict[str, Any]] = {}
-        with tqdm(total=len(order), desc=study.name, unit="run", disable=not progress, leave=False,
-                  mininterval=0.5) as bar:
+        with bar:
             try:
                 for fut in as_completed(list(futures)):
                     i, seed = futures[fut]
                     res = fut.result()
                     results[(i, seed)] = res
-                    bar.set_postfix_str(f"{study.runs[i].name} seed {seed} done")
-                    bar.update(1)
+                    with lock:
+                        running.pop(f"{i}:{seed}", None)
+                        done_rounds += len(res["rows"])
+                        left[i] -= 1
+                        expect[i] = min(expect[i], len(res["rows"]))
+                        bar.set_postfix_str(f"{study.runs[i].name} seed {seed} done")
+                        refresh()
                     rows = res["rows"]
                     log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name,
                              study.runs[i].name, seed, len(rows) - 1, rows[-1]["time_s"], res["wall_s"])
             except BaseException:
                 client.cancel(list(futures))
                 raise
+            finally:
+                if progress:
+                    client.unsubscribe_topic(topic)
         traces: dict[str, dict[int, list[dict[str, Any]]]] = {run.name: {} for run in study.runs}
         wall: dict[str, dict[int, float]] = {run.name: {} for run in study.runs}
         data_s: dict[str, float] = {}
