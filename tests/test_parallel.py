@@ -154,3 +154,23 @@ def test_prepared_features_are_cached_per_feature_draw(tmp_path: Path) -> None:
     t1, _ = cached_task(study, 1)
     assert t0b is t0 and s0 > 0 and s0b == 0.0
     assert t1 is not t0 and not (t1.X[0] == t0.X[0]).all()
+
+
+def test_malloc_trim_from_the_nanny_is_undone(monkeypatch) -> None:
+    from fednet.study.parallel import _undo_malloc_trim
+
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    assert _undo_malloc_trim() is False
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    import sys
+
+    assert _undo_malloc_trim() is sys.platform.startswith("linux")
+
+
+def test_local_cluster_workers_run_without_malloc_trim(client) -> None:
+    def environ() -> tuple[str | None, bool]:
+        import dask
+
+        return os.environ.get("MALLOC_TRIM_THRESHOLD_"), dask.config.get("distributed.worker.profile.enabled")
+
+    assert client.submit(environ, pure=False).result() == (None, False)

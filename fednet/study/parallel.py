@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections import OrderedDict
