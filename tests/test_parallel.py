@@ -174,3 +174,18 @@ def test_local_cluster_workers_run_without_malloc_trim(client) -> None:
         return os.environ.get("MALLOC_TRIM_THRESHOLD_"), dask.config.get("distributed.worker.profile.enabled")
 
     assert client.submit(environ, pure=False).result() == (None, False)
+
+
+def test_scheduler_address_runs_on_an_existing_cluster(client, tmp_path: Path) -> None:
+    from fednet.study.results import dumps_strict
+    from fednet.study.runner import run_study
+
+    study_path = tmp_path / "s.toml"
+    study_path.write_text(SMALL.format(fs="per_seed").replace("epochs = 4", "epochs = 2"))
+    study = load_study(study_path)
+    serial = run_study(study, None, progress=False)
+    remote = run_study(study, tmp_path / "out", progress=False, plot=False, scheduler=client.scheduler.address)
+    assert dumps_strict(remote.summary) == dumps_strict(serial.summary)
+    assert (tmp_path / "out" / "summary.json").read_text() == dumps_strict(serial.summary)
+    assert remote.timing["parallel"]["scheduler"] == client.scheduler.address
+    assert len(client.scheduler_info()["workers"]) == 2  # the cluster outlives the run
