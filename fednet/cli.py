@@ -85,6 +85,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     except DatasetError as e:
         print(f"fednet: {e}", file=sys.stderr)
         return 2
+    except ImportError as e:
+        if args.jobs is None and args.scheduler is None:
+            raise
+        print(f"fednet: {e}", file=sys.stderr)  # dask.distributed missing
+        return 2
     print(f"\n{study.name}: {len(study.runs)} runs x {len(study.seeds)} seeds in {time.perf_counter() - t0:.1f} s "
           f"(host wall time)\n")
     if study.description:

@@ -37,7 +37,11 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from distributed.diagnostics.plugin import WorkerPlugin
+try:
+    from distributed.diagnostics.plugin import WorkerPlugin
+except ImportError as e:  # pragma: no cover - dask is a dependency
+    raise ImportError("parallel runs (--jobs, --scheduler) need dask.distributed: "
+                      "pip install 'dask[distributed]'") from e
 
 from .config import Study
 from .threads import limit_threads
@@ -291,10 +295,7 @@ def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_t
     ValueError
         If ``jobs`` is below 1.
     """
-    try:
-        from distributed import Client
-    except ImportError as e:  # pragma: no cover - dask is a dependency
-        raise ImportError("parallel runs need dask.distributed: pip install 'dask[distributed]'") from e
+    from distributed import Client
 
     if scheduler is not None:
         client = Client(scheduler)
