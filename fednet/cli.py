@@ -1,7 +1,7 @@
 """The ``fednet`` command.
 
 ``fednet run STUDY.toml [--out DIR] [--seed N] [--data-dir DIR] [--set KEY.PATH=VALUE ...]
-[--epochs N] [--runs LABEL ...] [--targets ACC ...]``
+[--epochs N] [--runs LABEL ...] [--targets ACC ...] [--jobs [N] | --scheduler ADDRESS] [--blas-threads N]``
     Run a study (a TOML file, or the name of a bundled one such as ``quickstart``) with a
     progress bar; write ``summary.json``, ``timing.json``, ``provenance.json``,
     ``accuracy_vs_time.png`` and per-run ``trace.csv`` to ``DIR`` (default
@@ -10,6 +10,10 @@
     ``--set 'runs.*.params.mode="timing"'``), validated like the file; ``--epochs`` caps every
     run's rounds; ``--runs`` keeps the named runs (and the baseline); ``--targets`` replaces the
     target accuracies (``stop_at`` never stops a run before the highest one).
+    ``--jobs [N]`` runs the runs x seeds as parallel tasks on a local Dask cluster of N
+    single-threaded worker processes (default: the number of cores), ``--scheduler ADDRESS``
+    on a running Dask cluster; the outputs are the serial run's, byte for byte (``timing.json``
+    aside). ``--blas-threads N`` (default 1) sets the BLAS threads of each simulation.
 ``fednet describe PROTOCOL``
     Every parameter of a protocol: type, default, bounds and documentation.
 ``fednet schema``
@@ -61,16 +65,37 @@ def _resolve(study: str) -> Path:
     return bundled_studies().get(study, p)
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from fednet.study.config import load_study
     from fednet.study.runner import run_study
 
     study = load_study(_resolve(args.study), seeds=[args.seed] if args.seed is not None else None,
                        targets=args.targets, sets=args.set or (), only_runs=args.runs, max_epochs=args.epochs)
+    if args.jobs == 0:  # --jobs without a value
+        from fednet.study.parallel import default_jobs
+
+        args.jobs = default_jobs()
     out = Path(args.out) if args.out else Path("results") / study.name
     t0 = time.perf_counter()
-    result = run_study(study, out, data_dir=args.data_dir, progress=not args.quiet,
-                       command=["fednet", *(sys.argv[1:] if args.argv is None else args.argv)])
+    try:
+        result = run_study(study, out, data_dir=args.data_dir, progress=not args.quiet,
+                           command=["fednet", *(sys.argv[1:] if args.argv is None else args.argv)],
+                           jobs=args.jobs, scheduler=args.scheduler, blas_threads=args.blas_threads)
+    except ImportError as e:
+        if args.jobs is None and args.scheduler is None:
+            raise
+        print(f"fednet: {e}", file=sys.stderr)  # dask.distributed missing
+        return 2
     print(f"\n{study.name}: {len(study.runs)} runs x {len(study.seeds)} seeds in {time.perf_counter() - t0:.1f} s "
           f"(host wall time)\n")
     if study.description:
@@ -256,6 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--epochs", type=int, help="maximum rounds of every run")
     p_run.add_argument("--runs", nargs="+", metavar="LABEL", help="run only these runs (and the baseline)")
     p_run.add_argument("--targets", nargs="+", type=float, metavar="ACC", help="target accuracies, e.g. 0.9 0.95")
+    par = p_run.add_mutually_exclusive_group()
+    par.add_argument("--jobs", type=_positive, nargs="?", const=0, metavar="N",
+                     help="run the runs x seeds in parallel on a local Dask cluster of N worker processes "
+                          "(N omitted: the number of cores)")
+    par.add_argument("--scheduler", metavar="ADDRESS",
+                     help="run the runs x seeds on a running Dask cluster (e.g. tcp://host:8786)")
+    p_run.add_argument("--blas-threads", type=_positive, default=1, metavar="N",
+                       help="BLAS/OpenMP threads per simulation (default 1)")
     p_run.set_defaults(func=_cmd_run)
     p_list = sub.add_parser("list", help="list protocols, topologies and bundled studies")
     p_list.set_defaults(func=_cmd_list)

@@ -371,6 +371,13 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
                     bar.refresh()
                     log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name, run.name, seed,
                              len(rows) - 1, rows[-1]["time_s"], wall[run.name][seed])
+    return _assemble(study, traces, wall, data_s, {}, t_start, command)
+
+
+def _assemble(study: Study, traces: dict[str, dict[int, list[dict[str, Any]]]], wall: dict[str, dict[int, float]],
+              data_s: dict[str, float], extra_timing: dict[str, Any], t_start: float,
+              command: Sequence[str] | None) -> StudyResult:
+    """Summary, timing and provenance of gathered traces (shared by the serial and parallel paths)."""
     fseeds = {seed: study.data.feature_seed_for(seed) for seed in study.seeds}
     summary = {"study": study.name,
                **summarize(traces, study.targets, study.baseline,
@@ -379,13 +386,25 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
         summary["runs"][run.name]["trace_csv"] = f"{slug(run.name)}/trace.csv"
     timing = {"unit": "host seconds (wall clock; not reproducible)", "data_s": data_s,
               "runs": {label: {str(s): v for s, v in by.items()} for label, by in wall.items()},
-              "total_s": time.perf_counter() - t_start}
+              **extra_timing, "total_s": time.perf_counter() - t_start}
     return StudyResult(None, summary, traces, wall, timing, provenance(command), study)
+
+
+def _simulate_parallel(study: Study, *, jobs: int | None, scheduler: str | None, data_dir: str | os.PathLike | None,
+                       progress: bool, blas_threads: int | None, command: Sequence[str] | None) -> StudyResult:
+    """Run every (run, seed) of ``study`` as Dask tasks (:mod:`fednet.study.parallel`)."""
+    from .parallel import simulate_parallel
+
+    t_start = time.perf_counter()
+    traces, wall, data_s, info = simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir,
+                                                   progress=progress, blas_threads=blas_threads)
+    return _assemble(study, traces, wall, data_s, {"parallel": info}, t_start, command)
 
 
 def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
               data_dir: str | os.PathLike | None = None, progress: bool = True, plot: bool = True,
-              command: Sequence[str] | None = None) -> StudyResult:
+              command: Sequence[str] | None = None, jobs: int | None = None, scheduler: str | None = None,
+              blas_threads: int | None = 1) -> StudyResult:
     """Run every (run, seed) of a study; write its results to ``out_dir`` unless it is None.
 
     Parameters
@@ -402,6 +421,15 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
         Draw ``accuracy_vs_time.png``.
     command : sequence of str, optional
         Command line recorded in ``provenance.json`` (default ``sys.argv``).
+    jobs : int, optional
+        Run the (run, seed) pairs as tasks on a local Dask cluster of this many single-threaded
+        worker processes (:mod:`fednet.study.parallel`); None (and no ``scheduler``): serially,
+        in this process. Same ``trace.csv`` and ``summary.json``, byte for byte.
+    scheduler : str, optional
+        Address of a running Dask scheduler (``tcp://host:8786``) to run the tasks on instead.
+    blas_threads : int or None
+        BLAS/OpenMP threads of each simulation (``threadpoolctl``; default 1: parallelise over
+        runs instead); None leaves the thread pools alone.
 
     Returns
     -------
@@ -427,11 +455,22 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
     written; the files then go to a staging folder renamed to ``out_dir``. An existing
     ``out_dir`` is replaced only if fednet wrote it (:class:`~fednet.study.output.StagedOutput`).
     """
+    def simulate() -> StudyResult:
+        if jobs is not None or scheduler is not None:
+            return _simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir, progress=progress,
+                                      blas_threads=blas_threads, command=command)
+        from .threads import limit_threads
+
+        for run in study.runs:  # import the protocols (and their libraries) before the thread limit
+            registry.get(run.protocol)
+        with limit_threads(blas_threads):
+            return _simulate(study, data_dir=data_dir, progress=progress, command=command)
+
     if out_dir is None:
-        return _simulate(study, data_dir=data_dir, progress=progress, command=command)
+        return simulate()
     out_dir = Path(out_dir)
     with StagedOutput(out_dir) as tmp:
-        result = _simulate(study, data_dir=data_dir, progress=progress, command=command)
+        result = simulate()
         write_results(result, study, tmp, plot=plot)
     result.out_dir = out_dir
     return result
