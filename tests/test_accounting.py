@@ -238,3 +238,13 @@ def test_run_level_accounting_overrides_the_study():
     assert s.run_params(s.runs[-1]) == dict(z=1, groups=2, mode="timing")
     with pytest.raises(ValueError, match="accounting"):
         _study(accounting="papr")
+
+
+def test_a_sweep_can_vary_the_accounting():
+    s = Study.model_validate(dict(name="acc", network=dict(n_devices=8), runs=[
+        dict(label="csa N={groups} {accounting}", protocol="codedsecagg", params=dict(z=1, mode="timing"),
+             sweep=dict(groups=[1, 2], accounting=["fednet", "paper"]))]))
+    assert [r.name for r in s.runs] == ["csa N=1 fednet", "csa N=1 paper", "csa N=2 fednet", "csa N=2 paper"]
+    assert [r.accounting for r in s.runs] == ["fednet", "paper"] * 2
+    assert "accounting" not in s.runs[1].params and s.run_params(s.runs[1])["widen_compute"] is True
+    assert "widen_compute" not in s.run_params(s.runs[0])

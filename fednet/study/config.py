@@ -370,7 +370,8 @@ class RunSpec(_Strict):
         into one run per combination (Cartesian product, in the order written), each with those
         values merged into ``params``. Labels: ``label`` formatted with the values when it holds
         ``{alpha}``-style fields (sweep keys or params), else ``"<label> alpha=6, groups=1"``. Expanded when the study is
-        loaded (:func:`expand_sweeps`); a validated study holds only expanded runs.
+        loaded (:func:`expand_sweeps`); a validated study holds only expanded runs.  The key
+        ``accounting`` sweeps the run's ``accounting`` (``accounting = ["fednet", "paper"]``).
     network : dict
         Overrides of the study's ``[network]`` fields for this run (e.g. ``{ loss = 0.2 }`` or
         ``{ groups = { rule = "random", count = 4 } }``; a field given here replaces the study's
@@ -642,6 +643,8 @@ def expand_sweeps(runs: list[Any]) -> list[Any]:
                 label = f"{base} " + ", ".join(f"{k}={v}" for k, v in values.items())
             entry = {k: v for k, v in run.items() if k != "sweep"}
             entry["label"] = label
+            if "accounting" in values:                     # a run field, not a protocol parameter
+                entry["accounting"] = values.pop("accounting")
             entry["params"] = {**dict(run.get("params") or {}), **values}
             out.append(entry)
     return out
