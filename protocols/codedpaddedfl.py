@@ -42,6 +42,10 @@ Sharing schedule (left open by Sec. V-C; a study names its choice; see
 ``Omega`` in step ``r``, the literal reading of "alpha - 1 successive transmissions consisting of
 upload and download"), ``relay_asap`` (all relays at once, links first come first served) or
 ``upload_once`` (one upload per device, ``alpha - 1`` forwards: the traffic count of Sec. V-D).
+
+Accounting options where the paper counts differently (``share_element_bits``, ``encode_count``,
+``encode_per_group``; :class:`CodedPaddedFLConfig`) are selected together by a study's
+``accounting = "paper"``.
 """
 
 from __future__ import annotations

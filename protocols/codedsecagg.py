@@ -4,8 +4,12 @@ Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: 
 mitigation and secure aggregation in federated learning", Sec. VI (eq. 13, Remark 3), Sec. VI-D
 (grouping and the inter-group tree, eqs. 14-15, Fig. 3), Sec. VII-D (Fig. 7).
 
-Number system (Remark 3): shares over GF(q), q the smallest prime above ``2**(k+f)``, scaling
-postponed until after decoding, so the decoded aggregate is exact (see :mod:`fednet.codes.secagg`).
+Number system (Remark 3): shares over GF(q), q the smallest prime above ``2**(k+f)`` (73 bits for
+``Q<48,24>``; ``field_prime = "largest_below"`` takes the 72-bit prime below it, the width the paper
+counts), scaling postponed until after decoding, so the decoded aggregate is exact (see
+:mod:`fednet.codes.secagg`).  Accounting options where the paper counts differently
+(``charge_encoding``, ``widen_compute``, ``field_prime``, ``encode_per_group``) are selected together
+by a study's ``accounting = "paper"``.
 
 Phase 1 (:meth:`CodedSecAgg.setup`, round 0), inside each group of ``n' = D/N`` devices
     Offline (Sec. VII, not timed): device ``i`` computes ``M_i = X_i^T X_i`` and
