@@ -51,7 +51,7 @@ def test_fig7_study_file_validates():
                if (r.protocol, r.params.get("z"), r.params["groups"], r.params.get("alpha")) == s}
         assert got == {(a, b) for a in ("relay_steps", "relay_asap") for b in ("fednet", "paper")}, s
     lsa = {(r.params["z"], r.params["U"]) for r in study.runs if r.protocol == "lightsecagg"}
-    assert lsa == {(z, U) for z in (1, 12, 30, 60) for U in (120, 108, 96, 84)}
+    assert lsa == {(z, U) for z in (1, 12, 30, 60) for U in (120, 108, 96, 84, 72)}
     for z in (1, 12, 30, 60):
         want = {N for N in range(1, 121) if 120 % N == 0 and 120 // N > z}
         assert {r.params["groups"] for r in coded if r.params.get("z") == z} == want
