@@ -42,19 +42,24 @@ Sharing schedule (left open by Sec. V-C; a study names its choice; see
 ``Omega`` in step ``r``, the literal reading of "alpha - 1 successive transmissions consisting of
 upload and download"), ``relay_asap`` (all relays at once, links first come first served) or
 ``upload_once`` (one upload per device, ``alpha - 1`` forwards: the traffic count of Sec. V-D).
+
+Accounting options where the paper counts differently (``share_element_bits``, ``encode_count``,
+``encode_per_group``; :class:`CodedPaddedFLConfig`) are selected together by a study's
+``accounting = "paper"``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from fednet.algebra.capacity import check_round_capacity, check_statistics_capacity
 from fednet.algebra.fixed_point import FixedPoint
+from fednet.algebra.meter import recharged
 from fednet.codes.gradient_codes import CyclicGradientCode
 from fednet.codes import padded
 from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
@@ -96,7 +101,26 @@ class CodedPaddedFLConfig(ProtocolConfig):
         Candidate H matrices drawn per group code (best conditioned kept).
     check_decoding : bool
         Full mode: compare each decoded gradient with the plain one (not charged).
+    encode_count : {"alpha", "alpha_minus_1"}
+        MACs charged for a device's encoding (eqs. 8-9) per shared element: ``"alpha"`` (default)
+        what the kernel executes (``alpha`` scaled terms); ``"alpha_minus_1"`` the paper's count,
+        ``(alpha - 1) d ((d+1)/2 + c)`` (Sec. V-D).  The server's pad encoding stays metered.
+    encode_per_group : bool
+        False (default): every device encodes once the whole network's sharing has ended.  True:
+        each group shares along its own ``Omega`` (its own step barriers under ``relay_steps``)
+        and encodes as soon as its own sharing ends -- groups run CodedPaddedFL independently
+        (Sec. V-E: "locally apply CodedPaddedFL in each group").
+
+    Accounting
+    ----------
+    ``paper_accounting`` holds the paper's choices that a study selects with ``accounting =
+    "paper"`` (:mod:`fednet.study.config`): ``share_element_bits = k`` (48: shared elements
+    "from Q<k,f>", Sec. V-D), ``encode_count = "alpha_minus_1"`` (Sec. V-D) and
+    ``encode_per_group`` (Sec. V-E).
     """
+
+    paper_accounting: ClassVar[dict[str, Any]] = {"share_element_bits": 48, "encode_count": "alpha_minus_1",
+                                                  "encode_per_group": True}
 
     element_bits: int = Field(48, ge=1, le=4096)
     alpha: int = Field(..., ge=1)
@@ -109,6 +133,8 @@ class CodedPaddedFLConfig(ProtocolConfig):
     mode: Literal["full", "timing"] = "full"
     code_draws: int = Field(16, ge=1, le=10_000)
     check_decoding: bool = True
+    encode_count: Literal["alpha", "alpha_minus_1"] = "alpha"
+    encode_per_group: bool = False
 
     @model_validator(mode="after")
     def _formats(self) -> "CodedPaddedFLConfig":
@@ -242,21 +268,32 @@ class CodedPaddedFL(Protocol):
                                                   Shape((limbs, d, c), np.int64)) * 2)
             st.share = (Phi, Psi)
             self.server.state.pads[dev.index] = (RX, RG)   # the seed is what travels
-        steps = [[(self.devices[members[code.Omega[r, local]]], self.devices[dev])       # row r of Omega
-                  for code, members in zip(self.codes, self.groups) for local, dev in enumerate(members)]
-                 for r in range(1, cfg.alpha)]
-        delivered = yield from self.exchange(steps, lambda src, dst: src.state.share, kind="share",
-                                             schedule=cfg.sharing_schedule, element_bits=cfg.share_element_bits or W,
-                                             n_elements=padded.share_elements(d, c))
-        for (src, dst), share in delivered.items():
-            self.devices[dst].state.received_shares[src] = share
-        yield from self.compute_each(self.devices, self._encode_device)
+        if cfg.encode_per_group:                       # each group shares, then encodes (Sec. V-E)
+            yield self.env.all_of([self.env.process(self._share_and_encode([g], [self.devices[i] for i in members]))
+                                   for g, members in enumerate(self.groups)])
+        else:                                          # the network's sharing, then every device encodes
+            yield from self._share_and_encode(range(len(self.groups)), self.devices)
         yield from self.server_compute(self._encode_pads)
         self.server.state.pads = {}                    # only the encoded forms are used from now on
         for dev in self.devices:
             dev.state.share, dev.state.received_shares = None, {}
             if not cfg.check_decoding:
                 dev.state.M = dev.state.G1 = None
+
+    def _share_and_encode(self, groups, nodes: list[Node]) -> Generator:
+        """Share ``(Phi_i, Psi_i)`` along ``Omega`` inside ``groups`` (Sec. V-A), then ``nodes`` encode (eqs. 8-9)."""
+        cfg, (d, c) = self.config, (self.task.d, self.task.c)
+        steps = [[(self.devices[self.groups[g][self.codes[g].Omega[r, local]]], self.devices[dev])   # row r of Omega
+                  for g in groups for local, dev in enumerate(self.groups[g])]
+                 for r in range(1, cfg.alpha)]
+        delivered = yield from self.exchange(steps, lambda src, dst: src.state.share, kind="share",
+                                             schedule=cfg.sharing_schedule,
+                                             element_bits=cfg.share_element_bits or cfg.ring_bits,
+                                             n_elements=padded.share_elements(d, c))
+        for (src, dst), share in delivered.items():
+            self.devices[dst].state.received_shares[src] = share
+        paper_alpha_1 = cfg.alpha == 1 and cfg.encode_count == "alpha_minus_1"   # Sec. V-D: no encoding
+        yield from self.compute_each(nodes, self._encode_device, free=paper_alpha_1)
 
     def _encode(self, dev: int, term: Callable[[int], tuple]) -> tuple:
         """Eqs. (8)-(9) for device ``dev``: its code row over ``term(j)`` for ``j`` in its support."""
@@ -271,8 +308,12 @@ class CodedPaddedFL(Protocol):
 
     def _encode_device(self, dev: Node) -> None:
         """Device ``dev``: eqs. (8)-(9) from its own and its received shares."""
-        st = dev.state
-        st.Cbar, st.C = self._encode(dev.index, lambda j: st.share if j == dev.index else st.received_shares[j])
+        st, alpha = dev.state, self.config.alpha
+        if self.config.encode_count == "alpha":
+            st.Cbar, st.C = self._encode(dev.index, lambda j: st.share if j == dev.index else st.received_shares[j])
+            return
+        with recharged(lambda macs: macs // alpha * (alpha - 1)):     # Sec. V-D: (alpha - 1) d((d+1)/2 + c)
+            st.Cbar, st.C = self._encode(dev.index, lambda j: st.share if j == dev.index else st.received_shares[j])
 
     def _encode_pads(self) -> None:
         """The server encodes every device's pads exactly as the device encodes its shares."""

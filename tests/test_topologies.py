@@ -88,7 +88,7 @@ def test_group_tree_is_the_tree_of_eqs_14_15() -> None:
 
 def test_fednet_topology_draws_the_group_tree_of_a_grouped_codedsecagg_study(tmp_path, capsys) -> None:
     png = tmp_path / "tree.png"
-    assert main(["topology", "fig7_mnist", "--run", "CodedSecAgg z=1 N=8", "--plot", str(png)]) == 0
+    assert main(["topology", "fig7_mnist", "--run", "CodedSecAgg z=1 N=8 relay_steps fednet", "--plot", str(png)]) == 0
     out = capsys.readouterr().out
     assert "120 devices, 8 group(s)" in out
     assert "step 3: G4 -> G0  (sum of groups [4, 5, 6, 7])" in out and "step 4: G0 -> server" in out

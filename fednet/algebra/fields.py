@@ -40,6 +40,7 @@ __all__ = [
     "next_prime_above",
     "prime_field",
     "fixed_point_field",
+    "paper_field",
     "field_dtype",
     "check_prime",
     "check_field_capacity",
@@ -139,6 +140,31 @@ def fixed_point_field(k: int, f: int) -> int:
     if not isinstance(f, (int, np.integer)) or not 0 <= f < k:
         raise ValueError(f"f must satisfy 0 <= f < k = {k}, got {f!r}")
     return next_prime_above(2 ** (int(k) + int(f)))
+
+
+def paper_field(k: int, f: int) -> int:
+    """Largest prime ``q < 2**(k+f)``: a ``(k+f)``-bit field, the width Schlegel et al. count (Remark 3).
+
+    For ``Q<48,24>`` this is ``q = 2**72 - 93`` (72 bits).  Unlike :func:`fixed_point_field` it
+    cannot carry every signed ``(k+f)``-bit integer: its signed map (Remark 3) covers
+    ``[-(q-1)/2, (q-1)/2]``, missing the ``(2**(k+f) - q + 1) / 2`` values nearest each end of
+    ``Z_<k+f>``; callers check the values they share (:func:`check_field_capacity`).
+
+    Parameters
+    ----------
+    k, f : int
+        Total bits and fractional bits of the fixed-point type, ``0 <= f < k``.
+
+    Raises
+    ------
+    ValueError
+        If ``k`` or ``f`` is out of range.
+    """
+    if not isinstance(k, (int, np.integer)) or k < 2:
+        raise ValueError(f"k must be an integer >= 2, got {k!r}")
+    if not isinstance(f, (int, np.integer)) or not 0 <= f < k:
+        raise ValueError(f"f must satisfy 0 <= f < k = {k}, got {f!r}")
+    return int(galois.prev_prime(2 ** (int(k) + int(f)) - 1))
 
 
 def field_dtype(q: int) -> np.dtype:

@@ -65,9 +65,16 @@ def share_secrets(fp: FixedPoint, q: int, M: np.ndarray, G1: np.ndarray) -> tupl
     Raises
     ------
     ValueError
-        If ``q`` cannot hold ``Z_<k+f>`` integers.
+        If ``q`` cannot hold ``Z_<k+f>`` integers (``q > 2**(k+f)``), or, for a smaller field such
+        as the 72-bit :func:`fednet.algebra.fields.paper_field`, the secrets themselves (a
+        capacity message naming the largest magnitude).
     """
-    check_field_capacity(q, 2 ** (fp.k + fp.f - 1), what=f"Z_<k+f> integers (Q<{fp.k},{fp.f}>, Remark 3)")
+    if q > 2 ** (fp.k + fp.f):
+        check_field_capacity(q, 2 ** (fp.k + fp.f - 1), what=f"Z_<k+f> integers (Q<{fp.k},{fp.f}>, Remark 3)")
+    else:                                   # a (k+f)-bit field: check the values actually shared
+        top = max([0] + [int(abs(int(v))) for v in (M.min(), M.max())] +
+                  [int(abs(int(v))) << fp.f for v in (G1.min(), G1.max())])
+        check_field_capacity(q, top, what=f"the secrets X_i^T X_i and 2**f G_i^(1) (Q<{fp.k},{fp.f}>, Remark 3)")
     phi = to_field(pack_upper(M), q, name="M")
     psi = to_field(G1.astype(object) * (1 << fp.f), q, name="G1 * 2**f")
     return phi, psi

@@ -370,12 +370,15 @@ class RunSpec(_Strict):
         into one run per combination (Cartesian product, in the order written), each with those
         values merged into ``params``. Labels: ``label`` formatted with the values when it holds
         ``{alpha}``-style fields (sweep keys or params), else ``"<label> alpha=6, groups=1"``. Expanded when the study is
-        loaded (:func:`expand_sweeps`); a validated study holds only expanded runs.
+        loaded (:func:`expand_sweeps`); a validated study holds only expanded runs.  The key
+        ``accounting`` sweeps the run's ``accounting`` (``accounting = ["fednet", "paper"]``).
     network : dict
         Overrides of the study's ``[network]`` fields for this run (e.g. ``{ loss = 0.2 }`` or
         ``{ groups = { rule = "random", count = 4 } }``; a field given here replaces the study's
         whole value), so one study can sweep groups or loss. ``n_devices`` cannot change (the data
         are split once per study).
+    accounting : {"fednet", "paper"}, optional
+        Overrides the study's ``accounting`` for this run (so one study can report both).
     """
 
     protocol: str
@@ -384,6 +387,7 @@ class RunSpec(_Strict):
     epochs: int | None = Field(None, ge=0, le=10**7)
     sweep: dict[str, list[Any]] = Field({}, description="parameter grid expanded into labelled runs when loaded")
     network: dict[str, Any] = {}
+    accounting: Literal["fednet", "paper"] | None = None
 
     @field_validator("network")
     @classmethod
@@ -429,6 +433,15 @@ class Study(_Strict):
         False (default): a round that cannot complete because too few devices are available or
         finish is recorded in the trace (``skipped = 1``, ``skip_reason``) and training goes on.
         True: such a round stops the study with :class:`~fednet.protocol.base.StragglerShortfall`.
+    accounting : {"fednet", "paper"}
+        How set-up and epoch costs are counted where fednet and Schlegel et al. differ.
+        ``"fednet"`` (default): every protocol's own defaults (today's numbers).  ``"paper"``: each
+        protocol whose ``Config`` has a ``paper_accounting`` table gets those parameters unless
+        the run sets them itself (:meth:`run_params`): for CodedSecAgg the Shamir encoding
+        uncharged (Sec. VI-C), ``(k+f)/k`` on the epochs' device work (Remark 3), the 72-bit
+        field (Remark 3) and per-group phase 1 (Sec. VI-D); for CodedPaddedFL 48-bit shares and
+        ``alpha - 1`` encoding MACs (Sec. V-D) and per-group encoding (Sec. V-E).  A run's own
+        ``accounting`` overrides this.
 
     Cross-checks at load time: run labels are unique as folder names (after :func:`slug`,
     ignoring case) and are not the name of an output file; a ``network.dropout`` that leaves fewer
@@ -446,6 +459,7 @@ class Study(_Strict):
     run_to_end: bool = False
     record_views: bool = False
     strict: bool = False
+    accounting: Literal["fednet", "paper"] = "fednet"
     data: DataSpec = DataSpec()
     network: NetworkSpec = NetworkSpec()
     training: TrainingSpec = TrainingSpec()
@@ -539,16 +553,28 @@ class Study(_Strict):
             return self.network
         return NetworkSpec.model_validate({**self.network.model_dump(exclude_unset=True), **run.network})
 
+    def run_accounting(self, run: RunSpec) -> str:
+        """The accounting of ``run``: its own ``accounting`` or the study's."""
+        return self.accounting if run.accounting is None else run.accounting
+
     def run_params(self, run: RunSpec) -> dict[str, Any]:
-        """The protocol parameters of ``run``; a protocol whose ``Config`` has a ``groups`` field gets the
-        network's number of groups when the run does not set it."""
+        """The protocol parameters of ``run``.
+
+        A protocol whose ``Config`` has a ``groups`` field gets the network's number of groups
+        when the run does not set it; under ``accounting = "paper"`` the ``Config``'s
+        ``paper_accounting`` table fills the parameters the run does not set.
+        """
         net = self.run_network(run)
-        if net.groups is None or "groups" in run.params:
-            return dict(run.params)
+        params = dict(run.params)
+        paper = self.run_accounting(run) == "paper"
+        if not paper and (net.groups is None or "groups" in params):
+            return params
         cls = registry.get(run.protocol)
-        if "groups" not in cls.Config.model_fields:
-            return dict(run.params)
-        return {**run.params, "groups": net.groups.n_groups}
+        if paper:
+            params = {**dict(getattr(cls.Config, "paper_accounting", {})), **params}
+        if net.groups is not None and "groups" not in params and "groups" in cls.Config.model_fields:
+            params["groups"] = net.groups.n_groups
+        return params
 
     def run_epochs(self, run: RunSpec) -> int:
         """Maximum rounds of ``run`` (its own ``epochs`` or the study's)."""
@@ -617,6 +643,8 @@ def expand_sweeps(runs: list[Any]) -> list[Any]:
                 label = f"{base} " + ", ".join(f"{k}={v}" for k, v in values.items())
             entry = {k: v for k, v in run.items() if k != "sweep"}
             entry["label"] = label
+            if "accounting" in values:                     # a run field, not a protocol parameter
+                entry["accounting"] = values.pop("accounting")
             entry["params"] = {**dict(run.get("params") or {}), **values}
             out.append(entry)
     return out
