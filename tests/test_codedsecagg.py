@@ -162,7 +162,7 @@ def test_large_d_check_path_runs(monkeypatch):
     p = CodedSecAgg(make_sim(D, deterministic=True), task, dict(z=1, groups=1))
     p.run(1)
     assert p.max_decode_error <= 1e-9
-    import protocols.codedsecagg as csa
+    import fednet.codes.secagg as csa
 
     real = csa.decode_aggregate
 
