@@ -163,7 +163,7 @@ class FieldPolyMLP(Model):
 
     def dequantize(self, params: ParamsOrArray) -> Params:
         """Real parameters ``W / 2^f`` (weights) of the fixed-point network (float64; ``f = 0`` for paper)."""
-        p = self.params(params)
+        p = self.as_params(params)
         return {k: np.asarray(a).astype(np.float64) * 2.0 ** -self._param_bits for k, a in p.items()}
 
     def transform(self, x: np.ndarray, y: np.ndarray | None = None):
@@ -181,7 +181,7 @@ class FieldPolyMLP(Model):
 
     # ------------------------------------------------------------------ exact field computation
     def _rns_params(self, params: ParamsOrArray):
-        p = self.params(params)
+        p = self.as_params(params)
         ctx = self.ctx
         Ws, bterms = [], []
         for i in range(self.n_layers):
@@ -311,7 +311,7 @@ class FieldPolyMLP(Model):
 
     def dequantize_int(self, params: ParamsOrArray) -> Params:
         """Parameters as float64 integers (no scaling), for bounds."""
-        p = self.params(params)
+        p = self.as_params(params)
         return {k: np.asarray(a).astype(np.float64) for k, a in p.items()}
 
     # ------------------------------------------------------------------ Model interface
@@ -419,8 +419,8 @@ class FieldSGD(Optimizer):
             If ``m_used < 1`` or a parameter leaves ``Z_p``.
         """
         m = self.model
-        p = m.params(params)
-        g = m.params(gradient_sum)
+        p = m.as_params(params)
+        g = m.as_params(gradient_sum)
         charge(m.n_params)
         shift = 0 if m.f is None else m.grad_bits - m.f
         clip_bits = 0 if m.f is None else m.grad_bits
