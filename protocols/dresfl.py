@@ -47,7 +47,7 @@ from fednet.codes.dresfl import (DRESFL_PRIME_200, decode_gradients, default_poi
                                  share_dataset)
 from fednet.learning.field_models import FieldPolyMLP, FieldSGD
 from fednet.learning.federated import dresfl_schedule
-from fednet.learning.model import Params
+from fednet.learning.model import Params, unmetered
 from fednet.protocol.base import NodeState
 from fednet.protocol.modes import Shape
 from fednet.protocol.neural import NeuralConfig, NeuralProtocol
@@ -208,6 +208,11 @@ class DReSFL(NeuralProtocol):
             out.append(self.model.integer_gradient(self.params, x[self.rows_t], y[self.rows_t]))
         return out
 
+    def host_gradient(self) -> np.ndarray:
+        """Timing mode's stand-in for the decoded sum: the plain integer gradients, computed uncharged."""
+        with unmetered():
+            return _flat_sum(self.plain_gradients(), self.params)
+
     def decode(self, results: list, alphas: list[int]) -> np.ndarray:
         """Server: interpolate the K global gradients (Alg. 1 line 9), psi (eq. 6), sum over k: ``(d_w,)`` ints."""
         cfg = self.config
@@ -239,7 +244,7 @@ class DReSFL(NeuralProtocol):
         """Broadcast w; coded gradients; the first R uploads decoded; psi, clip, Q (Alg. 1)."""
         self.rows_t = self.round_rows(epoch)
         present = [dev for dev in self.devices if self.available(dev)]
-        replies = yield from self.gather(present, self.coded_gradient, kind="coded_gradient",
+        replies = yield from self.gather(self.devices, self.coded_gradient, kind="coded_gradient",
                                          first=self.R if len(present) >= self.R else None, download=self.params,
                                          download_elements=self.n_params, download_bits=self.wire_bits,
                                          upload_elements=self.n_params, upload_bits=self.wire_bits)
@@ -256,7 +261,7 @@ class DReSFL(NeuralProtocol):
                                   macs=lambda: self.decode(zero, self.alphas[:self.R]),
                                   key=("dresfl-decode", self.R, cfg.K, cfg.T, self.n_params),
                                   like=Shape((self.n_params,), object),
-                                  stand_in=lambda: _flat_sum(self.plain_gradients(), self.params)))
+                                  stand_in=self.host_gradient))
         self.mode.observe(self.check_decoded, results, alphas)
         self.params = yield from self.server_compute(self.update, self.mode.value(G))
         self.used = sorted(dev.index for dev in replies.nodes)
