@@ -201,12 +201,11 @@ class DReSFL(NeuralProtocol):
 
     def plain_gradients(self) -> list[Params]:
         """The K integer gradients of the global minibatches ``X_bar^(k)_(I_t)`` (the decoding's target)."""
-        out = []
-        for k in range(self.config.K):
-            x = np.concatenate([self.task.X[i][k * r:(k + 1) * r] for i, r in enumerate(self.shard_rows)])
-            y = np.concatenate([self.task.Y[i][k * r:(k + 1) * r] for i, r in enumerate(self.shard_rows)])
-            out.append(self.model.integer_gradient(self.params, x[self.rows_t], y[self.rows_t]))
-        return out
+        if getattr(self, "_global", None) is None:        # the K global data sets [X^(k)_1; ...; X^(k)_N]
+            self._global = [(np.concatenate([x[k * r:(k + 1) * r] for x, r in zip(self.task.X, self.shard_rows)]),
+                             np.concatenate([y[k * r:(k + 1) * r] for y, r in zip(self.task.Y, self.shard_rows)]))
+                            for k in range(self.config.K)]
+        return [self.model.integer_gradient(self.params, x[self.rows_t], y[self.rows_t]) for x, y in self._global]
 
     def host_gradient(self) -> np.ndarray:
         """Timing mode's stand-in for the decoded sum: the plain integer gradients, computed uncharged."""
