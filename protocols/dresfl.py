@@ -72,7 +72,9 @@ class DReSFLConfig(NeuralConfig):
     data_bits : int
         ``l`` of ``Round(2^l (x + c))`` (4); ``data_shift`` is ``c`` (0).
     weight_bits : int or None
-        None: the paper's integer network; ``f``: fixed-point weights ``W / 2^f`` (FieldPolyMLP).
+        ``f``: fixed-point weights ``W / 2^f`` (FieldPolyMLP; default 8); None: the paper's plain integer
+        network, which with fednet's initialisation does not train (measured on MNIST, centralized,
+        batch 64, lr 0.1, clip 2e4: test MSE 5e26 after 100 steps, accuracy 8.9 %; f = 8: 80 % after 200).
     init_scale : float
         Initial weights uniform in ``+-init_scale / sqrt(fan_in)`` before ``Round(2^f w)``.
     max_norm : float or None
@@ -89,7 +91,7 @@ class DReSFLConfig(NeuralConfig):
     element_bits: int | None = Field(None, ge=1)
     data_bits: int = 4
     data_shift: float = 0.0
-    weight_bits: int | None = None
+    weight_bits: int | None = 8
     init_scale: float = Field(1.0, gt=0)
     max_norm: float | None = Field(2e4, gt=0)
     activation: Literal["quadratic"] = "quadratic"
