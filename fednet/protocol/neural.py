@@ -7,8 +7,8 @@ Source: Shao et al., "DReS-FL", Sec. 6.1 and App. B: an MLP with two hidden laye
 :class:`NeuralProtocol` holds the global parameters in ``self.params`` (:data:`Params`; the base
 class's ridge ``theta`` is unused), draws each client's minibatch from the keyed stream
 ``(device, "minibatch", round)`` (so every baseline sees the same minibatches at a seed, whatever
-it did in earlier rounds), and evaluates the test accuracy every ``eval_every`` rounds (the other
-rows repeat the last evaluation; the column ``evaluated`` says which rows measured).
+it did in earlier rounds), and evaluates the test accuracy every ``eval_every`` rounds and at the last
+round (the other rows repeat the last evaluation; the column ``evaluated`` says which rows measured).
 """
 
 from __future__ import annotations
@@ -120,9 +120,15 @@ class NeuralProtocol(Protocol):
         p = getattr(self.sim.availability, "participation", None)
         return None if p is None else np.asarray(p, dtype=np.float64)
 
+    def run(self, epochs: int, **kwargs: Any) -> list[dict[str, Any]]:
+        """:meth:`Protocol.run`, remembering the last round so that it is always evaluated."""
+        self._final_round = epochs
+        return super().run(epochs, **kwargs)
+
     def evaluate(self) -> tuple[float, float]:
-        """Test accuracy and loss every ``eval_every`` rounds; the last values in between."""
-        self._evaluated = self.epoch % self.config.eval_every == 0 or np.isnan(self._last_eval[0])
+        """Test accuracy and loss every ``eval_every`` rounds and at the last round; the last values in between."""
+        self._evaluated = (self.epoch % self.config.eval_every == 0 or np.isnan(self._last_eval[0])
+                           or self.epoch == getattr(self, "_final_round", None))
         if self._evaluated:
             self._last_eval = self.model.evaluate(self.params, self.task.x_test, self.task.y_test)
         return self._last_eval
