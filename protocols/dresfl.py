@@ -254,7 +254,7 @@ class DReSFL(NeuralProtocol):
             self.used = []
             return
         alphas = [self.alphas[dev.index] for dev in replies.nodes]
-        results = [_unflat(v, self.params) if self.mode.exact else v for v in replies.values]
+        results = replies.values
         cfg = self.config
         zero = [{k: np.zeros(v.shape, object) for k, v in self.params.items()} for _ in range(self.R)]
         G = yield from self.server_compute(
@@ -292,11 +292,6 @@ class _Share:
 def _concat(parts: list[RnsArray]) -> RnsArray:
     """Rows of several RnsArrays of one context stacked (client j's coded data set ``X~_j``)."""
     return RnsArray(np.concatenate([p.res for p in parts], axis=1), max(p.bound for p in parts), parts[0].ctx)
-
-
-def _unflat(g: Any, like: Params) -> Params:
-    """A client's upload as Params (it is already Params in full mode)."""
-    return g if isinstance(g, dict) else dict(zip(like, g))
 
 
 def _flat_sum(gs: list[Params], like: Params) -> np.ndarray:
