@@ -24,30 +24,29 @@ global gradients (Alg. 1 line 9), maps them by ``psi`` (eq. 6), sums, clips to `
 stream ``(server, "dresfl-Q", t)``). With fewer than ``R`` clients present the round is skipped
 (footnote 6): ``decode_failed`` in the trace.
 
-Modes: ``full`` runs all of the above exactly (coded data held in residue form; only small set-ups
-fit in memory: each client holds ``m~ (d_x + d_y)`` 200-bit elements) and checks every decoded
-gradient against the plain integer gradient of the same global minibatches, bit for bit.
-``timing`` keeps the coded data virtual: it charges the MACs the same kernels meter at the same
-shapes (measured once on zero operands) and sends messages of the same sizes; the update uses the
-plain integer gradient of the global minibatches computed on the host, which full mode proves equal
-to the decoded one, so both modes give the same trajectory, times and traffic at a seed.
+Modes: ``full`` runs all of this exactly (only small set-ups fit in memory) and checks every decoded
+gradient against the plain integer gradient of the same global minibatches, bit for bit. ``timing``
+keeps the coded data virtual, charges the MACs the same kernels meter at the same shapes and sends the
+same sizes; its update uses the plain integer gradient (equal to the decoded one, as full mode proves):
+both modes give the same trajectory, times and traffic at a seed.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fednet.codes.dresfl import (DRESFL_PRIME_200, decode_gradients, default_points, psi, recovery_threshold,
                                  share_dataset)
 from fednet.learning.field_models import FieldPolyMLP, FieldSGD
 from fednet.learning.federated import dresfl_schedule
-from fednet.learning.model import Params, unmetered
+from fednet.learning.model import Params, flatten, unflatten, unmetered
 from fednet.protocol.base import NodeState
 from fednet.protocol.modes import Shape
 from fednet.protocol.neural import NeuralConfig, NeuralProtocol
@@ -65,8 +64,9 @@ class DReSFLConfig(NeuralConfig):
     ----------
     K, T : int
         Shards per client and privacy (colluding clients).
-    p : int
-        The prime (Table 4: ``2^200 - 75`` for MNIST and Fashion-MNIST).
+    p : int or str
+        The prime (Table 4: ``2^200 - 75`` for MNIST and Fashion-MNIST, ``2^440 - 33`` for the others); a
+        string ``"2^a-b"`` is accepted (TOML integers stop at 64 bits).
     element_bits : int or None
         Wire width of a field element (default ``ceil(log2 p)``).
     data_bits : int
@@ -98,6 +98,15 @@ class DReSFLConfig(NeuralConfig):
     loss: Literal["mse"] = "mse"
     sharing_schedule: Literal["relay_asap", "relay_steps"] = "relay_asap"
     mode: Literal["full", "timing"] = "full"
+
+    @field_validator("p", mode="before")
+    @classmethod
+    def _prime_expression(cls, v: Any) -> Any:
+        """``"2^a-b"`` (or ``2**a - b``) as an int."""
+        m = re.fullmatch(r"\s*2\s*(?:\^|\*\*)\s*(\d+)\s*-\s*(\d+)\s*", v) if isinstance(v, str) else None
+        if isinstance(v, str) and not m:
+            raise ValueError(f"p must be an integer or '2^a-b', got {v!r}")
+        return 2 ** int(m.group(1)) - int(m.group(2)) if m else v
 
 
 @dataclass
@@ -143,7 +152,6 @@ class DReSFL(NeuralProtocol):
             raise ValueError(f"DReS-FL with K = {config.K}, T = {config.T}, deg(g) = {deg} needs N >= "
                              f"deg(g)(K + T - 1) + 1 = {R} clients (Theorem 1, eq. 1), got N = {n_devices}")
 
-    # -- set-up: data transformation and secret sharing (Sec. 4.1) -------------------------------
     def encode(self, dev: Node):
         """Client ``dev``: transformed data, K shards + T noise shards, LCC shares for all N clients."""
         cfg, i = self.config, dev.index
@@ -166,21 +174,17 @@ class DReSFL(NeuralProtocol):
             x, y = shares[src.index]
             return _Share(x[dst.index], y[dst.index])
 
-        steps = [[(s, d) for s in self.devices for d in self.devices if d is not s]]
-        delivered = yield from self.exchange(
-            steps, part, kind="coded_data", schedule=self.config.sharing_schedule, prepare=prepare,
-            element_bits=self.wire_bits)
+        delivered = yield from self.exchange([[(s, d) for s in self.devices for d in self.devices if d is not s]],
+                                             part, kind="coded_data", schedule=self.config.sharing_schedule,
+                                             prepare=prepare, element_bits=self.wire_bits)
         if self.mode.exact:
             for dst in self.devices:
-                own = part(dst, dst)
-                got = [own if src is dst else delivered[(src.index, dst.index)] for src in self.devices]
+                got = [part(dst, dst) if src is dst else delivered[(src.index, dst.index)] for src in self.devices]
                 dst.state.x_coded, dst.state.y_coded = _concat([g.x for g in got]), _concat([g.y for g in got])
         shares.clear()
-        self.decoded_rounds = 0
-        q = self.participation()
+        self.decoded_rounds, q = 0, self.participation()
         self.p_decodable = None if q is None else decodable_probability(q, self.R)
 
-    # -- a training round (Alg. 1 lines 3-12) ----------------------------------------------------
     def round_rows(self, epoch: int) -> np.ndarray:
         """``I_t``: ``b`` of the ``m~`` coded rows, uniformly without replacement (common to all clients)."""
         return self.sim.rng(self.server, "dresfl-rows", epoch).choice(self.m_coded, size=self.config.batch_size,
@@ -218,25 +222,22 @@ class DReSFL(NeuralProtocol):
         """Server: interpolate the K global gradients (Alg. 1 line 9), psi (eq. 6), sum over k: ``(d_w,)`` ints."""
         cfg = self.config
         g = decode_gradients(results, alphas, self.betas, cfg.K, cfg.T, self.model.degree, cfg.p)
-        return np.sum([np.concatenate([psi(gk[n], cfg.p).reshape(-1) for n in self.params]) for gk in g], axis=0)
+        return np.sum([flatten({n: psi(gk[n], cfg.p).astype(object) for n in self.params}) for gk in g], axis=0)
 
     def check_decoded(self, results: list, alphas: list[int]) -> None:
         """Full mode's observer: every decoded gradient equals the plain integer gradient, bit for bit."""
         cfg = self.config
         g = decode_gradients(results, alphas, self.betas, cfg.K, cfg.T, self.model.degree, cfg.p)
         for k, (dec, plain) in enumerate(zip(g, self.plain_gradients())):
-            for n in self.params:
-                if not np.array_equal(psi(dec[n], cfg.p).astype(object), np.asarray(plain[n]).astype(object)):
-                    raise AssertionError(f"round {self.epoch}: decoded global gradient {k} differs from the plain "
-                                         f"integer gradient in {n}")
+            bad = [n for n in self.params if not np.array_equal(psi(dec[n], cfg.p).astype(object),
+                                                                np.asarray(plain[n]).astype(object))]
+            if bad:
+                raise AssertionError(f"round {self.epoch}: decoded global gradient {k} differs from the plain "
+                                     f"integer gradient in {bad}")
 
     def update(self, flat: np.ndarray) -> Params:
         """Clip and update with the stochastic rounding Q (eq. 7), exact in ``Z_p``."""
-        shapes, g, o = self.model.param_shapes(), {}, 0
-        for n, s in shapes.items():
-            size = int(np.prod(s))
-            g[n] = np.asarray(flat[o:o + size]).reshape(s)
-            o += size
+        g = unflatten(np.asarray(flat, dtype=object), self.model.param_shapes())
         opt = FieldSGD(self.model, self.schedule, self.sim.rng(self.server, "dresfl-Q", self.epoch),
                        max_norm=self.config.max_norm)
         return opt.step(self.params, g, self.config.batch_size * self.config.K, self.epoch)
@@ -279,7 +280,6 @@ class DReSFL(NeuralProtocol):
 @dataclass(frozen=True)
 class _Share:
     """The coded data ``(X~_{i->j}, Y~_{i->j})`` one client sends another (RnsArrays, or Shapes in timing mode)."""
-
     x: Any
     y: Any
 
@@ -296,4 +296,4 @@ def _concat(parts: list[RnsArray]) -> RnsArray:
 
 def _flat_sum(gs: list[Params], like: Params) -> np.ndarray:
     """``sum_k g_k`` flattened in parameter order (object ints)."""
-    return np.sum([np.concatenate([np.asarray(g[n]).astype(object).reshape(-1) for n in like]) for g in gs], axis=0)
+    return np.sum([flatten({n: np.asarray(g[n]).astype(object) for n in like}) for g in gs], axis=0)
