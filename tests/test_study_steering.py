@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from fednet.protocol import registry
 from scipy import stats
 
 from fednet import __version__
@@ -160,8 +162,8 @@ def test_every_problem_of_a_file_is_reported_at_once_one_per_line(tmp_path) -> N
     assert lines == [
         "  network.uplink_bps: Input should be greater than or equal to 1 (got -1)",
         "  network.los: Extra inputs are not permitted (did you mean 'loss'?)",
-        "  runs[0] (conv): unknown protocol 'conventonal'; registered: approx_gc, cfl, codedpaddedfl, codedsecagg, "
-        "conventional, lightsecagg (or name a class as 'package.module:Class') (did you mean 'conventional'?)",
+        f"  runs[0] (conv): unknown protocol 'conventonal'; registered: {', '.join(registry.names())} "
+        "(or name a class as 'package.module:Class') (did you mean 'conventional'?)",
         "  runs[1] (drop1).params.drop_slowst: Extra inputs are not permitted (did you mean 'drop_slowest'?)",
     ]
 

@@ -41,6 +41,7 @@ __all__ = [
     "Dataset",
     "DatasetError",
     "DATASETS",
+    "UNAVAILABLE",
     "SHA256",
     "FILES",
     "DEFAULT_URLS",
@@ -55,6 +56,16 @@ __all__ = [
 
 #: Names accepted by :func:`load_dataset`.
 DATASETS = ("digits", "mnist", "fashion-mnist")
+
+#: Data sets of DReS-FL's Table 2 (Shao et al., Sec. 6.1, Table 3) that are not on this machine and
+#: cannot be downloaded here: :func:`load_dataset` refuses them with this explanation, so a study
+#: naming them fails before anything runs.
+UNAVAILABLE: dict[str, str] = {
+    "emnist": "EMNIST (Balanced, 47 classes, 112,800 + 18,800 images; Cohen et al. 2017)",
+    "cifar10": "CIFAR-10 (50,000 + 10,000 images, classified on VGG19 features in DReS-FL)",
+    "cifar100": "CIFAR-100 (50,000 + 10,000 images, classified on VGG19 features in DReS-FL)",
+    "svhn": "SVHN (73,257 + 26,032 images without the extra set, classified on VGG19 features in DReS-FL)",
+}
 
 #: The four files of each IDX dataset, in the order (train images, train labels, test images,
 #: test labels).
@@ -380,9 +391,14 @@ def load_dataset(
     ValueError
         If ``name`` is not one of :data:`DATASETS`.
     DatasetError
-        If a file is missing and no download URL is set (the message says how to provide the
+        For a data set of :data:`UNAVAILABLE` (DReS-FL's EMNIST, CIFAR and SVHN columns), or if a
+        file is missing and no download URL is set (the message says how to provide the
         data), cannot be downloaded, or fails its SHA-256 check (the message names the file).
     """
+    if name in UNAVAILABLE:
+        raise DatasetError(f"{UNAVAILABLE[name]} is not available on this machine and fednet has no loader for it: "
+                           f"only {DATASETS} can be loaded (the EMNIST, CIFAR-10, CIFAR-100 and SVHN columns of "
+                           f"DReS-FL's Table 2 are out of reach here)")
     if name not in DATASETS:
         raise ValueError(f"name must be one of {DATASETS}, got {name!r}")
     if name == "digits":

@@ -21,6 +21,7 @@ import numpy as np
 
 __all__ = [
     "noniid_split",
+    "skewed_label_split",
     "dirichlet_split",
     "iid_split",
     "partition",
@@ -78,6 +79,35 @@ def noniid_split(labels: np.ndarray, n_devices: int) -> list[np.ndarray]:
     n_devices = _check_devices(n_devices, labels.size)
     order = np.argsort(labels, kind="stable").astype(np.int64)
     return [np.ascontiguousarray(s) for s in np.array_split(order, n_devices)]
+
+
+def skewed_label_split(labels: np.ndarray, n_devices: int = 20) -> list[np.ndarray]:
+    """The skewed label partition of DReS-FL (Shao et al.), Sec. 6.1, after Hsieh et al. (2020).
+
+    "We sort a dataset by the labels, divide it into N shards, and assign one shard to each
+    client" (N = 20 in the paper): client ``i`` gets shard ``i`` of the stably label-sorted
+    training set, so with 10 classes and 20 clients each client holds (almost) one class. The
+    same cut as :func:`noniid_split` (Schlegel et al., Sec. VII), named after the paper that
+    uses it here; shards differ in size by at most one example when ``N`` does not divide ``m``.
+
+    Parameters
+    ----------
+    labels : ndarray, shape (m,), int
+        Training labels.
+    n_devices : int
+        Number of clients ``N`` (20 in Sec. 6.1), ``1 <= N <= m``.
+
+    Returns
+    -------
+    list of ndarray
+        ``N`` int64 index arrays into the training set, in label order.
+
+    Raises
+    ------
+    ValueError
+        If ``labels`` is not 1-D non-negative integers or ``n_devices`` is out of range.
+    """
+    return noniid_split(labels, n_devices)
 
 
 def iid_split(
@@ -176,8 +206,8 @@ def partition(
         Training labels.
     n_devices : int
         Number of devices.
-    kind : {"noniid", "dirichlet", "iid"}
-        Which split.
+    kind : {"noniid", "skewed_label", "dirichlet", "iid"}
+        Which split (``skewed_label``: :func:`skewed_label_split`, DReS-FL Sec. 6.1).
     alpha : float, optional
         Dirichlet concentration (required for ``kind="dirichlet"``).
     rng : Generator or int or None
@@ -195,13 +225,15 @@ def partition(
     """
     if kind == "noniid":
         return noniid_split(labels, n_devices)
+    if kind == "skewed_label":
+        return skewed_label_split(labels, n_devices)
     if kind == "iid":
         return iid_split(np.asarray(labels).size, n_devices, rng)
     if kind == "dirichlet":
         if alpha is None:
             raise ValueError("alpha is required for kind='dirichlet'")
         return dirichlet_split(labels, n_devices, alpha, rng)
-    raise ValueError(f"kind must be 'noniid', 'dirichlet' or 'iid', got {kind!r}")
+    raise ValueError(f"kind must be 'noniid', 'skewed_label', 'dirichlet' or 'iid', got {kind!r}")
 
 
 def label_counts(labels: np.ndarray, parts: list[np.ndarray], n_classes: int) -> np.ndarray:

@@ -100,7 +100,12 @@ class DataSpec(_Strict):
 
     Attributes
     ----------
-    dataset : {"digits", "mnist", "fashion-mnist"}
+    dataset : {"digits", "mnist", "fashion-mnist", "emnist", "cifar10", "cifar100", "svhn"}
+        The last four (DReS-FL's other Table 2 columns) validate but are refused when loaded
+        (:data:`fednet.learning.datasets.UNAVAILABLE`: not on this machine).
+    features : {"rbf", "raw"}
+        ``rbf``: random-Fourier features (Schlegel et al.); ``raw``: the pixels scaled to [0, 1]
+        (the MLPs of DReS-FL).
     rbf_gamma : float, optional
         RBF kernel parameter; default :func:`fednet.learning.features.default_gamma`.
     n_components : int
@@ -111,17 +116,19 @@ class DataSpec(_Strict):
         uses ``random_state = s`` for the random-Fourier draw, the same for every run at that seed
         (paired like every other draw), so the spread over seeds includes the feature draw. The
         partition's own draw keeps seed 0 either way.
-    partition : {"noniid", "dirichlet", "iid"}
-        ``noniid``: sorted by label and cut into D consecutive shards (Sec. VII).
+    partition : {"noniid", "skewed_label", "dirichlet", "iid"}
+        ``noniid``: sorted by label and cut into D consecutive shards (Sec. VII); ``skewed_label``:
+        the same cut, DReS-FL's skewed label partition (Sec. 6.1).
     dirichlet_alpha : float, optional
         Concentration for ``partition = "dirichlet"``.
     """
 
-    dataset: Literal["digits", "mnist", "fashion-mnist"] = "digits"
+    dataset: Literal["digits", "mnist", "fashion-mnist", "emnist", "cifar10", "cifar100", "svhn"] = "digits"
+    features: Literal["rbf", "raw"] = "rbf"
     rbf_gamma: float | None = Field(None, gt=0)
     n_components: int = Field(2000, ge=1, le=100_000)
     feature_seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | Literal["per_seed"] = 0
-    partition: Literal["noniid", "dirichlet", "iid"] = "noniid"
+    partition: Literal["noniid", "skewed_label", "dirichlet", "iid"] = "noniid"
     dirichlet_alpha: float | None = Field(None, gt=0)
 
     @model_validator(mode="after")
@@ -253,6 +260,13 @@ class NetworkSpec(_Strict):
         Mean setup time / deterministic time of the shifted exponential (0.5), in [0, 1000].
     dropout : float
         Probability that a device is absent in a round (independent, keyed draws), in [0, 1).
+    availability : {"bernoulli", "dresfl_extreme"}
+        ``bernoulli``: every device absent with probability ``dropout``; ``dresfl_extreme``: DReS-FL's
+        extreme scenario (Sec. 6.1), per-client rates 0.99 w.p. 0.5 else U[0, 0.1], drawn from the
+        seed (:class:`fednet.sim.dropout.ExtremeDropout`).
+    min_reliable : int, optional
+        With ``dresfl_extreme``: condition the rate draw on at least this many clients with a rate
+        below 0.99 (e.g. 9, DReS-FL's recovery threshold with K = T = 1); a study using it must say so.
 
     Every float must be finite (``inf`` and ``nan`` are refused with the key named). Drawn values
     (distributions, "paper" rates for D != 25, random groups) come from streams keyed by the run's
@@ -273,6 +287,8 @@ class NetworkSpec(_Strict):
     compute: Literal["shifted_exponential", "deterministic"] = "shifted_exponential"
     setup_fraction: float = Field(0.5, ge=0, le=1000)
     dropout: float = Field(0.0, ge=0, lt=1)
+    availability: Literal["bernoulli", "dresfl_extreme"] = "bernoulli"
+    min_reliable: int | None = Field(None, ge=0)
 
     @field_validator("server_mac_rate")
     @classmethod

@@ -48,6 +48,7 @@ from fednet.learning.partitions import partition
 from fednet.learning.task import LearningTask
 from fednet.protocol import registry
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
+from fednet.sim.dropout import ExtremeDropout
 from fednet.sim.rng import Streams, secret_seed_from_env
 from fednet.sim.simulation import Simulation
 from fednet.topologies import builder
@@ -99,7 +100,8 @@ def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, fea
     if data is None:
         data = load_dataset(spec.dataset, data_dir)
     fs = spec.feature_seed_for(study.seeds[0]) if feature_seed is None else feature_seed
-    feats = rbf_features(data, gamma=spec.rbf_gamma, n_components=spec.n_components, seed=fs)
+    feats = data if spec.features == "raw" else rbf_features(data, gamma=spec.rbf_gamma,
+                                                            n_components=spec.n_components, seed=fs)
     try:
         parts = partition(data.y_train, study.network.n_devices, kind=spec.partition, alpha=spec.dirichlet_alpha,
                           rng=np.random.default_rng(spec.partition_seed))
@@ -180,8 +182,11 @@ def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False
     """A fresh :class:`Simulation` of the network spec under ``seed``."""
     compute = (ShiftedExponential(spec.setup_fraction) if spec.compute == "shifted_exponential"
                else Deterministic())
-    return Simulation(build_network(spec, seed), seed, device_compute=compute,
-                      availability=BernoulliDropout(spec.dropout) if spec.dropout > 0 else None,
+    if spec.availability == "dresfl_extreme":
+        availability = ExtremeDropout(spec.n_devices, seed, min_reliable=spec.min_reliable)
+    else:
+        availability = BernoulliDropout(spec.dropout) if spec.dropout > 0 else None
+    return Simulation(build_network(spec, seed), seed, device_compute=compute, availability=availability,
                       record_views=record_views, secret_seed=secret_seed_from_env())
 
 

@@ -1,0 +1,176 @@
+"""Pure updates of the DReS-FL baselines: FedAvg, FedAvg-IS, SCAFFOLD, centralized SGD.
+
+Source: Shao, Sun, Li, Zhang, "DReS-FL", Sec. 6.1 and App. B (one local SGD step per round, batch
+64, learning rate 0.1 decayed by 0.65 every 1500 rounds); McMahan et al. 2017 (FedAvg); Ren et al.
+2020 / Kairouz et al. 2021 (importance weights ``1 / (1 - dropout probability)``); Karimireddy et
+al., "SCAFFOLD", ICML 2020, Algorithm 1 with option II control variates.
+
+Parameters are :data:`fednet.learning.model.Params` (name -> array); every function charges the
+MACs of the arithmetic it performs (a metered ``axpy`` per array: one MAC per element), the
+gradients are charged by the model's own metered kernels. No SimPy here: the protocols
+(``protocols/fedavg.py``, ``scaffold.py``, ``centralized.py``, ``fedavg_lightsecagg.py``) move the
+results around.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fednet.algebra.meter import axpy
+from fednet.learning.model import Model, Params, StepSchedule
+
+__all__ = ["dresfl_schedule", "add_scaled", "local_sgd_delta", "weighted_sum", "fedavg_weights",
+           "scaffold_local", "scaffold_server"]
+
+
+def dresfl_schedule(learning_rate: float = 0.1, decay: float = 0.65, every: int = 1500) -> StepSchedule:
+    """The learning-rate schedule of DReS-FL App. B: ``0.1``, times ``0.65`` after every 1500 rounds."""
+    return StepSchedule(learning_rate, decay=decay, every=every)
+
+
+def add_scaled(a: Mapping[str, np.ndarray], alpha: float, b: Mapping[str, np.ndarray]) -> Params:
+    """``a + alpha b`` per array (metered: one MAC per element)."""
+    return {k: axpy(alpha, np.asarray(b[k]), np.asarray(v)) for k, v in a.items()}
+
+
+def local_sgd_delta(model: Model, params: Params, x: np.ndarray, y: np.ndarray, lr: float,
+                    correction: Mapping[str, np.ndarray] | None = None) -> tuple[Params, Params]:
+    """One local SGD step of a client on a minibatch; returns ``(delta, g)``.
+
+    ``g = (1/b) sum_j grad l(f(x_j), y_j)`` at ``params`` (the model's metered gradient, divided by
+    the ``b`` rows), ``delta = -lr (g + correction)`` (SCAFFOLD's ``c - c_i`` as ``correction``).
+
+    Parameters
+    ----------
+    model : Model
+    params : Params
+        The model the client downloaded.
+    x : ndarray, (b, d)
+    y : ndarray, (b,) labels or (b, c) targets
+    lr : float
+        Local learning rate ``eta_l``.
+    correction : Params, optional
+
+    Returns
+    -------
+    delta : Params
+        ``y_i - x`` of the local step (float64).
+    g : Params
+        The mean minibatch gradient (float64).
+    """
+    b = x.shape[0]
+    grad = model.gradient(params, x, y)
+    g = {k: np.asarray(v, dtype=np.float64) / b for k, v in grad.items()}
+    step = g if correction is None else add_scaled(g, 1.0, correction)
+    return {k: axpy(-lr, v, np.zeros_like(v)) for k, v in step.items()}, g
+
+
+def weighted_sum(vectors: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]) -> Params:
+    """``sum_i w_i v_i`` per array (metered: one MAC per element and term), in the given order.
+
+    Raises
+    ------
+    ValueError
+        If the lengths differ or nothing is given.
+    """
+    if len(vectors) != len(weights) or not vectors:
+        raise ValueError(f"need as many weights as vectors (> 0), got {len(weights)} and {len(vectors)}")
+    total = {k: np.zeros_like(np.asarray(v, dtype=np.float64)) for k, v in vectors[0].items()}
+    for v, w in zip(vectors, weights):
+        total = add_scaled(total, float(w), v)
+    return total
+
+
+def fedavg_weights(m: Sequence[int], used: Sequence[int], participation: Sequence[float] | None = None,
+                   rule: str = "unbiased") -> np.ndarray:
+    """Aggregation weights of the clients ``used`` in a round.
+
+    Parameters
+    ----------
+    m : sequence of int
+        Every client's number of samples ``m_i``.
+    used : sequence of int
+        The clients whose updates arrived.
+    participation : sequence of float, optional
+        Each client's probability ``1 - p_i`` of taking part (FedAvg-IS); None: plain FedAvg.
+    rule : {"unbiased", "normalized"}
+        FedAvg-IS only. ``unbiased`` (Horvitz-Thompson): ``w_i = (m_i / m) / (1 - p_i)``, so that
+        ``E[sum_i w_i Delta_i] = sum_i (m_i / m) Delta_i`` over the dropouts; ``normalized``: the
+        same weights divided by their sum over ``used``.
+
+    Returns
+    -------
+    ndarray, (len(used),)
+        Plain FedAvg: ``m_i / sum_{j in used} m_j`` (McMahan et al.).
+
+    Raises
+    ------
+    ValueError
+        For an unknown rule, no client used, or a participation probability that is not positive.
+    """
+    if not len(used):
+        raise ValueError("used must name at least one client")
+    mi = np.asarray([m[i] for i in used], dtype=np.float64)
+    if participation is None:
+        return mi / mi.sum()
+    q = np.asarray([participation[i] for i in used], dtype=np.float64)
+    if not np.all(q > 0):
+        raise ValueError(f"participation probabilities must be positive, got {q.tolist()}")
+    w = mi / float(np.sum(m)) / q
+    if rule == "unbiased":
+        return w
+    if rule == "normalized":
+        return w / w.sum()
+    raise ValueError(f"rule must be 'unbiased' or 'normalized', got {rule!r}")
+
+
+def scaffold_local(model: Model, params: Params, x: np.ndarray, y: np.ndarray, lr: float,
+                   c: Mapping[str, np.ndarray], c_i: Mapping[str, np.ndarray]) -> tuple[Params, Params, Params]:
+    """SCAFFOLD client (Karimireddy et al. 2020, Alg. 1, lines 8-13) with ``K = 1`` local step, option II.
+
+    ``y_i = x - eta_l (g_i(x) - c_i + c)``; option II: ``c_i^+ = c_i - c + (x - y_i) / (K eta_l)``,
+    which for ``K = 1`` is ``g_i(x)``.
+
+    Returns
+    -------
+    delta_y : Params
+        ``y_i - x``.
+    delta_c : Params
+        ``c_i^+ - c_i``.
+    c_i_new : Params
+        ``c_i^+`` (the client keeps it).
+    """
+    correction = add_scaled(c, -1.0, c_i)                      # c - c_i
+    delta_y, _ = local_sgd_delta(model, params, x, y, lr, correction)
+    # option II: c_i+ = c_i - c + (x - y_i) / (K lr) with K = 1
+    c_new = add_scaled(add_scaled(c_i, -1.0, c), -1.0 / lr, delta_y)
+    delta_c = add_scaled(c_new, -1.0, c_i)
+    return delta_y, delta_c, c_new
+
+
+def scaffold_server(params: Params, c: Params, delta_ys: Sequence[Params], delta_cs: Sequence[Params],
+                    n_clients: int, global_lr: float = 1.0) -> tuple[Params, Params]:
+    """SCAFFOLD server (Alg. 1, lines 16-17): ``x += eta_g / |S| sum dy_i``, ``c += 1/N sum dc_i``.
+
+    Parameters
+    ----------
+    params, c : Params
+        Global model ``x`` and control variate ``c``.
+    delta_ys, delta_cs : sequence of Params
+        The updates of the clients ``S`` that arrived (``|S| >= 1``).
+    n_clients : int
+        ``N``, all clients.
+    global_lr : float
+        ``eta_g`` (1 in the DReS-FL comparison: the server applies the mean local step).
+
+    Returns
+    -------
+    (Params, Params)
+        The new ``x`` and ``c``.
+    """
+    S = len(delta_ys)
+    x = add_scaled(params, global_lr, weighted_sum(delta_ys, [1.0 / S] * S))
+    c_new = add_scaled(c, 1.0, weighted_sum(delta_cs, [1.0 / n_clients] * S))
+    return x, c_new

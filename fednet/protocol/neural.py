@@ -1,0 +1,145 @@
+"""A base for protocols that train a neural network (the DReS-FL baselines): model, schedule, evaluation.
+
+Source: Shao et al., "DReS-FL", Sec. 6.1 and App. B: an MLP with two hidden layers of 64 units
+(784-64-64-10 on MNIST / Fashion-MNIST) and ReLU for the baselines, mini-batch SGD with batch
+64, one local step per round, learning rate 0.1 decayed by 0.65 every 1500 rounds.
+
+:class:`NeuralProtocol` holds the global parameters in ``self.params`` (:data:`Params`; the base
+class's ridge ``theta`` is unused), draws each client's minibatch from the keyed stream
+``(device, "minibatch", round)`` (so every baseline sees the same minibatches at a seed, whatever
+it did in earlier rounds), and evaluates the test accuracy every ``eval_every`` rounds and at the last
+round (the other rows repeat the last evaluation; the column ``evaluated`` says which rows measured).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Generator
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from fednet.learning.federated import dresfl_schedule
+from fednet.learning.model import Model, Params
+from fednet.learning.torch_models import MLPModel
+from fednet.sim.simulation import Node
+
+from .base import Protocol, ProtocolConfig
+
+__all__ = ["NeuralConfig", "NeuralProtocol"]
+
+
+class NeuralConfig(ProtocolConfig):
+    """Parameters shared by the neural-network baselines (DReS-FL Sec. 6.1, App. B).
+
+    Attributes
+    ----------
+    element_bits : int
+        Wire width of a parameter (32: float32).
+    hidden : list of int
+        Hidden widths of the MLP (``[64, 64]``); input and output widths come from the task.
+    activation : str
+        ``"relu"`` (the baselines).
+    loss : {"cross_entropy", "mse"}
+        Per-row loss (the paper does not state the baselines' loss; cross-entropy is PyTorch's usual).
+    batch_size : int
+        Rows per client and round (64).
+    learning_rate, lr_decay : float
+        0.1 and 0.65 (App. B).
+    lr_every : int
+        Rounds between decays (1500).
+    model_seed : int
+        Seed of the initial parameters (the same for every protocol at a study seed).
+    eval_every : int
+        Evaluate the test accuracy every this many rounds (and at round 0).
+    """
+
+    element_bits: int = Field(32, ge=1)
+    hidden: list[int] = Field(default_factory=lambda: [64, 64])
+    activation: Literal["relu", "tanh", "sigmoid", "quadratic"] = "relu"
+    loss: Literal["cross_entropy", "mse"] = "cross_entropy"
+    batch_size: int = Field(64, ge=1)
+    learning_rate: float = Field(0.1, gt=0)
+    lr_decay: float = Field(0.65, gt=0)
+    lr_every: int = Field(1500, ge=1)
+    model_seed: int = Field(0, ge=0)
+    eval_every: int = Field(1, ge=1)
+
+
+class NeuralProtocol(Protocol):
+    """Base of the MLP protocols (module docstring); subclasses write ``round``."""
+
+    Config = NeuralConfig
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self.config
+        sizes = [self.task.d, *cfg.hidden, self.task.c]
+        self.model: Model = MLPModel(sizes, cfg.activation, loss=cfg.loss)
+        self.params: Params = {k: np.asarray(v, np.float64) for k, v in self.model.init_params(cfg.model_seed).items()}
+        self.schedule = dresfl_schedule(cfg.learning_rate, cfg.lr_decay, cfg.lr_every)
+        self._last_eval: tuple[float, float] = (float("nan"), float("nan"))
+        self._evaluated = False
+        self.skipped = False
+
+    @property
+    def lr(self) -> float:
+        """The learning rate of the current round."""
+        return self.schedule(self.epoch)
+
+    @property
+    def n_params(self) -> int:
+        """Number of model parameters ``d_w`` (what one model message carries)."""
+        return self.model.n_params
+
+    def rows(self, dev: Node, epoch: int) -> np.ndarray:
+        """Client ``dev``'s minibatch in round ``epoch`` (``batch_size`` rows without replacement, keyed stream)."""
+        n = self.task.X[dev.index].shape[0]
+        return self.sim.rng(dev, "minibatch", epoch).choice(n, size=min(self.config.batch_size, n), replace=False)
+
+    def batch(self, dev: Node) -> tuple[np.ndarray, np.ndarray]:
+        """``(x, y)`` of client ``dev``'s minibatch this round."""
+        r = self.rows(dev, self.epoch)
+        return self.task.X[dev.index][r], self.task.Y[dev.index][r]
+
+    def secret_rng(self, dev: Node, purpose: str, *key: int) -> np.random.Generator:
+        """A stream for protocol secrets (masks, noise shards) that never derives from the public seed.
+
+        Uses the engine's secret streams where the engine has them (``Simulation.secret_rng``),
+        otherwise fresh OS entropy (secrets do not change any decoded value, so traces stay
+        reproducible at a seed).
+        """
+        make = getattr(self.sim, "secret_rng", None)
+        if make is not None:
+            return make(dev, purpose, *key)
+        return np.random.default_rng(secrets.randbits(128))
+
+    def participation(self) -> np.ndarray | None:
+        """Each client's probability of taking part, if the availability model states it (else None)."""
+        p = getattr(self.sim.availability, "participation", None)
+        return None if p is None else np.asarray(p, dtype=np.float64)
+
+    def run(self, epochs: int, **kwargs: Any) -> list[dict[str, Any]]:
+        """:meth:`Protocol.run`, remembering the last round so that it is always evaluated."""
+        self._final_round = epochs
+        return super().run(epochs, **kwargs)
+
+    def evaluate(self) -> tuple[float, float]:
+        """Test accuracy and loss every ``eval_every`` rounds and at the last round; the last values in between."""
+        self._evaluated = (self.epoch % self.config.eval_every == 0 or np.isnan(self._last_eval[0])
+                           or self.epoch == getattr(self, "_final_round", None))
+        if self._evaluated:
+            self._last_eval = self.model.evaluate(self.params, self.task.x_test, self.task.y_test)
+        return self._last_eval
+
+    def round_metrics(self, round: int) -> dict[str, Any]:
+        """``evaluated``: whether this row measured the accuracy; ``skipped``: no update this round."""
+        out = {"evaluated": self._evaluated, "skipped": self.skipped}
+        self.skipped = False
+        return out
+
+    def setup(self) -> Generator:
+        """No set-up phase."""
+        return
+        yield  # pragma: no cover
