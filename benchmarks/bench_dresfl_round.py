@@ -17,7 +17,7 @@ from fednet.learning.task import LearningTask
 from fednet.protocol import registry
 from fednet.sim.compute import AlwaysAvailable
 from fednet.sim.simulation import Simulation
-from topologies.lte import lte_star
+from fednet.topologies.lte import lte_star
 
 
 def main(rows: int = 64, rounds: int = 2) -> None:

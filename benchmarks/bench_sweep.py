@@ -45,7 +45,7 @@ from fednet.protocol import registry
 from fednet.sim.compute import ShiftedExponential
 from fednet.sim.simulation import Simulation
 from fednet.study.threads import limit_threads
-from topologies.lte import lte_star
+from fednet.topologies.lte import lte_star
 
 #: protocol -> (modes, params(D))
 PROTOCOLS: dict[str, tuple[tuple[str, ...], Any]] = {

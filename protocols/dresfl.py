@@ -121,6 +121,9 @@ class DReSFL(NeuralProtocol):
     """DReS-FL, Alg. 1 (module docstring)."""
 
     name = "dresfl"
+    #: The paper's dropouts are those of training rounds (Sec. 6.1); the data sharing of Sec. 4.1 is a
+    #: one-time phase completed before training, so absences then are only recorded.
+    setup_dropouts = "offline"
     Config = DReSFLConfig
     State = DReSFLState
 

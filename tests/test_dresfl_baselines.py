@@ -14,7 +14,7 @@ from fednet.protocol import registry
 from fednet.sim.compute import AlwaysAvailable
 from fednet.sim.dropout import ExtremeDropout, PerClientDropout, decodable_probability, extreme_dropout_rates
 from fednet.sim.simulation import Simulation
-from topologies.lte import lte_star
+from fednet.topologies.lte import lte_star
 
 SMALL = {"hidden": [8, 8], "batch_size": 8}
 

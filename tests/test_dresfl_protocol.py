@@ -12,7 +12,7 @@ from fednet.protocol import registry
 from fednet.sim.compute import AlwaysAvailable
 from fednet.sim.dropout import ExtremeDropout, PerClientDropout
 from fednet.sim.simulation import Simulation
-from topologies.lte import lte_star
+from fednet.topologies.lte import lte_star
 
 CFG = {"hidden": [3, 3], "batch_size": 8, "weight_bits": 4}          # deg(g) = 8, R = 9 with K = T = 1
 
@@ -40,7 +40,7 @@ def test_full_and_timing_agree_and_decode_exactly():
 
 
 def test_observer_catches_a_wrong_decode(monkeypatch):
-    from protocols import dresfl
+    from fednet.protocols import dresfl
 
     real = dresfl.decode_gradients
 

@@ -33,7 +33,7 @@ import pytest
 import fednet.study.output as output_mod
 import fednet.study.plots as plots_mod
 import fednet.study.runner as runner_mod
-import protocols  # noqa: F401  (registers the built-in protocols)
+import fednet.protocols  # noqa: F401  (registers the built-in protocols)
 from fednet.cli import main
 from fednet.errors import (CapacityError, ConfigError, DataError, DecodeFailure, FednetError, OutputError,
                            OutputLocked, SetupFailure)
@@ -44,7 +44,7 @@ from fednet.sim.compute import Availability, BernoulliDropout, ShiftedExponentia
 from fednet.sim.simulation import Simulation
 from fednet.study.config import StudyError, load_study
 from fednet.study.output import MARKER, StagedOutput, pid_alive
-from topologies.lte import lte_star
+from fednet.topologies.lte import lte_star
 
 from factories import make_task
 

@@ -71,6 +71,8 @@ class NeuralProtocol(Protocol):
     """Base of the MLP protocols (module docstring); subclasses write ``round``."""
 
     Config = NeuralConfig
+    #: The baselines exchange nothing before training; absent devices are only recorded.
+    setup_dropouts = "none"
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
