@@ -21,14 +21,15 @@ What each party sees: the server sees every used device's local gradient estimat
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import Field
 
 from fednet.algebra.meter import axpy
 from fednet.learning.models import ridge_gradient
-from fednet.protocol.base import Protocol, ProtocolConfig
+from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.sim.simulation import Node
 
 
@@ -45,6 +46,14 @@ class ConventionalFLConfig(ProtocolConfig):
 
     minibatch_fraction: float = Field(0.2, gt=0.0, le=1.0)
     drop_slowest: int = Field(0, ge=0)
+
+
+@dataclass
+class ConventionalState(NodeState):
+    """A device's state: its minibatch size ``b_i`` and its sampling stream."""
+
+    batch: int = 0
+    sampler: np.random.Generator | None = None
 
 
 def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -66,11 +75,20 @@ def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np
     return ridge_gradient(X[rows], Y[rows], theta, scale=X.shape[0] / len(rows))
 
 
+def sum_gradients(gradients: Sequence[np.ndarray]) -> np.ndarray:
+    """``G = sum_i G_i`` (eq. 3), one metered axpy per gradient (``d c`` MACs each), in the given order."""
+    total = np.zeros_like(gradients[0])
+    for g in gradients:
+        total = axpy(1.0, g, total)
+    return total
+
+
 class ConventionalFL(Protocol):
     """Conventional federated minibatch gradient descent (Sec. III-A, VII-A/B)."""
 
     name = "conventional"
     Config = ConventionalFLConfig
+    State = ConventionalState
 
     @classmethod
     def check(cls, config: ConventionalFLConfig, n_devices: int) -> None:
@@ -97,17 +115,9 @@ class ConventionalFL(Protocol):
 
     def round(self, epoch: int) -> Generator:
         """One epoch: download Theta, minibatch gradient (eq. 3), upload; the server sums the first D - s and updates (eqs. 4-5)."""
-        need = self.sim.n_devices - self.config.drop_slowest
         replies = yield from self.gather(self.devices, self.local_gradient, kind="gradient",
-                                         first=need, download=self.theta.astype(np.float32))
-        gradients = [g for _, g in replies]
-
-        def aggregate() -> np.ndarray:
-            total = np.zeros_like(self.theta)
-            for g in gradients:
-                total = axpy(1.0, g, total)
-            return total
-
-        G = yield from self.server_compute(aggregate)
-        self.used = [dev.index for dev, _ in replies]
-        self.step(G, sum(self.task.X[i].shape[0] for i in self.used))
+                                         first=self.sim.n_devices - self.config.drop_slowest,
+                                         download=self.theta.astype(np.float32))
+        G = yield from self.server_compute(sum_gradients, replies.values)                # eq. (3)
+        self.used = [dev.index for dev in replies.nodes]
+        self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in self.used))      # eqs. (4)-(5)

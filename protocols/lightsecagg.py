@@ -39,38 +39,40 @@ survivor list and one encoded mask share ``z~_ij`` from each user, which for any
 users is uniformly distributed (the ``T`` noise pieces).  Device-to-device shares are relayed
 through the (encrypted) server; audits drop them from the relay's view.
 
-Modes: ``full`` runs the finite-field math above every round; ``timing`` computes the same
-quantised gradients (so the same survivor sets and trajectory) but skips the masks, charging the
-MACs the real kernels meter at the real shapes.  Traffic is identical.
+Modes (:mod:`fednet.protocol.modes`, one code path): ``full`` runs the finite-field math above every
+round; ``timing`` computes the same quantised gradients on the host (so the same survivor sets and
+trajectory) but skips the masks, charging the MACs the real kernels meter at the real shapes.  Traffic
+is identical.  The mask math is in :mod:`fednet.codes.lightsecagg`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
-import simpy
 from pydantic import Field, model_validator
 
 from fednet.algebra.fields import check_prime, uniform
-from fednet.algebra.meter import charge, macs_of
-from fednet.algebra.modp import add_mod, sub_mod, sum_mod
-from fednet.codes.lagrange import (
+from fednet.algebra.quantize import quantize
+from fednet.codes.lightsecagg import (
     check_lsa_parameters,
     default_lsa_points,
-    dequantize,
     lsa_aggregate_encoded,
-    lsa_decode_aggregate_mask,
     lsa_encode_mask,
     lsa_piece_length,
-    quantize,
+    mask_upload,
+    unmask_aggregate,
 )
-from fednet.protocol.base import Protocol, ProtocolConfig, StragglerShortfall
+from fednet.learning.models import ridge_gradient
+from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, StragglerShortfall
+from fednet.protocol.modes import Shape
+from fednet.protocol.primitives import Mailbox
 from fednet.sim.simulation import Node
-from protocols.conventional import minibatch_gradient
 
-__all__ = ["LightSecAggConfig", "LightSecAgg", "mask_upload", "unmask_aggregate"]
+__all__ = ["LightSecAggConfig", "LightSecAgg", "LightSecAggState", "mask_upload", "unmask_aggregate",
+           "minibatch_gradient"]
 
 #: Largest prime below 2**32: 32-bit field elements (the paper's 32-bit baseline data).
 P32 = 2**32 - 5
@@ -122,55 +124,42 @@ class LightSecAggConfig(ProtocolConfig):
         return self
 
 
-def mask_upload(G: np.ndarray, z_mask: np.ndarray, b: int, p: int, n_summands: int) -> np.ndarray:
-    """A user's upload ``Q(G) + z_i`` over GF(p).
+@dataclass
+class LightSecAggState(NodeState):
+    """A user's private state.
 
-    Parameters
+    Attributes
     ----------
-    G : ndarray, (d, c) float64
-        Local gradient.
-    z_mask : ndarray, (d c,) over GF(p)
-    b, p : int
-        Quantisation bits and field.
-    n_summands : int
-        Number of uploads that will be summed (the field must hold their sum).
-
-    Returns
-    -------
-    ndarray, (d c,) over GF(p); charges ``d c`` MACs.
-
-    Raises
-    ------
-    ValueError
-        If the field is too small for the sum of ``n_summands`` quantised gradients.
+    batch : int
+        Its minibatch size ``b_i``.
+    mask : ndarray, (d c,) over GF(p)
+        This round's mask ``z_i``.
+    rng_mask : numpy.random.Generator
+        This round's mask stream (the encoder's noise pieces).
+    encoded : ndarray, (N, L) over GF(p)
+        This round's encoded mask shares ``z~_ij``, row ``j`` for user ``j``.
     """
-    return add_mod(quantize(G.reshape(-1), b, p, n_summands=n_summands), z_mask, p)
+
+    batch: int = 0
+    mask: Any = None
+    rng_mask: Any = None
+    encoded: Any = None
 
 
-def unmask_aggregate(masked: list[np.ndarray], s: np.ndarray, alphas, betas, U: int, T: int,
-                     shape: tuple[int, int], b: int, p: int) -> np.ndarray:
-    """Server: ``sum x~_i - decode(s)``, dequantised (LightSecAgg, references.md).
+def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Unbiased minibatch estimate of eq. (3), ``(n_i / b) X_b^T (X_b Theta - Y_b)``; charges ``2 b d c`` MACs."""
+    return ridge_gradient(X[rows], Y[rows], theta, scale=X.shape[0] / len(rows))
 
-    Parameters
-    ----------
-    masked : list of ndarray, each (d c,) over GF(p)
-        Masked uploads of the survivors U1.
-    s : ndarray, (R, L) over GF(p)
-        Aggregated encoded masks of ``R >= U`` survivors, at points ``alphas``.
-    alphas, betas : sequences of int
-    U, T : int
-    shape : (d, c)
-    b, p : int
 
-    Returns
-    -------
-    ndarray, (d, c) float64
-        ``sum_{i in U1} Q(G_i) / 2**b``; charges ``(U - T) U L + |U1| d c`` MACs.
-    """
-    n = shape[0] * shape[1]
-    agg_mask = lsa_decode_aggregate_mask(s, alphas, betas, U, T, n, p)
-    total = sum_mod(masked, p)
-    return dequantize(sub_mod(total, agg_mask, p), b, p).reshape(shape)
+def masked_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray, mask: np.ndarray, b: int,
+                    p: int, n_summands: int) -> np.ndarray:
+    """Online phase of a user: its minibatch gradient, quantised and masked, ``(d c,)`` over GF(p); ``2 b d c + d c`` MACs."""
+    return mask_upload(minibatch_gradient(X, Y, theta, rows), mask, b, p, n_summands)
+
+
+def unmask_shares(masked, s_parts, alphas, betas, U: int, T: int, shape, b: int, p: int) -> np.ndarray:
+    """:func:`fednet.codes.lightsecagg.unmask_aggregate` of a list of aggregated encoded masks (each ``(L,)``)."""
+    return unmask_aggregate(masked, np.stack(s_parts), alphas, betas, U, T, shape, b, p)
 
 
 class LightSecAgg(Protocol):
@@ -178,6 +167,7 @@ class LightSecAgg(Protocol):
 
     name = "lightsecagg"
     Config = LightSecAggConfig
+    State = LightSecAggState
 
     @classmethod
     def check(cls, config: LightSecAggConfig, n_devices: int) -> None:
@@ -191,14 +181,87 @@ class LightSecAgg(Protocol):
         return self.sim.n_devices if self.config.U is None else self.config.U
 
     def setup(self) -> Generator:
-        """No data sharing: per-device minibatch streams and the mask-code points."""
-        N = self.sim.n_devices
-        self.alphas, self.betas = default_lsa_points(N, self.U)
+        """No data sharing: per-device minibatch sizes and the mask-code points."""
+        self.alphas, self.betas = default_lsa_points(self.sim.n_devices, self.U)
+        self._host_batch: tuple[int, dict] = (-1, {})
         for dev in self.devices:
-            n = self.task.X[dev.index].shape[0]
-            dev.state.batch = max(1, int(round(self.config.minibatch_fraction * n)))
+            dev.state.batch = max(1, int(round(self.config.minibatch_fraction * self.task.X[dev.index].shape[0])))
         return
         yield  # pragma: no cover
+
+    # -- the round ---------------------------------------------------------------------------
+    def round(self, epoch: int) -> Generator:
+        """Offline masks (overlapping training), masked uploads, survivor set U1, aggregated encoded masks, unmasking."""
+        cfg, N, U = self.config, self.sim.n_devices, self.U
+        d, c = self.task.d, self.task.c
+        L = lsa_piece_length(d * c, U, cfg.z)
+        available = [dev for dev in self.devices if self.sim.available(dev)]
+        if len(available) < U:
+            raise StragglerShortfall(f"{self.label}: round {epoch} needs U = {U} users, {len(available)} available")
+        masks = Mailbox(self.env)
+
+        def encode(dev: Node) -> Generator:            # offline phase of user i: z_i and its N encoded shares
+            dev.state.rng_mask = self.sim.rng(dev, "masks", epoch)
+            dev.state.mask = self.mode.offline(uniform, dev.state.rng_mask, cfg.p, d * c, like=Shape((d * c,), np.int64))
+            dev.state.encoded = yield from self.compute(dev, self._encode, dev)
+            masks.put(dev.index, dev.index, dev.state.encoded[dev.index])
+
+        offline = self.exchange([[(src, dst) for src in available for dst in self.devices if dst is not src]],
+                                lambda src, dst: src.state.encoded[dst.index], prepare=encode, mailbox=masks,
+                                kind="encoded_mask" if cfg.mask_relay == "per_message" else "encoded_mask_relay",
+                                schedule="relay_asap" if cfg.mask_relay == "per_message" else "bundled",
+                                n_elements=L)
+        if cfg.offline_parallel:
+            offline = self.background(offline)
+        else:
+            yield from offline                            # every mask delivered before the model goes out
+            offline = None
+        online = yield from self.gather(available, self._masked_gradient, kind="masked_model", first=U,
+                                        download=self.theta.astype(np.float32), upload_elements=d * c, cancel=False)
+        U1 = sorted(dev.index for dev in online.nodes)    # the others are dropped this round; their work goes on
+        survivors = yield from self.gather(
+            [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1, masks, L), kind="aggregated_mask",
+            download=np.asarray(U1), download_kind="survivors", upload_elements=L,
+            wait=lambda dev: masks.wait(dev.index, U1))
+        self.cancel(online, offline)                      # whatever is still running is not needed
+        uploads = dict((dev.index, up) for dev, up in online)
+        replies = sorted(survivors, key=lambda r: r[0].index)
+        G = yield from self.server_compute(self._unmask, [uploads[i] for i in U1], [s for _, s in replies],
+                                           [self.alphas[dev.index] for dev, _ in replies], len(U1), L)
+        self.used = U1
+        self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in U1))            # eqs. (4)-(5)
+
+    # -- the math of each step (through the mode) -------------------------------------------------
+    def _encode(self, dev: Node):
+        """User ``dev``'s encoded mask shares for all N users, ``(N, L)`` (``N U L`` MACs)."""
+        N, U, T, dc = self.sim.n_devices, self.U, self.config.z, self.task.d * self.task.c
+        return self.mode.run(
+            lsa_encode_mask, dev.state.mask, U, T, self.config.p, dev.state.rng_mask, self.alphas, self.betas,
+            macs=lambda: lsa_encode_mask(np.zeros(dc, np.int64), U, T, 2**31 - 1, np.random.default_rng(0),
+                                         *default_lsa_points(N, U)),
+            key=("lsa-encode", N, U, T, dc), like=Shape((N, lsa_piece_length(dc, U, T)), np.int64))
+
+    def _masked_gradient(self, dev: Node):
+        """Online phase of user ``dev`` on the model it downloaded (eq. 3 estimate, quantised, masked)."""
+        i = dev.index
+        return self.mode.run(masked_gradient, self.task.X[i], self.task.Y[i], dev.state.received.astype(np.float64),
+                             self._rows(dev, self.epoch), dev.state.mask, self.config.quant_bits, self.config.p, self.U,
+                             stand_in=lambda: self._host_gradients()[i])
+
+    def _aggregate_masks(self, dev: Node, U1: list[int], masks: Mailbox, L: int):
+        """Survivor ``dev``: the sum of the encoded masks of U1 addressed to it (``(|U1| - 1) L`` MACs)."""
+        return self.mode.run(lsa_aggregate_encoded, [masks.get(i, dev.index) for i in U1], self.config.p,
+                             macs=(len(U1) - 1) * L, like=Shape((L,), np.int64))
+
+    def _unmask(self, masked: list, s_parts: list, alphas: list[int], n_survivors: int, L: int):
+        """Server: decode the aggregate mask from U shares, unmask the sum, dequantise."""
+        cfg, U, T, d, c = self.config, self.U, self.config.z, self.task.d, self.task.c
+        return self.mode.run(
+            unmask_shares, masked, s_parts, alphas, self.betas, U, T, (d, c), cfg.quant_bits, cfg.p,
+            macs=lambda: unmask_aggregate([np.zeros(d * c, np.int64)] * n_survivors, np.zeros((U, L), np.int64),
+                                          self.alphas[:U], self.betas, U, T, (d, c), 0, 2**31 - 1),
+            key=("lsa-decode", U, T, L, n_survivors, d * c), like=Shape((d, c), np.float64),
+            stand_in=lambda: sum(m.value for m in masked))
 
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
@@ -206,186 +269,25 @@ class LightSecAgg(Protocol):
         n = self.task.X[dev.index].shape[0]
         return self.sim.rng(dev, "minibatch", epoch).choice(n, size=dev.state.batch, replace=False)
 
-    def _batched_gradients(self, devs: list[Node], epoch: int) -> dict[int, np.ndarray]:
-        """Timing mode: every device's quantised minibatch gradient in a few batched products
-        (host speed only; each device is charged its own MACs when it computes)."""
-        b = self.config.quant_bits
-        theta = self.theta.astype(np.float32).astype(np.float64)     # the model the devices download
-        out: dict[int, np.ndarray] = {}
-        shapes: dict[tuple[int, int], list[Node]] = {}
-        for dev in devs:
-            shapes.setdefault((self.task.X[dev.index].shape[0], dev.state.batch), []).append(dev)
-        for (n, bsz), group in shapes.items():
-            for start in range(0, len(group), 32):
-                part = group[start:start + 32]
-                rows = [self._rows(dev, epoch) for dev in part]
-                Xb = np.stack([self.task.X[dev.index][r] for dev, r in zip(part, rows)])
-                Yb = np.stack([self.task.Y[dev.index][r] for dev, r in zip(part, rows)])
-                G = np.matmul(Xb.transpose(0, 2, 1), np.matmul(Xb, theta) - Yb) * (n / bsz)
-                for dev, g in zip(part, G):
-                    quantize(g.reshape(-1), b, self.config.p, n_summands=self.U)   # the capacity check
-                    out[dev.index] = np.rint(g * 2.0**b) / 2.0**b
-        return out
-
-    # -- device work -----------------------------------------------------------------------
-    def _draw_mask(self, dev: Node, epoch: int) -> None:
-        """Draw ``z_i`` for this round (free: randomness is not a MAC) and the encoder's stream."""
-        dev.state.rng_mask = self.sim.rng(dev, "masks", epoch)
-        dev.state.mask = uniform(dev.state.rng_mask, self.config.p, self.task.d * self.task.c)
-
-    def _encode(self, dev: Node) -> np.ndarray:
-        """Offline phase of user ``dev``: encoded mask shares for all N users, ``(N, L)``."""
-        cfg = self.config
-        return lsa_encode_mask(dev.state.mask, self.U, cfg.z, cfg.p, dev.state.rng_mask, self.alphas, self.betas)
-
-    def _gradient(self, dev: Node):
-        """Online phase (full mode): minibatch gradient (eq. 3 estimate), quantised and masked."""
-        theta = dev.state.received.astype(np.float64)
-        G = minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], theta, self._rows(dev, self.epoch))
-        return mask_upload(G, dev.state.mask, self.config.quant_bits, self.config.p, self.U)
-
-    # -- the round ---------------------------------------------------------------------------
-    def round(self, epoch: int) -> Generator:
-        """One round: offline masks (overlapping training), masked uploads, survivor set, aggregated encoded masks, unmasking."""
-        cfg = self.config
-        env = self.env
-        N, U, T = self.sim.n_devices, self.U, cfg.z
-        d, c = self.task.d, self.task.c
-        L = lsa_piece_length(d * c, U, T)
-        full = cfg.mode == "full"
-        bits = cfg.element_bits
-        enc_macs = None if full else macs_of(("lsa-encode", N, U, T, d * c), lambda: lsa_encode_mask(
-            np.zeros(d * c, np.int64), U, T, 2**31 - 1, np.random.default_rng(0), *default_lsa_points(N, U)))
-        available = [dev for dev in self.devices if self.sim.available(dev)]
-        if not full:
-            pre = self._batched_gradients(available, epoch)
-            grad_macs = {dev.index: macs_of(("lsa-grad", self.task.X[dev.index].shape[0], dev.state.batch, d, c),
-                                             lambda dev=dev: (minibatch_gradient(
-                                                 np.zeros_like(self.task.X[dev.index]), np.zeros_like(self.task.Y[dev.index]),
-                                                 np.zeros((d, c)), np.arange(dev.state.batch)), charge(d * c)))
-                         for dev in available}
-        if len(available) < U:
-            raise StragglerShortfall(f"{self.label}: round {epoch} needs U = {U} users, {len(available)} available")
-        delivered = {(i, j): env.event() for i in range(N) for j in range(N)}   # (i, i): own share encoded
-        received: dict[int, dict[int, object]] = {j: {} for j in range(N)}
-        arrivals: list[tuple[int, object]] = []
-        phase1 = env.event()
-        procs: list = []
-
-        uploaded = {dev.index: env.event() for dev in available}
-        bundles: dict[int, object] = {}
-
-        def offline(dev: Node) -> Generator:
-            i = dev.index
-            try:
-                if full:
-                    self._draw_mask(dev, epoch)
-                    enc = yield from self.sim.compute(dev, self._encode, dev)
-                else:
-                    yield from self.sim.compute(dev, None, macs=enc_macs)
-                    enc = None
-                received[i][i] = enc[i] if full else None
-                delivered[(i, i)].succeed()
-                if cfg.mask_relay == "per_message":
-                    sends = [env.process(one(dev, j, enc[j] if full else np.empty(0))) for j in range(N) if j != i]
-                    procs.extend(sends)
-                    yield env.all_of(sends)
-                else:
-                    yield from self.send(dev, self.server, enc if full else np.empty(0), kind="encoded_mask_relay",
-                                         n_elements=(N - 1) * L, element_bits=bits, encrypted=True)
-                    bundles[i] = enc
-                    uploaded[i].succeed()
-            except simpy.Interrupt:
-                return
-
-        def one(dev: Node, j: int, payload) -> Generator:
-            try:
-                msg = yield from self.send(dev, self.devices[j], payload, kind="encoded_mask",
-                                           n_elements=L, element_bits=bits)
-            except simpy.Interrupt:
-                return
-            received[j][dev.index] = msg.payload
-            delivered[(dev.index, j)].succeed()
-
-        def forward(dev: Node) -> Generator:
-            """Server to user j: the encoded shares addressed to j, once every bundle is in."""
-            j = dev.index
-            try:
-                yield env.all_of(list(uploaded.values()))
-                senders = [i for i in sorted(bundles) if i != j]
-                payload = np.stack([bundles[i][j] for i in senders]) if full else np.empty(0)
-                msg = yield from self.send(self.server, dev, payload, kind="encoded_mask_relay",
-                                           n_elements=len(senders) * L, element_bits=bits, encrypted=True)
-            except simpy.Interrupt:
-                return
-            for k, i in enumerate(senders):
-                received[j][i] = msg.payload[k] if full else None
-                delivered[(i, j)].succeed()
-
-        fwd = [env.process(forward(dev)) for dev in available] if cfg.mask_relay == "bundled" else []
-        procs.extend(fwd)
-
-        def online(dev: Node) -> Generator:
-            try:
-                msg = yield from self.send(self.server, dev, self.theta.astype(np.float32), kind="model",
-                                           element_bits=bits)
-                dev.state.received = msg.payload
-                if full:
-                    upload = yield from self.sim.compute(dev, self._gradient, dev)
-                else:
-                    yield from self.sim.compute(dev, None, macs=grad_macs[dev.index])
-                    upload = pre[dev.index]
-                yield from self.send(dev, self.server, upload if full else np.empty(0), kind="masked_model",
-                                     n_elements=d * c, element_bits=bits)
-            except simpy.Interrupt:
-                return
-            arrivals.append((dev.index, upload))
-            if len(arrivals) >= U and not phase1.triggered:
-                phase1.succeed()
-
-        if cfg.offline_parallel:
-            for dev in available:
-                procs.append(env.process(offline(dev)))
-                procs.append(env.process(online(dev)))
-        else:
-            offs = [env.process(offline(dev)) for dev in available]
-            procs.extend(offs)
-            yield env.all_of(offs + fwd)                              # every mask delivered
-            procs.extend(env.process(online(dev)) for dev in available)
-        yield phase1
-        U1 = sorted(i for i, _ in arrivals[:U])
-        uploads = {i: up for i, up in arrivals[:U]}
-
-        def second(dev: Node) -> Generator:
-            j = dev.index
-            yield from self.send(self.server, dev, np.asarray(U1), kind="survivors", element_bits=bits)
-            yield env.all_of([delivered[(i, j)] for i in U1])
-            if full:
-                s = yield from self.sim.compute(dev, lsa_aggregate_encoded, [received[j][i] for i in U1], cfg.p)
-            else:
-                yield from self.sim.compute(dev, None, macs=(len(U1) - 1) * L)
-                s = None
-            yield from self.send(dev, self.server, s if full else np.empty(0), kind="aggregated_mask",
-                                 n_elements=L, element_bits=bits)
-            return j, s
-
-        # users outside U1 are dropped for this round; their work goes on until the round ends
-        seconds = [env.process(second(self.devices[i])) for i in U1]
-        yield env.all_of(seconds)
-        replies = [p.value for p in seconds][:U]
-        for p in procs:                                   # whatever is still running is not needed
-            if p.is_alive:
-                p.interrupt("round over")
-        if full:
-            s = np.stack([r[1] for r in replies])
-            alphas = [self.alphas[r[0]] for r in replies]
-            G = yield from self.server_compute(unmask_aggregate, [uploads[i] for i in U1], s, alphas,
-                                               self.betas, U, T, (d, c), cfg.quant_bits, cfg.p)
-        else:
-            dec = macs_of(("lsa-decode", U, T, L, len(U1), d * c), lambda: unmask_aggregate(
-                [np.zeros(d * c, np.int64)] * len(U1), np.zeros((U, L), np.int64), self.alphas[:U],
-                self.betas, U, T, (d, c), 0, 2**31 - 1))
-            yield from self.server_compute(None, macs=dec)
-            G = sum(uploads[i] for i in U1)
-        self.used = U1
-        self.step(G, sum(self.task.X[i].shape[0] for i in U1))
+    def _host_gradients(self) -> dict[int, np.ndarray]:
+        """Timing mode's stand-ins: this round's quantised minibatch gradient of every available user, in a few
+        batched host products (not charged: each user is charged its own kernels' MACs when it computes)."""
+        if self._host_batch[0] != self.epoch:
+            b, epoch = self.config.quant_bits, self.epoch
+            theta = self.theta.astype(np.float32).astype(np.float64)     # the model the devices download
+            out: dict[int, np.ndarray] = {}
+            shapes: dict[tuple[int, int], list[Node]] = {}
+            for dev in (dev for dev in self.devices if self.sim.available(dev)):
+                shapes.setdefault((self.task.X[dev.index].shape[0], dev.state.batch), []).append(dev)
+            for (n, bsz), group in shapes.items():
+                for start in range(0, len(group), 32):
+                    part = group[start:start + 32]
+                    rows = [self._rows(dev, epoch) for dev in part]
+                    Xb = np.stack([self.task.X[dev.index][r] for dev, r in zip(part, rows)])
+                    Yb = np.stack([self.task.Y[dev.index][r] for dev, r in zip(part, rows)])
+                    G = np.matmul(Xb.transpose(0, 2, 1), np.matmul(Xb, theta) - Yb) * (n / bsz)
+                    for dev, g in zip(part, G):
+                        quantize(g.reshape(-1), b, self.config.p, n_summands=self.U)   # the capacity check
+                        out[dev.index] = np.rint(g * 2.0**b) / 2.0**b
+            self._host_batch = (self.epoch, out)
+        return self._host_batch[1]

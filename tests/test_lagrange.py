@@ -10,17 +10,15 @@ import pytest
 from fednet.algebra.fields import prime_field, uniform
 from fednet.algebra.meter import MacMeter
 from fednet.algebra.modp import add_mod, sum_mod
-from fednet.codes.lagrange import (
+from fednet.algebra.quantize import dequantize, quantize
+from fednet.codes.lagrange import lcc_decode, lcc_encode
+from fednet.codes.lightsecagg import (
     check_lsa_parameters,
     default_lsa_points,
-    dequantize,
-    lcc_decode,
-    lcc_encode,
     lsa_aggregate_encoded,
     lsa_decode_aggregate_mask,
     lsa_encode_mask,
     lsa_mask_pieces,
-    quantize,
 )
 
 P_TV = 2**30 - 35

@@ -12,7 +12,7 @@ from scipy.stats import chi2_contingency
 
 from fednet.algebra.fields import uniform
 from fednet.algebra.modp import add_mod
-from fednet.codes.lagrange import default_lsa_points, lsa_aggregate_encoded, lsa_decode_aggregate_mask, lsa_encode_mask
+from fednet.codes.lightsecagg import default_lsa_points, lsa_aggregate_encoded, lsa_decode_aggregate_mask, lsa_encode_mask
 
 ALPHA = 1e-4
 

@@ -90,7 +90,12 @@ def check_prime(q: int) -> int:
 
 @lru_cache(maxsize=32)
 def prime_field(q: int) -> type[galois.FieldArray]:
-    """The galois field class GF(q) (cached).
+    """The galois field class GF(q) (cached), used as a test oracle.
+
+    Building it for a large q (e.g. DReS-FL's ``2**200 - 75``) factors ``q - 1`` to find a primitive
+    element, which takes seconds to minutes; no fednet kernel calls it (Lagrange and Vandermonde
+    matrices use Python integers, products use :mod:`fednet.algebra.modp` and
+    :mod:`fednet.algebra.rns`).
 
     Parameters
     ----------
@@ -341,14 +346,14 @@ def vandermonde(points: Iterable[int], n_columns: int, q: int) -> np.ndarray:
     Returns
     -------
     ndarray, shape (n, n_columns)
-        Over GF(q), storage dtype.  Computed with galois.
+        Over GF(q), storage dtype.  Computed with Python integers (exact for any q).
     """
     if n_columns < 1:
         raise ValueError(f"n_columns must be >= 1, got {n_columns}")
-    GF = prime_field(q)
-    pts = GF(distinct_points(points, q))
-    V = pts[:, None] ** np.arange(n_columns)[None, :]
-    return as_field(np.asarray(V.view(np.ndarray)), q, name="vandermonde")
+    q = int(q)
+    pts = distinct_points(points, q)
+    V = [[pow(x, j, q) for j in range(int(n_columns))] for x in pts]
+    return as_field(np.array(V, dtype=field_dtype(q)).reshape(len(pts), int(n_columns)), q, name="vandermonde")
 
 
 def lagrange_coefficients(src_points: Iterable[int], dst_points: Iterable[int], q: int) -> np.ndarray:
@@ -358,7 +363,8 @@ def lagrange_coefficients(src_points: Iterable[int], dst_points: Iterable[int], 
     any polynomial ``p`` of degree ``< len(src_points)``, ``p(dst) = L @ p(src)``.  This is the decoding
     matrix of Shamir sharing (``dst = [0]``), of Lagrange coded computing and of the LightSecAgg mask
     code (``dst = betas``).  Computed in barycentric form with galois (exact inverses), ``O(n (n + r))``
-    field operations, and cached (the same points recur every round).
+    field operations on Python integers (no galois field is built, so a 200-bit q costs no
+    factorisation of q - 1), and cached (the same points recur every round).
 
     Parameters
     ----------
@@ -385,23 +391,28 @@ def lagrange_coefficients(src_points: Iterable[int], dst_points: Iterable[int], 
 
 @lru_cache(maxsize=256)
 def _lagrange_cached(src: tuple[int, ...], dst: tuple[int, ...], q: int) -> np.ndarray:
-    GF = prime_field(q)
-    x = GF(list(src))
-    t = GF(list(dst))
-    n = x.size
-    diff_src = x[:, None] - x[None, :]
-    diff_src[np.arange(n), np.arange(n)] = GF(1)
-    w = GF(1) / np.prod(diff_src, axis=1)  # barycentric weights, (n,)
-    diff = t[:, None] - x[None, :]  # (r, n)
-    hit = np.asarray(diff == 0)
-    safe = diff.copy()
-    safe[hit] = GF(1)
-    ell = np.prod(safe, axis=1)  # prod_m (t - x_m), (r,) (rows with a hit are overwritten below)
-    out = ell[:, None] * w[None, :] / safe
-    rows = np.nonzero(hit.any(axis=1))[0]
-    for r in rows:
-        out[r] = GF(0)
-        out[r, int(np.nonzero(hit[r])[0][0])] = GF(1)
-    res = as_field(np.asarray(out.view(np.ndarray)), q, name="lagrange")
+    # Pure Python integers (exact for any q): building galois.GF(q) for a 200-bit q factors q - 1 to
+    # find a primitive element (tens of seconds), and no field object is needed for n inverses.
+    n = len(src)
+    w = []
+    for j in range(n):
+        den = 1
+        for m in range(n):
+            if m != j:
+                den = den * (src[j] - src[m]) % q
+        w.append(pow(den, -1, q))  # barycentric weights
+    rows = []
+    for t in dst:
+        if t in src:
+            row = [0] * n
+            row[src.index(t)] = 1
+        else:
+            diffs = [(t - x) % q for x in src]
+            ell = 1
+            for d in diffs:
+                ell = ell * d % q
+            row = [ell * w[j] % q * pow(diffs[j], -1, q) % q for j in range(n)]
+        rows.append(row)
+    res = as_field(np.array(rows, dtype=field_dtype(q)).reshape(len(dst), n), q, name="lagrange")
     res.setflags(write=False)
     return res

@@ -1,14 +1,34 @@
-"""Partitions of a training set over devices: the paper's sorted non-IID split, Dirichlet, IID.
+"""Splits of a data set over devices: horizontal (rows) and vertical (feature blocks).
 
-Every function returns a list of ``n_devices`` integer index arrays into the training set;
-together they cover every training example exactly once (a partition).
+Horizontal splits (every device holds whole examples, the set-up of Schlegel et al. and of
+DReS-FL): the paper's sorted non-IID split, Dirichlet, IID. Each returns a list of ``n_devices``
+integer index arrays into the training set; together they cover every training example exactly
+once (a partition); :func:`horizontal_split` cuts the arrays by them.
+
+Vertical splits (every client holds a block of the features of *every* example, the labels stay
+at the server: split vertical FL, FedVS, Li et al., Sec. 3 and 6.1): :class:`VerticalSplit`
+holds the feature indices of each client, made by :func:`vertical_split` (features or image
+rows/columns split evenly) or from explicit blocks (multi-view data, one view per client). The
+input may be raw pixels or any features.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["noniid_split", "dirichlet_split", "iid_split", "partition", "label_counts"]
+__all__ = [
+    "noniid_split",
+    "dirichlet_split",
+    "iid_split",
+    "partition",
+    "label_counts",
+    "horizontal_split",
+    "VerticalSplit",
+    "vertical_split",
+]
 
 
 def _check_labels(labels: np.ndarray) -> np.ndarray:
@@ -205,3 +225,193 @@ def label_counts(labels: np.ndarray, parts: list[np.ndarray], n_classes: int) ->
     return np.stack(
         [np.bincount(labels[p], minlength=n_classes)[:n_classes] for p in parts]
     ).astype(np.int64)
+
+
+def horizontal_split(x: np.ndarray, y: np.ndarray, parts: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Rows of ``x`` and ``y`` per device (horizontal FL): ``x[parts[i]], y[parts[i]]``.
+
+    Parameters
+    ----------
+    x : ndarray, shape (m, ...)
+        Inputs (raw pixels or features).
+    y : ndarray, shape (m, ...)
+        Labels or one-hot rows.
+    parts : sequence of ndarray
+        Index arrays of the devices (e.g. from :func:`partition`).
+
+    Returns
+    -------
+    X, Y : list of ndarray
+        Contiguous copies, one per device.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` and ``y`` differ in rows or an index is out of range.
+    """
+    x, y = np.asarray(x), np.asarray(y)
+    if x.shape[0] != y.shape[0]:
+        raise ValueError(f"x has {x.shape[0]} rows but y has {y.shape[0]}")
+    for i, p in enumerate(parts):
+        p = np.asarray(p)
+        if p.size and (p.min() < 0 or p.max() >= x.shape[0]):
+            raise ValueError(f"parts[{i}] indexes outside [0, {x.shape[0] - 1}]")
+    return ([np.ascontiguousarray(x[np.asarray(p, dtype=np.int64)]) for p in parts],
+            [np.ascontiguousarray(y[np.asarray(p, dtype=np.int64)]) for p in parts])
+
+
+@dataclass(frozen=True, eq=False)
+class VerticalSplit:
+    """Feature blocks of the clients of a vertical split (labels stay at the server).
+
+    Client ``n`` holds columns ``blocks[n]`` of every example (FedVS, Li et al., Sec. 3: ``X_n``
+    is client n's feature block; the server's embedding averages the clients' outputs).
+
+    Parameters
+    ----------
+    blocks : tuple of ndarray
+        Column indices (int64) of each client; together a partition of ``range(n_features)``.
+    n_features : int
+        Number of features ``p`` of the full input.
+
+    Raises
+    ------
+    ValueError
+        If the blocks are not a partition of ``range(n_features)`` (an index missing, repeated
+        or out of range) or a block is empty.
+    """
+
+    blocks: tuple[np.ndarray, ...]
+    n_features: int
+
+    def __post_init__(self) -> None:
+        blocks = tuple(np.asarray(b, dtype=np.int64).ravel() for b in self.blocks)
+        if not blocks:
+            raise ValueError("blocks must hold at least one client")
+        for n, b in enumerate(blocks):
+            if b.size == 0:
+                raise ValueError(f"block {n} is empty: every client must hold at least one feature")
+            b.flags.writeable = False
+        allidx = np.concatenate(blocks)
+        if allidx.size != self.n_features or not np.array_equal(np.sort(allidx), np.arange(self.n_features)):
+            raise ValueError(f"blocks must partition range({self.n_features}); they hold {allidx.size} indices "
+                             f"spanning [{allidx.min()}, {allidx.max()}] with {allidx.size - np.unique(allidx).size} "
+                             "repeated")
+        object.__setattr__(self, "blocks", blocks)
+
+    @property
+    def n_clients(self) -> int:
+        """Number of clients ``N``."""
+        return len(self.blocks)
+
+    @property
+    def sizes(self) -> list[int]:
+        """Features per client ``p_n``."""
+        return [int(b.size) for b in self.blocks]
+
+    def split(self, x: np.ndarray) -> list[np.ndarray]:
+        """Client ``n``'s block ``x[:, blocks[n]]`` of every row.
+
+        Parameters
+        ----------
+        x : ndarray, shape (m, n_features)
+
+        Returns
+        -------
+        list of ndarray, each (m, p_n)
+            Contiguous copies, in client order.
+
+        Raises
+        ------
+        ValueError
+            If ``x`` does not have ``n_features`` columns.
+        """
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[1] != self.n_features:
+            raise ValueError(f"x must have shape (m, {self.n_features}), got {x.shape}")
+        return [np.ascontiguousarray(x[:, b]) for b in self.blocks]
+
+    def merge(self, parts: Sequence[np.ndarray]) -> np.ndarray:
+        """Reassemble the full rows from the clients' blocks (inverse of :meth:`split`).
+
+        Parameters
+        ----------
+        parts : sequence of ndarray, each (m, p_n)
+
+        Returns
+        -------
+        ndarray, shape (m, n_features)
+
+        Raises
+        ------
+        ValueError
+            If the number of parts or a part's shape is wrong.
+        """
+        if len(parts) != self.n_clients:
+            raise ValueError(f"parts must hold {self.n_clients} blocks, got {len(parts)}")
+        m = np.asarray(parts[0]).shape[0]
+        out = np.empty((m, self.n_features), dtype=np.result_type(*[np.asarray(p).dtype for p in parts]))
+        for n, (p, b) in enumerate(zip(parts, self.blocks)):
+            p = np.asarray(p)
+            if p.shape != (m, b.size):
+                raise ValueError(f"parts[{n}] has shape {p.shape}, expected ({m}, {b.size})")
+            out[:, b] = p
+        return out
+
+
+def vertical_split(n_features: int, n_clients: int, *, by: str = "features",
+                   image_shape: Sequence[int] | None = None) -> VerticalSplit:
+    """Split the features of every example evenly over ``n_clients`` clients.
+
+    FedVS (Li et al., Sec. 6.1 and App. C): "we evenly partition the features of each data sample
+    across the clients" (FashionMNIST over 28 clients). When ``n_clients`` does not divide the
+    number of units, the first ones get one more (``numpy.array_split``).
+
+    Parameters
+    ----------
+    n_features : int
+        Number of features ``p`` (784 for a flattened 28x28 image).
+    n_clients : int
+        Number of clients ``N``.
+    by : {"features", "rows", "columns"}
+        ``"features"``: consecutive blocks of the flattened input; ``"rows"``: consecutive image
+        rows (the same as ``"features"`` when ``N`` divides the number of rows); ``"columns"``:
+        consecutive image columns (client ``n`` holds pixels ``r * W + c`` of its columns ``c``,
+        every row ``r``, in raster order).
+    image_shape : (H, W), optional
+        Required for ``"rows"`` and ``"columns"`` (row-major flattening, ``H * W = n_features``).
+
+    Returns
+    -------
+    VerticalSplit
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``by``, a missing or inconsistent ``image_shape``, or more clients than
+        units to split.
+    """
+    if isinstance(n_features, bool) or int(n_features) != n_features or n_features < 1:
+        raise ValueError(f"n_features must be a positive integer, got {n_features!r}")
+    if isinstance(n_clients, bool) or int(n_clients) != n_clients or n_clients < 1:
+        raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}")
+    n_features, n_clients = int(n_features), int(n_clients)
+    if by == "features":
+        units = n_features
+    elif by in ("rows", "columns"):
+        if image_shape is None or len(image_shape) != 2 or int(np.prod(image_shape)) != n_features:
+            raise ValueError(f"by={by!r} needs image_shape (H, W) with H * W = {n_features}, got {image_shape!r}")
+        H, W = (int(s) for s in image_shape)
+        units = H if by == "rows" else W
+    else:
+        raise ValueError(f"by must be 'features', 'rows' or 'columns', got {by!r}")
+    if n_clients > units:
+        raise ValueError(f"n_clients = {n_clients} exceeds the {units} {by} to split")
+    chunks = np.array_split(np.arange(units, dtype=np.int64), n_clients)
+    if by == "features":
+        blocks = chunks
+    elif by == "rows":
+        blocks = [(c[:, None] * W + np.arange(W)).ravel() for c in chunks]
+    else:
+        blocks = [(np.arange(H)[:, None] * W + c[None, :]).ravel() for c in chunks]
+    return VerticalSplit(tuple(blocks), n_features)

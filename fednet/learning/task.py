@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fednet.learning.model import SGD, RidgeModel, StepSchedule
+from fednet.learning.trajectory import FullBatchTrajectory
+
 __all__ = ["LearningTask"]
 
 
@@ -46,8 +49,7 @@ class LearningTask:
     lr_milestones: Sequence[int] = (200, 350)
     lr_decay: float = 0.8
     weight_decay: float = 9e-6
-    _y_test_onehot: np.ndarray = field(init=False, repr=False)
-    _gd: dict | None = field(init=False, repr=False, default=None)
+    _trajectory: FullBatchTrajectory | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
         if len(self.X) != len(self.Y) or not self.X:
@@ -57,8 +59,6 @@ class LearningTask:
                 raise ValueError(f"device {i}: X {x.shape} and Y {y.shape} must be (n_i, d) and (n_i, c)")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
-        c = self.Y[0].shape[1]
-        self._y_test_onehot = np.eye(c)[np.asarray(self.y_test, dtype=np.int64)]
 
     @property
     def n_devices(self) -> int:
@@ -87,10 +87,29 @@ class LearningTask:
 
     def step_size(self, epoch: int) -> float:
         """mu at ``epoch`` (1-based): the initial rate times ``lr_decay`` per milestone reached."""
-        return self.learning_rate * self.lr_decay ** sum(1 for e in self.lr_milestones if epoch >= e)
+        return self.schedule(epoch)
+
+    @property
+    def model(self) -> RidgeModel:
+        """The ridge model of eq. (2) on this task's features: ``RidgeModel(d, c, weight_decay)``."""
+        return RidgeModel(self.d, self.c, self.weight_decay)
+
+    @property
+    def schedule(self) -> StepSchedule:
+        """The step-size schedule of Sec. VII: ``StepSchedule(learning_rate, lr_milestones, lr_decay)``."""
+        return StepSchedule(self.learning_rate, self.lr_milestones, self.lr_decay)
+
+    @property
+    def optimizer(self) -> SGD:
+        """The update of eqs. (4)-(5): ``SGD(schedule, weight_decay)``.
+
+        ``task.optimizer.step(theta, G, m_used, epoch)`` returns the same floats as
+        ``theta - task.step_size(epoch) * (G / m_used + task.weight_decay * theta)``.
+        """
+        return SGD(self.schedule, self.weight_decay)
 
     def evaluate(self, theta: np.ndarray) -> tuple[float, float]:
-        """Test accuracy and the objective of eq. (2) on the test set.
+        """Test accuracy and the objective of eq. (2) on the test set (``self.model.evaluate``).
 
         Parameters
         ----------
@@ -103,11 +122,7 @@ class LearningTask:
         loss : float
             ``1/(2 m_test) ||X_test Theta - Y_test||_F^2 + lambda/2 ||Theta||_F^2``.
         """
-        pred = self.x_test @ theta
-        acc = float(np.mean(np.argmax(pred, axis=1) == self.y_test))
-        r = pred - self._y_test_onehot
-        loss = float(0.5 * np.sum(r * r) / len(self.y_test) + 0.5 * self.weight_decay * np.sum(theta * theta))
-        return acc, loss
+        return self.model.evaluate(theta, self.x_test, self.y_test)
 
     def full_batch_trajectory(self, upto: int) -> list[tuple[float, float]]:
         """Test (accuracy, loss) after epochs ``0..upto`` of plain full-batch GD, cached on the task.
@@ -115,22 +130,17 @@ class LearningTask:
         Eqs. (3)-(5) with ``G = X^T X Theta - X^T Y`` over all ``m`` points, in float64, from
         ``Theta = 0``. Exactly decoding schemes (CodedPaddedFL, CodedSecAgg: Prop. 3 of Schlegel et
         al.) follow this trajectory whatever the stragglers, so their timing-only modes replay it.
+        Delegates to :class:`fednet.learning.trajectory.FullBatchTrajectory` (cached while the
+        hyperparameters are unchanged).
 
         Returns
         -------
         list of (float, float)
             Entry ``e`` is the test accuracy and loss after epoch ``e`` (entry 0: ``Theta = 0``).
         """
-        tr = self._gd
-        if tr is None or tr["key"] != (self.learning_rate, tuple(self.lr_milestones), self.lr_decay, self.weight_decay):
-            theta = np.zeros((self.d, self.c))
-            tr = self._gd = {
-                "key": (self.learning_rate, tuple(self.lr_milestones), self.lr_decay, self.weight_decay),
-                "XtX": sum(x.T @ x for x in self.X), "XtY": sum(x.T @ y for x, y in zip(self.X, self.Y)),
-                "theta": theta, "rows": [self.evaluate(theta)]}
-        while len(tr["rows"]) <= upto:
-            e = len(tr["rows"])
-            G = tr["XtX"] @ tr["theta"] - tr["XtY"]
-            tr["theta"] = tr["theta"] - self.step_size(e) * (G / self.m + self.weight_decay * tr["theta"])
-            tr["rows"].append(self.evaluate(tr["theta"]))
-        return tr["rows"]
+        key = (self.learning_rate, tuple(self.lr_milestones), self.lr_decay, self.weight_decay)
+        tr = self._trajectory
+        if tr is None or tr.key != key:
+            tr = self._trajectory = FullBatchTrajectory(self.model, self.optimizer, self.X, self.Y,
+                                                        self.x_test, self.y_test, key=key)
+        return tr.upto(upto)

@@ -1,33 +1,27 @@
-"""The ``Protocol`` base class: a setup phase, repeated rounds, and SimPy primitives.
+"""The ``Protocol`` base class: a setup phase, repeated rounds, per-node state, the run loop.
 
 A protocol is a state machine written as two generators, :meth:`Protocol.setup` and
 :meth:`Protocol.round`, that read like the paper's algorithm box. Math is done by pure
-functions (arrays in, arrays out, metered kernels inside); time is advanced only by the
-primitives below, used with ``yield from``:
+functions (arrays in, arrays out, metered kernels inside) evaluated through the protocol's
+mode object ``self.mode`` (:mod:`fednet.protocol.modes`: full or timing, one code path);
+time is advanced only by the primitives of :mod:`fednet.protocol.primitives` (``send``,
+``broadcast``, ``send_all``, ``exchange``, ``compute_each``, ``server_compute``, ``first_k``,
+``gather``, ``tree_aggregate``), used with ``yield from``.
 
-==========================  ============================================================
-:meth:`~Protocol.send`       one message (device to server, server to device, or device to
-                             device relayed through the server)
-:meth:`~Protocol.broadcast`  the server sends one payload to many devices in parallel
-:meth:`~Protocol.send_all`   many messages: all at once (links queue them) or in steps with
-                             a barrier between steps (successive relays, aggregation trees)
-:meth:`~Protocol.compute_each`  a computation on each of a set of nodes, in parallel
-:meth:`~Protocol.gather`     download, compute, upload on each node; returns the first
-                             ``first`` results to reach the server and cancels the rest
-:meth:`~Protocol.server_compute`  a computation on the server
-==========================  ============================================================
+Per-node private state: a protocol names a dataclass ``State`` (a subclass of
+:class:`NodeState`); every device's ``node.state`` is a fresh instance at construction (the
+server gets ``ServerState``). A node's computation may use only its own ``state`` and the
+messages it received; every message a node receives is appended to its ``view`` (see
+:class:`fednet.sim.Node`) so tests can check what a coalition of nodes, or the server, could learn.
 
-A node's computation may use only its own ``state`` and the messages it received; every
-message a node receives is appended to its ``view`` (see :class:`fednet.sim.Node`) so tests
-can check what a coalition of nodes, or the server, could learn.
-
-Each finished round appends a record to the trace (simulated time, accuracy, loss, bits up and
-down, MACs per role, the devices whose results were used); round 0 is the setup phase.
+Each finished round appends a :class:`~fednet.protocol.trace.TraceRow` to the trace (simulated
+time, accuracy, loss, bits up and down, MACs per role, the devices used and dropped); round 0 is
+the setup phase.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -36,12 +30,22 @@ import simpy
 from pydantic import BaseModel, ConfigDict
 
 from fednet.learning.task import LearningTask
-from fednet.sim.network import Message
 from fednet.sim.simulation import Node, Simulation
 
 from . import registry
+from .modes import Mode, make_mode
+from .primitives import (
+    GatherResult,
+    Outgoing,
+    Primitives,
+    StragglerShortfall,
+    UnchargedCompute,
+    payload_size,
+)
+from .trace import TraceRow
 
-__all__ = ["Protocol", "ProtocolConfig", "Outgoing", "StragglerShortfall", "payload_size"]
+__all__ = ["Protocol", "ProtocolConfig", "NodeState", "ServerState", "Outgoing", "StragglerShortfall",
+           "UnchargedCompute", "GatherResult", "payload_size"]
 
 
 class ProtocolConfig(BaseModel):
@@ -58,49 +62,25 @@ class ProtocolConfig(BaseModel):
     element_bits: int = 32
 
 
-class StragglerShortfall(RuntimeError):
-    """Fewer nodes responded than a :meth:`Protocol.gather` needed."""
-
-
-def payload_size(payload: Any) -> int:
-    """Number of numbers in a payload: an array's size, or the sum over a tuple/list/dict of arrays."""
-    if isinstance(payload, np.ndarray):
-        return int(payload.size)
-    if isinstance(payload, (tuple, list)):
-        return sum(payload_size(p) for p in payload)
-    if isinstance(payload, dict):
-        return sum(payload_size(p) for p in payload.values())
-    if isinstance(payload, (int, float, np.number)):
-        return 1
-    if hasattr(payload, "size"):
-        return int(payload.size)
-    raise TypeError(f"cannot size a payload of type {type(payload).__name__}; pass n_elements")
-
-
 @dataclass
-class Outgoing:
-    """A message to be sent by :meth:`Protocol.send_all`.
+class NodeState:
+    """Private state of a device (a protocol subclasses it with its own fields).
 
     Attributes
     ----------
-    src, dst : Node
-    payload : Any
-    kind : str
-    n_elements : int or None
-        Defaults to :func:`payload_size` of the payload.
-    element_bits : int or None
-        Defaults to the protocol's ``element_bits``.
+    received : Any
+        The payload of the node's latest download by ``gather`` / ``tree_aggregate``.
     """
 
-    src: Node
-    dst: Node
-    payload: Any
-    kind: str
-    n_elements: int | None = None
-    element_bits: int | None = None
+    received: Any = None
 
 
-class Protocol:
+@dataclass
+class ServerState:
+    """Private state of the server (a protocol may subclass it)."""
+
+
+class Protocol(Primitives):
     """Base class of every protocol (module docstring for the primitives).
 
     Subclasses set ``name`` (registry key) and ``Config`` (a :class:`ProtocolConfig`
@@ -127,6 +107,13 @@ class Protocol:
 
     name: ClassVar[str] = ""
     Config: ClassVar[type[ProtocolConfig]] = ProtocolConfig
+    #: Dataclass of each device's private state (None keeps the engine's plain namespace).
+    State: ClassVar[type | None] = None
+    #: Dataclass of the server's private state (None keeps the engine's plain namespace).
+    ServerStateType: ClassVar[type | None] = None
+    #: Whether the decoded update equals the plain full-batch gradient (Prop. 3 of Schlegel et
+    #: al.), so that timing mode may follow the task's cached full-batch trajectory.
+    exact_trajectory: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -150,7 +137,15 @@ class Protocol:
         self.theta = np.zeros((task.d, task.c))
         self.epoch = 0
         self.used: list[int] | None = None
+        self.round_dropped: set[int] = set()
+        self.decode_failed = False
         self.trace: list[dict[str, Any]] = []
+        self.mode: Mode = make_mode(getattr(config, "mode", "full"))
+        if self.State is not None:
+            for dev in sim.devices:
+                dev.state = self.State()
+        if self.ServerStateType is not None:
+            sim.server.state = self.ServerStateType()
         self.validate()
 
     # -- to override ----------------------------------------------------------------------
@@ -180,8 +175,8 @@ class Protocol:
         yield  # pragma: no cover
 
     def evaluate(self) -> tuple[float, float]:
-        """Test accuracy and loss of the current model (not charged: the observer's work)."""
-        return self.task.evaluate(self.theta)
+        """Test accuracy and loss of the current model (not charged: the observer's work; see the mode)."""
+        return self.mode.evaluate(self)
 
     def round_metrics(self, round: int) -> dict[str, Any]:
         """Protocol-specific columns added to the trace row of ``round`` (none by default).
@@ -225,184 +220,18 @@ class Protocol:
         mu = self.task.step_size(self.epoch)
         self.theta = self.theta - mu * (gradient_sum / m_used + self.task.weight_decay * self.theta)
 
-    # -- primitives -------------------------------------------------------------------------
-    def _message(self, src: Node, dst: Node, payload: Any, kind: str, n_elements: int | None,
-                 element_bits: int | None, encrypted: bool = False) -> Message:
-        return Message(src.index, dst.index, kind, payload,
-                       payload_size(payload) if n_elements is None else int(n_elements),
-                       element_bits or self.element_bits, round=self.sim.round, encrypted=encrypted)
-
-    def send(self, src: Node, dst: Node, payload: Any, *, kind: str, n_elements: int | None = None,
-             element_bits: int | None = None, encrypted: bool = False) -> Generator[Any, Any, Message]:
-        """Send one message and wait until it is delivered; returns the :class:`Message`.
-
-        ``encrypted=True`` marks a message to the server that the server only stores and
-        forwards (end-to-end encrypted for other devices): it goes to the server's ``relayed``
-        list, not its view. Device-to-device messages are always encrypted.
-        """
-        msg = self._message(src, dst, payload, kind, n_elements, element_bits, encrypted)
-        return (yield from self.sim.transfer(msg))
-
-    def broadcast(self, payload: Any, *, kind: str, to: Iterable[Node] | None = None,
-                  n_elements: int | None = None, element_bits: int | None = None) -> Generator:
-        """Send ``payload`` from the server to every device in ``to`` (default: all) in parallel.
-
-        Each device's downlink is its own resource, so this lasts as long as the slowest
-        download. Returns the delivered messages, in the order of ``to``.
-        """
-        targets = list(self.devices if to is None else to)
-        procs = [self.env.process(self.send(self.server, dev, payload, kind=kind, n_elements=n_elements,
-                                            element_bits=element_bits)) for dev in targets]
-        yield self.env.all_of(procs)
-        return [p.value for p in procs]
-
-    def send_all(self, steps: Sequence[Sequence[Outgoing]], *, barrier: bool = True) -> Generator:
-        """Send messages in steps.
-
-        Parameters
-        ----------
-        steps : sequence of sequences of Outgoing
-            With ``barrier=True`` every message of a step is sent in parallel and the next step
-            starts when the whole step is delivered (a synchronous schedule). With
-            ``barrier=False`` all messages are launched at once, in order, and each link serves
-            its queue first come, first served (each transfer starts as soon as its link is free).
-
-        Returns
-        -------
-        list of list of Message
-            The delivered messages, step by step.
-        """
-        out: list[list[Message]] = []
-        if barrier:
-            for step in steps:
-                procs = [self.env.process(self.send(o.src, o.dst, o.payload, kind=o.kind, n_elements=o.n_elements,
-                                                    element_bits=o.element_bits)) for o in step]
-                yield self.env.all_of(procs)
-                out.append([p.value for p in procs])
-        else:
-            launched = [[self.env.process(self.send(o.src, o.dst, o.payload, kind=o.kind, n_elements=o.n_elements,
-                                                    element_bits=o.element_bits)) for o in step] for step in steps]
-            yield self.env.all_of([p for step in launched for p in step])
-            out = [[p.value for p in step] for step in launched]
-        return out
-
-    def compute_each(self, nodes: Iterable[Node], fn: Callable[[Node], Any], *,
-                     macs: Callable[[Node], int] | None = None) -> Generator:
-        """Run ``fn(node)`` on every node in parallel (each on its own processor); wait for all.
-
-        ``macs(node)``, if given, adds a known MAC count (timing-only mode). Returns a dict
-        ``{node.index: result}``.
-        """
-        nodes = list(nodes)
-        procs = [self.env.process(self.sim.compute(n, fn, n, macs=None if macs is None else macs(n)))
-                 for n in nodes]
-        yield self.env.all_of(procs)
-        return {n.index: p.value for n, p in zip(nodes, procs)}
-
-    def server_compute(self, fn: Callable[..., Any] | None, *args: Any, macs: int | None = None,
-                       **kwargs: Any) -> Generator:
-        """Run ``fn(*args, **kwargs)`` on the server; returns its result."""
-        return (yield from self.sim.compute(self.server, fn, *args, macs=macs, **kwargs))
-
-    def gather(self, nodes: Iterable[Node], fn: Callable[[Node], Any] | None, *, kind: str,
-               first: int | None = None, download: Any = None, download_kind: str = "model",
-               download_elements: int | None = None, download_bits: int | None = None,
-               upload_elements: int | Callable[[Any], int] | None = None, upload_bits: int | None = None,
-               macs: Callable[[Node], int] | None = None, deadline: float | None = None) -> Generator:
-        """Each node: receive ``download`` (if given), compute ``fn(node)``, upload the result.
-
-        Nodes work in parallel, each starting its computation as soon as its own download
-        arrives; the downloaded payload is in ``node.state.received`` when ``fn`` runs.
-        Devices that the availability model marks absent this round take no part.
-        When ``first`` results have reached the server, the remaining nodes are cancelled
-        (their partial transfers and computations end; the round does not wait for them).
-
-        Parameters
-        ----------
-        nodes : iterable of Node
-        fn : callable(Node) -> Any, or None
-            The node's computation (its result is uploaded). None computes nothing (timing-only
-            mode with ``macs``).
-        kind : str
-            Kind of the uploaded messages.
-        first : int, optional
-            How many results to wait for (default: every available node).
-        download : Any, optional
-            Payload the server sends to each node first.
-        upload_elements : int or callable(result) -> int, optional
-            Size of an upload (default: :func:`payload_size` of the result).
-        macs : callable(Node) -> int, optional
-            MACs to charge in addition to those metered in ``fn``.
-        deadline : float, optional
-            Simulated seconds after which the server stops waiting: the results that arrived by
-            then are returned (possibly fewer than ``first``) and the rest are cancelled.
-
-        Returns
-        -------
-        list of (Node, Any)
-            ``(node, result)`` in order of arrival at the server.
-
-        Raises
-        ------
-        StragglerShortfall
-            If fewer than ``first`` nodes are available or finish (without a deadline).
-        """
-        if deadline is not None and not deadline >= 0:
-            raise ValueError(f"deadline must be >= 0 seconds, got {deadline}")
-        nodes = [n for n in nodes if self.sim.available(n)]
-        need = len(nodes) if first is None else int(first)
-        if deadline is None and need > len(nodes):
-            raise StragglerShortfall(f"{self.label}: round {self.epoch} needs {need} results but only "
-                                     f"{len(nodes)} devices are available")
-        arrived: list[tuple[Node, Any]] = []
-        done = self.env.event()
-        finished = 0
-
-        def work(node: Node) -> Generator:
-            nonlocal finished
-            try:
-                if download is not None:
-                    msg = yield from self.send(self.server, node, download, kind=download_kind,
-                                               n_elements=download_elements, element_bits=download_bits)
-                    node.state.received = msg.payload
-                result = yield from self.sim.compute(node, fn, node, macs=None if macs is None else macs(node))
-                if callable(upload_elements):
-                    size = upload_elements(result)
-                elif upload_elements is not None:
-                    size = upload_elements
-                else:
-                    size = payload_size(result)
-                yield from self.send(node, self.server, result, kind=kind, n_elements=size, element_bits=upload_bits)
-                arrived.append((node, result))
-            except simpy.Interrupt:
-                return
-            finally:
-                finished += 1
-            if not done.triggered and (len(arrived) >= need or finished == len(nodes)):
-                done.succeed()
-
-        if need == 0 or not nodes:
-            return []
-        procs = [self.env.process(work(n)) for n in nodes]
-        yield done if deadline is None else done | self.env.timeout(deadline)
-        for p in procs:
-            if p.is_alive:
-                p.interrupt("cancelled: enough results arrived, or the deadline passed")
-        if deadline is None and len(arrived) < need:
-            raise StragglerShortfall(f"{self.label}: round {self.epoch} needs {need} results, got {len(arrived)}")
-        return arrived[:need]
-
     # -- the run loop --------------------------------------------------------------------
     def _record(self, round: int) -> dict[str, Any]:
         acc, loss = self.evaluate()
         c = self.sim.take_counters()
-        row = {
-            "protocol": self.label, "seed": self.sim.seed, "round": round, "time_s": self.sim.now,
-            "accuracy": acc, "loss": loss, "bits_up": c.bits_up, "bits_down": c.bits_down,
-            "device_macs": c.device_macs, "server_macs": c.server_macs,
-            "retransmissions": c.retransmissions,
-            "used": "" if self.used is None else " ".join(map(str, sorted(self.used))),
-        }
+        row = TraceRow(
+            protocol=self.label, seed=self.sim.seed, round=round, time_s=self.sim.now,
+            accuracy=acc, loss=loss, bits_up=c.bits_up, bits_down=c.bits_down,
+            device_macs=c.device_macs, server_macs=c.server_macs, retransmissions=c.retransmissions,
+            used="" if self.used is None else " ".join(map(str, sorted(self.used))),
+            event="phase" if round == 0 else "round",
+            dropped=" ".join(map(str, sorted(self.round_dropped))), decode_failed=self.decode_failed,
+        ).as_dict()
         row.update(self.round_metrics(round))
         self.trace.append(row)
         return row
@@ -432,6 +261,8 @@ class Protocol:
             for e in range(1, epochs + 1):
                 self.sim.round = self.epoch = e
                 self.used = None
+                self.round_dropped = set()
+                self.decode_failed = False
                 yield from self.round(e)
                 row = self._record(e)
                 if on_round:

@@ -1,0 +1,46 @@
+"""Quantisation of real vectors into a prime field: ``round(x 2**b)``, negatives to ``q + v``.
+
+Source: So et al., "LightSecAgg" (MLSys 2022), the quantisation of the model updates before masking
+(summary in ``shared/references.md``); moved here from ``fednet.codes.lagrange`` (issue 9).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fednet.algebra.fields import check_field_capacity, from_field, to_field
+
+__all__ = ["quantize", "dequantize"]
+
+
+def quantize(x: np.ndarray, b: int, q: int, *, n_summands: int = 1) -> np.ndarray:
+    """LightSecAgg quantisation ``round(x 2**b)`` mapped to GF(q) (negatives to ``q + v``).
+
+    Parameters
+    ----------
+    x : ndarray of float, any shape
+    b : int
+        Fractional bits.
+    q : int
+    n_summands : int
+        Number of such vectors that will be summed; the field must hold the sum without wrap-around.
+
+    Returns
+    -------
+    ndarray, same shape, over GF(q).
+
+    Raises
+    ------
+    ValueError
+        If ``n_summands * max|round(x 2**b)|`` does not fit the signed range of GF(q) (needs
+        ``|sum x| 2**b < q / 2``).
+    """
+    v = np.rint(np.asarray(x, dtype=np.float64) * 2.0**b)
+    m = int(np.max(np.abs(v))) if v.size else 0
+    check_field_capacity(q, m * int(n_summands), what=f"sums of {n_summands} quantised values")
+    return to_field(v.astype(np.int64), q)
+
+
+def dequantize(v: np.ndarray, b: int, q: int) -> np.ndarray:
+    """Inverse of :func:`quantize`: values above ``(q-1)/2`` read as negative, divided by ``2**b``."""
+    return from_field(v, q).astype(np.float64) / 2.0**b

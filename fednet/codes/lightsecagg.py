@@ -1,0 +1,235 @@
+"""The LightSecAgg mask code and mask arithmetic (pure: arrays in, arrays out, metered kernels inside).
+
+Source: So, He, Yang, Li, Yu, Ali, Guler, Avestimehr, "LightSecAgg: a lightweight and versatile design
+for secure aggregation in federated learning", MLSys 2022 (summary and test vectors in
+``shared/references.md``).  The ``lsa_*`` helpers moved here from ``fednet.codes.lagrange`` (issue 9);
+the protocol (``protocols/lightsecagg.py``) moves these values around.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from fednet.algebra.fields import (
+    as_field,
+    distinct_points,
+    field_dtype,
+    lagrange_coefficients,
+    uniform,
+)
+from fednet.algebra.modp import add_mod, lincomb_mod, sub_mod, sum_mod
+from fednet.algebra.quantize import dequantize, quantize
+from fednet.codes.lagrange import _disjoint
+
+__all__ = ["default_lsa_points", "check_lsa_parameters", "lsa_piece_length", "lsa_mask_pieces", "lsa_encode_mask",
+           "lsa_aggregate_encoded", "lsa_decode_aggregate_mask", "mask_upload", "unmask_aggregate"]
+
+
+def default_lsa_points(N: int, U: int) -> tuple[list[int], list[int]]:
+    """Default LightSecAgg points: ``betas = 1..U`` (pieces), ``alphas = U+1..U+N`` (users), disjoint."""
+    return list(range(U + 1, U + N + 1)), list(range(1, U + 1))
+
+
+def check_lsa_parameters(N: int, U: int, T: int, q: int) -> None:
+    """Validate LightSecAgg parameters: ``0 <= T < U <= N`` and ``q > N + U`` (distinct points).
+
+    Raises
+    ------
+    ValueError
+        Naming the violated parameter and its value.
+    """
+    if not isinstance(N, (int, np.integer)) or N < 1:
+        raise ValueError(f"N must be a positive integer, got {N!r}")
+    if not isinstance(T, (int, np.integer)) or T < 0:
+        raise ValueError(f"T must be a non-negative integer, got {T!r}")
+    if not isinstance(U, (int, np.integer)) or not T < U <= N:
+        raise ValueError(f"U must satisfy T = {T} < U <= N = {N}, got {U!r}")
+    if int(q) <= N + U:
+        raise ValueError(f"q = {q} too small for N + U = {N + U} distinct points")
+
+
+def lsa_piece_length(d: int, U: int, T: int) -> int:
+    """Length ``L = ceil(d / (U - T))`` of a mask piece (LightSecAgg)."""
+    if U <= T:
+        raise ValueError(f"U must exceed T, got U = {U}, T = {T}")
+    return -(-int(d) // (int(U) - int(T)))
+
+
+def lsa_mask_pieces(z: np.ndarray, U: int, T: int, q: int, rng: np.random.Generator) -> np.ndarray:
+    """Split a mask into ``U - T`` pieces and append ``T`` uniform noise pieces.
+
+    Parameters
+    ----------
+    z : ndarray, shape (d,), over GF(q)
+        The user's mask.
+    U, T : int
+    q : int
+    rng : numpy.random.Generator
+        Draws the noise pieces (uniform over GF(q), never zero-filled).
+
+    Returns
+    -------
+    ndarray, shape (U, L), over GF(q)
+        Rows ``0..U-T-1``: the zero-padded mask pieces; rows ``U-T..U-1``: noise.
+    """
+    z = as_field(z, q, name="z")
+    if z.ndim != 1:
+        raise ValueError(f"z must be a vector, got shape {z.shape}")
+    L = lsa_piece_length(z.size, U, T)
+    pieces = np.zeros((U, L), dtype=field_dtype(q))
+    flat = pieces[: U - T].reshape(-1)
+    flat[: z.size] = z
+    pieces[: U - T] = flat.reshape(U - T, L)
+    if T:
+        pieces[U - T :] = uniform(rng, q, (T, L))
+    return pieces
+
+
+def lsa_encode_mask(
+    z: np.ndarray,
+    U: int,
+    T: int,
+    q: int,
+    rng: np.random.Generator,
+    alphas: Sequence[int],
+    betas: Sequence[int],
+) -> np.ndarray:
+    """Encoded mask shares ``z~_ij = f_i(alpha_j)`` of one user for all N users (offline phase).
+
+    Parameters
+    ----------
+    z : ndarray, shape (d,), over GF(q)
+    U, T : int
+        Target number of survivors and privacy (``T < U <= N``).
+    q : int
+    rng : numpy.random.Generator
+    alphas : sequence of int, length N
+        Users' points, disjoint from ``betas``.
+    betas : sequence of int, length U
+        Pieces' points.
+
+    Returns
+    -------
+    ndarray, shape (N, L), over GF(q); row j goes to user j.  Charges ``N U L`` MACs.
+    """
+    check_lsa_parameters(len(alphas), U, T, q)
+    b = distinct_points(betas, q, name="betas")
+    if len(b) != U:
+        raise ValueError(f"betas must have U = {U} points, got {len(b)}")
+    a = distinct_points(alphas, q, name="alphas")
+    _disjoint(a, b)
+    pieces = lsa_mask_pieces(z, U, T, q, rng)
+    return lincomb_mod(lagrange_coefficients(b, a, q), pieces, q)
+
+
+def lsa_aggregate_encoded(encoded: Sequence[np.ndarray] | np.ndarray, q: int) -> np.ndarray:
+    """Survivor ``j``'s upload ``s_j = sum_{i in U1} z~_ij``.
+
+    Parameters
+    ----------
+    encoded : ndarray, shape (|U1|, L), over GF(q) (or a list of (L,) arrays)
+        The encoded mask shares user j received from the users in U1 (its own included).
+
+    Returns
+    -------
+    ndarray, shape (L,), over GF(q); charges ``(|U1| - 1) L`` MACs.
+    """
+    return sum_mod(list(encoded), q)
+
+
+def lsa_decode_aggregate_mask(
+    s: np.ndarray,
+    responder_alphas: Sequence[int],
+    betas: Sequence[int],
+    U: int,
+    T: int,
+    d: int,
+    q: int,
+) -> np.ndarray:
+    """Server: decode ``sum_{i in U1} z_i`` from the aggregated encoded masks of any ``U`` survivors.
+
+    Parameters
+    ----------
+    s : ndarray, shape (R, L), over GF(q)
+        Uploads ``s_j`` of ``R >= U`` responders (the first U are used).
+    responder_alphas : sequence of int, length R
+        Their points.
+    betas : sequence of int, length U
+    U, T : int
+    d : int
+        Model length (the padding is cut).
+    q : int
+
+    Returns
+    -------
+    ndarray, shape (d,), over GF(q); charges ``(U - T) U L`` MACs.
+
+    Raises
+    ------
+    ValueError
+        If fewer than ``U`` responders are given ("need at least U = ...").
+    """
+    s = np.asarray(s)
+    pts = distinct_points(responder_alphas, q, name="responder_alphas")
+    if len(pts) != s.shape[0]:
+        raise ValueError(f"responder_alphas has {len(pts)} entries for {s.shape[0]} uploads")
+    if s.shape[0] < U:
+        raise ValueError(
+            f"LightSecAgg decoding needs at least U = {U} aggregated encoded masks, got {s.shape[0]}"
+        )
+    C = lagrange_coefficients(pts[:U], list(betas)[: U - T], q)  # (U - T, U)
+    pieces = lincomb_mod(C, as_field(s[:U], q, name="s"), q)
+    return pieces.reshape(-1)[:d]
+
+
+def mask_upload(G: np.ndarray, z_mask: np.ndarray, b: int, p: int, n_summands: int) -> np.ndarray:
+    """A user's upload ``Q(G) + z_i`` over GF(p).
+
+    Parameters
+    ----------
+    G : ndarray, (d, c) float64
+        Local gradient.
+    z_mask : ndarray, (d c,) over GF(p)
+    b, p : int
+        Quantisation bits and field.
+    n_summands : int
+        Number of uploads that will be summed (the field must hold their sum).
+
+    Returns
+    -------
+    ndarray, (d c,) over GF(p); charges ``d c`` MACs.
+
+    Raises
+    ------
+    ValueError
+        If the field is too small for the sum of ``n_summands`` quantised gradients.
+    """
+    return add_mod(quantize(G.reshape(-1), b, p, n_summands=n_summands), z_mask, p)
+
+
+def unmask_aggregate(masked: list[np.ndarray], s: np.ndarray, alphas, betas, U: int, T: int,
+                     shape: tuple[int, int], b: int, p: int) -> np.ndarray:
+    """Server: ``sum x~_i - decode(s)``, dequantised (LightSecAgg, references.md).
+
+    Parameters
+    ----------
+    masked : list of ndarray, each (d c,) over GF(p)
+        Masked uploads of the survivors U1.
+    s : ndarray, (R, L) over GF(p)
+        Aggregated encoded masks of ``R >= U`` survivors, at points ``alphas``.
+    alphas, betas : sequences of int
+    U, T : int
+    shape : (d, c)
+    b, p : int
+
+    Returns
+    -------
+    ndarray, (d, c) float64
+        ``sum_{i in U1} Q(G_i) / 2**b``; charges ``(U - T) U L + |U1| d c`` MACs.
+    """
+    n = shape[0] * shape[1]
+    agg_mask = lsa_decode_aggregate_mask(s, alphas, betas, U, T, n, p)
+    total = sum_mod(masked, p)
+    return dequantize(sub_mod(total, agg_mask, p), b, p).reshape(shape)

@@ -1,0 +1,236 @@
+"""The share math of CodedSecAgg (pure: arrays in, arrays out, metered kernels inside).
+
+Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: Straggler mitigation
+and secure aggregation in federated learning", Sec. VI (eq. 13, Remark 3), Sec. VI-D (the inter-group
+tree, eqs. 14-15, Fig. 3).  The protocol (``protocols/codedsecagg.py``) moves these values around.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import networkx as nx
+import numpy as np
+
+from fednet.algebra.fields import check_field_capacity, from_field, to_field
+from fednet.algebra.fixed_point import FixedPoint
+from fednet.algebra.modp import PreparedMatrix, add_mod, sum_mod
+from fednet.codes.gram import pack_upper, unpack_upper
+from fednet.codes.shamir import shamir_reconstruct, shamir_share
+
+__all__ = ["shamir_share_macs", "share_secrets", "share_device_secrets", "combine_shares", "device_share",
+           "add_shares", "decode_aggregate", "decode_shares", "column_tree",
+           "check_aggregate"]
+
+
+def shamir_share_macs(n_prime: int, k_prime: int, size: int) -> int:
+    """MACs :func:`fednet.codes.shamir.shamir_share` meters for ``size`` elements (``n' k' size``).
+
+    The closed form timing mode charges (full mode checks it against the metered kernel every call).
+    """
+    return int(n_prime) * int(k_prime) * int(size)
+
+
+def share_secrets(fp: FixedPoint, q: int, M: np.ndarray, G1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The two secrets of device i (Remark 3): ``pack_upper(M_i)`` and ``2**f G_i^(1)`` over GF(q).
+
+    Parameters
+    ----------
+    fp : FixedPoint
+        ``Q<k,f>``.
+    q : int
+        The field, ``q > 2**(k+f)``.
+    M : ndarray, (d, d) int64
+        ``X_i^T X_i`` in ``Q<k,f>`` (scale ``2**f``).
+    G1 : ndarray, (d, c) int64
+        ``G_i^(1)`` in ``Q<k,f>``.
+
+    Returns
+    -------
+    phi : ndarray, (d(d+1)/2,) over GF(q)
+    psi : ndarray, (d, c) over GF(q)
+        ``G1 * 2**f`` (scale ``2**(2f)``).
+
+    Raises
+    ------
+    ValueError
+        If ``q`` cannot hold ``Z_<k+f>`` integers.
+    """
+    check_field_capacity(q, 2 ** (fp.k + fp.f - 1), what=f"Z_<k+f> integers (Q<{fp.k},{fp.f}>, Remark 3)")
+    phi = to_field(pack_upper(M), q, name="M")
+    psi = to_field(G1.astype(object) * (1 << fp.f), q, name="G1 * 2**f")
+    return phi, psi
+
+
+def share_device_secrets(phi: np.ndarray, psi: np.ndarray, n_prime: int, k_prime: int, q: int,
+                         rng: np.random.Generator, points: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Sec. VI-A: Shamir ``(n', k')`` shares of both secrets of one device.
+
+    Returns
+    -------
+    list of (phi_j, psi_j), one per device ``j`` of the group
+        Charges ``n' k' (d(d+1)/2 + d c)`` MACs (:func:`shamir_share_macs`).
+    """
+    sp = shamir_share(phi, n_prime, k_prime, q, rng, points)
+    sg = shamir_share(psi, n_prime, k_prime, q, rng, points)
+    return [(sp[j], sg[j]) for j in range(n_prime)]
+
+
+def combine_shares(shares: Sequence[tuple[np.ndarray, np.ndarray]], q: int, d: int,
+                   rhs_bits: int) -> tuple[PreparedMatrix, np.ndarray]:
+    """Sec. VI-A: a device sums the ``n'`` shares it holds into ``Phi^(i)`` (prepared, ``(d, d)``) and ``Psi^(i)``.
+
+    Parameters
+    ----------
+    shares : sequence of (phi_j, psi_j)
+        Its own share and those received, each ``((d(d+1)/2,), (d, c))`` over GF(q).
+    q, d : int
+    rhs_bits : int
+        Bits of the signed right-hand operands ``Phi`` will multiply (``k``).
+
+    Returns
+    -------
+    Phi : PreparedMatrix, (d, d) over GF(q)
+    Psi : ndarray, (d, c) over GF(q)
+        Charges ``(n' - 1)(d(d+1)/2 + d c)`` MACs.
+    """
+    phi = sum_mod([s[0] for s in shares], q)
+    psi = sum_mod([s[1] for s in shares], q)
+    return PreparedMatrix(unpack_upper(phi, d), q, rhs_bits=rhs_bits), psi
+
+
+def device_share(Phi: PreparedMatrix, Psi: np.ndarray, eps: np.ndarray, q: int) -> np.ndarray:
+    """Eq. (13): ``G~ = Psi + Phi epsilon`` over GF(q).
+
+    Parameters
+    ----------
+    Phi : PreparedMatrix, (d, d) over GF(q)
+    Psi : ndarray, (d, c) over GF(q)
+    eps : ndarray, (d, c) int64
+        ``epsilon`` in ``Q<k,f>`` (signed integers, mapped to the field by the kernel).
+    q : int
+
+    Returns
+    -------
+    ndarray, (d, c) over GF(q); charges ``d^2 c + d c`` MACs.
+    """
+    return add_mod(Psi, Phi.matmul_signed(eps), q)
+
+
+def add_shares(acc: np.ndarray, part: np.ndarray, q: int) -> np.ndarray:
+    """Eq. (15): a device adds the running sum it received from the child group; charges ``d c`` MACs."""
+    return add_mod(acc, part, q)
+
+
+def decode_aggregate(shares: np.ndarray, points, k_prime: int, q: int, k: int, f: int) -> tuple[np.ndarray, np.ndarray]:
+    """Server: interpolate ``G^(e)`` from ``k'`` shares and scale it (Remark 3).
+
+    Parameters
+    ----------
+    shares : ndarray, (k', d, c) over GF(q)
+    points : sequence of int
+        The shares' evaluation points.
+    k_prime, q, k, f : int
+
+    Returns
+    -------
+    exact : ndarray, (d, c) object
+        The signed integer aggregate (scale ``2**(2f)``), exactly ``sum_i (2**f G_i^(1) + M_i eps)``.
+    G : ndarray, (d, c) float64
+        ``exact * 2**(-2f)``.  Charges ``k' d c`` MACs.
+
+    Raises
+    ------
+    OverflowError
+        If the decoded value leaves ``Z_<k+f>`` (the aggregate overflowed ``Q<k,f>``).
+    """
+    field = shamir_reconstruct(shares, points, k_prime, q)
+    exact = from_field(field, q).astype(object)
+    lim = 1 << (k + f - 1)
+    if exact.size and (exact.max() >= lim or exact.min() < -lim):
+        raise OverflowError(f"decoded aggregate leaves Z_<k+f> = Z_<{k + f}>: the gradient overflowed Q<{k},{f}>")
+    G = np.array([float(v) for v in exact.ravel()], dtype=np.float64).reshape(exact.shape) * 2.0 ** (-2 * f)
+    return exact, G
+
+
+def decode_shares(shares: Sequence[np.ndarray], points, k_prime: int, q: int, k: int, f: int):
+    """:func:`decode_aggregate` of a list of ``k'`` shares (each ``(d, c)``)."""
+    return decode_aggregate(np.stack(shares), points, k_prime, q, k, f)
+
+
+def column_tree(groups: Sequence[Sequence[int]], steps: Sequence[Sequence[tuple[int, int]]]) -> nx.DiGraph:
+    """The device-level aggregation forest of Sec. VI-D: device ``i`` of a sending group feeds device ``i`` of its receiver.
+
+    Parameters
+    ----------
+    groups : sequence of sequences of int
+        Device indices of each group (equal sizes ``n'``); group 0 is the master group.
+    steps : sequence of sequences of (int, int)
+        The group-level steps (sender group, receiver group), e.g.
+        :func:`fednet.codes.secagg_tree.aggregation_tree`.
+
+    Returns
+    -------
+    networkx.DiGraph
+        Nodes: device indices, group by group (attributes ``group``, ``column``); edges child ->
+        parent with attribute ``step``. The roots are the master group's devices, one per column.
+    """
+    tree = nx.DiGraph()
+    for g, members in enumerate(groups):
+        for i, dev in enumerate(members):
+            tree.add_node(dev, group=g, column=i)
+    for s, step in enumerate(steps):
+        for src, dst in step:
+            for i in range(len(groups[src])):
+                tree.add_edge(groups[src][i], groups[dst][i], step=s)
+    return tree
+
+
+def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], G1s: Sequence[np.ndarray],
+                    eps: np.ndarray, f: int) -> float:
+    """The observer's check of a decoded aggregate against an independent computation (not charged).
+
+    ``d <= 256``: Python-int arithmetic, exact.  Larger ``d``: the same identity modulo the
+    independent prime ``2**61 - 1`` (sum of the ``M_i`` in int64, then one exact modular product),
+    which a wrong entry passes with probability about ``2**-61``.
+
+    Parameters
+    ----------
+    exact : ndarray, (d, c) object
+        The decoded integer aggregate (scale ``2**(2f)``).
+    G : ndarray, (d, c) float64
+        Its scaled value.
+    Ms, G1s : sequences of ndarray, (d, d) and (d, c) int64
+        Every device's ``X_i^T X_i`` and ``G_i^(1)`` in ``Q<k,f>``.
+    eps : ndarray, (d, c) int64
+    f : int
+
+    Returns
+    -------
+    float
+        Max-norm difference between ``G`` and the float64 plain computation on the same data.
+
+    Raises
+    ------
+    AssertionError
+        If the decoded integers differ from the exact aggregate.
+    """
+    d = Ms[0].shape[0]
+    M_total = np.zeros((d, d), dtype=np.int64)
+    for M in Ms:                            # |M_i| < 2**(k-1), D < 2**14: no int64 overflow
+        M_total += M
+    G1_total = sum(g.astype(object) for g in G1s) * (1 << f)
+    if d <= 256:
+        want = M_total.astype(object).dot(eps.astype(object)) + G1_total
+        ok = np.array_equal(exact, want)
+    else:
+        p2 = 2**61 - 1
+        lhs = (exact % p2).astype(np.int64)
+        prod = PreparedMatrix(M_total % p2, p2).matmul(eps % p2)   # canonical residues mod p2
+        rhs = (prod.astype(object) + G1_total) % p2
+        ok = np.array_equal(lhs.astype(object), rhs)
+    if not ok:
+        raise AssertionError("decoded CodedSecAgg aggregate differs from the exact fixed-point aggregate")
+    plain = (M_total.astype(np.float64) @ (eps.astype(np.float64) * 2.0**-f) * 2.0**-f
+             + np.array([float(v) for v in G1_total.ravel()]).reshape(G.shape) * 2.0 ** (-2 * f))
+    return float(np.abs(G - plain).max())

@@ -1,0 +1,426 @@
+"""Polynomial integer neural networks (PINNs) over a prime field, exact through the RNS kernels.
+
+Shao et al., "DReS-FL" (NeurIPS 2022), Sec. 3.1 and App. E: an MLP with quadratic activations
+``h(z) = z**2`` and the squared-error loss has a gradient that is a polynomial with integer
+coefficients in the data, of degree ``deg(g) = 2^(L+1)`` for ``L`` quadratic layers, so it can be
+evaluated over GF(p) on Lagrange-coded data and decoded (:mod:`fednet.codes.dresfl`).  The parameters
+are integers of the signed set ``Z_p``.
+
+Forward (rows are samples; ``W_i`` has shape ``(d_{i-1}, d_i)``)::
+
+    A_0 = X_bar,   Z_i = A_{i-1} W_i + c_i b_i,   A_i = Z_i**2 (i <= L),   R = Z_{L+1} - c_y Y_bar,
+    loss = sum(R**2)
+
+and backward ``dZ_{L+1} = 2R``, ``gW_i = A_{i-1}^T dZ_i``, ``gb_i = c_i 1^T dZ_i``,
+``dZ_{i-1} = 2 Z_{i-1} * (dZ_i W_i^T)``; every product runs exactly modulo p in
+:mod:`fednet.algebra.rns` and charges its MACs.  The public integers ``c_i, c_y`` are the only
+difference between the two parameterisations:
+
+* **paper** (``weight_bits=None``): ``c_i = c_y = 1``; the integer network on ``X_bar = Round(2^l x)``
+  is the model (Sec. 3.1), its output read in units of ``2^l`` (labels are ``Y_bar = 2^l y``), and the
+  update is ``w <- w - Q(eta/(bK) g)`` on the raw integer gradient (Sec. 4.2).  How the paper
+  initialises integer weights is not stated; :meth:`FieldPolyMLP.init_params` rounds a scaled uniform
+  draw.
+* **fixed point** (``weight_bits=f``): the integers are a real network's weights ``w = W / 2^f``; the
+  multipliers ``c_1 = 2^l``, ``c_{i+1} = 2^(s_i)`` (``s_i`` the exponent of ``A_i``) and
+  ``c_y = 2^(s_out - l)`` keep every layer at a single power-of-two scale, so the integer computation
+  equals the real network on the quantised data scaled by ``2^(s_out)``, and the integer gradient is the
+  real gradient times ``2^G`` with ``G = 2 s_out - f`` (exactly, no rounding beyond the quantisation of
+  weights and data).  This is the variant that trains well in a few hundred steps.
+
+The field must hold the integer gradient: :meth:`FieldPolyMLP.gradient_bound` bounds it and
+:meth:`FieldPolyMLP.integer_gradient` refuses (:class:`FieldOverflowError`) when ``2 bound >= p``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from fednet.algebra.meter import charge
+from fednet.algebra.rns import RnsArray, rns_context
+from fednet.codes.dresfl import DRESFL_PRIME_200, dresfl_update, gradient_degree, psi, transform_data
+from fednet.learning.model import Model, Optimizer, Params, ParamsOrArray, Schedule, ConstantSchedule, as_targets
+
+__all__ = ["FieldOverflowError", "FieldPolyMLP", "FieldSGD"]
+
+
+class FieldOverflowError(ValueError):
+    """The prime is too small for the integer values of the polynomial network (they would wrap)."""
+
+
+class FieldPolyMLP(Model):
+    """MLP with quadratic activations and squared-error loss over GF(p) (DReS-FL Sec. 3.1, App. E).
+
+    Parameters
+    ----------
+    sizes : sequence of int
+        Layer widths ``(d_0, d_1, ..., d_{L+1})``; the paper's MNIST network is ``(784, 64, 64, 10)``
+        (``L = 2`` quadratic layers, ``deg(g) = 8``).
+    q : int
+        The prime (Table 4: ``2**200 - 75`` or ``2**440 - 33``).
+    data_bits : int
+        ``l`` of the data transformation ``X_bar = Round(2^l (x + c))`` (Table 4: 4 for MNIST).
+    data_shift : float
+        ``c`` of the transformation (footnote 4; 0 in the paper).
+    weight_bits : int or None
+        ``None``: the paper's integer network; ``f``: fixed-point weights ``w = W / 2^f`` (module
+        docstring).
+    init_scale : float
+        Initial real weights are uniform in ``+-init_scale / sqrt(fan_in)`` (then ``Round(2^f w)``);
+        biases start at 0.
+    max_inner : int
+        Largest inner dimension of the RNS products (>= the widest layer and the batch).
+
+    Attributes
+    ----------
+    n_hidden : int
+        ``L``.
+    degree : int
+        ``deg(g) = 2^(L+1)`` as a polynomial in the (coded) data.
+    bias_mult : list of int
+        ``c_i`` per layer.
+    label_mult : int
+        ``c_y``.
+    out_bits : int
+        Exponent of the output's scale (``forward`` divides by ``2^out_bits``).
+    grad_bits : int
+        ``G``: the integer gradient is the real one times ``2^G``.
+    ctx : RnsContext
+
+    Raises
+    ------
+    ValueError
+        If fewer than two sizes are given or a size is not positive.
+    """
+
+    def __init__(self, sizes=(784, 64, 64, 10), q: int = DRESFL_PRIME_200, *, data_bits: int = 4,
+                 data_shift: float = 0.0, weight_bits: int | None = None, init_scale: float = 1.0,
+                 max_inner: int = 4096):
+        sizes = tuple(int(s) for s in sizes)
+        if len(sizes) < 2 or min(sizes) < 1:
+            raise ValueError(f"sizes must hold at least two positive widths, got {sizes}")
+        self.sizes = sizes
+        self.n_inputs, self.n_outputs = sizes[0], sizes[-1]
+        self.q = int(q)
+        self.l = int(data_bits)
+        self.c = float(data_shift)
+        self.f = None if weight_bits is None else int(weight_bits)
+        self.init_scale = float(init_scale)
+        self.n_layers = len(sizes) - 1
+        self.n_hidden = self.n_layers - 1
+        self.degree = gradient_degree(self.n_hidden)
+        if self.f is None:
+            self.bias_mult = [1] * self.n_layers
+            self.label_mult = 1
+            self.out_bits = self.l
+            self.grad_bits = 2 * self.l
+            self._param_bits = 0
+        else:
+            s_in = self.l
+            self.bias_mult = []
+            for i in range(self.n_layers):
+                self.bias_mult.append(2**s_in)
+                s_z = self.f + s_in
+                s_in = 2 * s_z
+            self.out_bits = s_z
+            self.label_mult = 2 ** (self.out_bits - self.l)
+            self.grad_bits = 2 * self.out_bits - self.f
+            self._param_bits = self.f
+        self.ctx = rns_context(self.q, int(max_inner))
+
+    def __repr__(self) -> str:
+        mode = "paper integer" if self.f is None else f"fixed point f={self.f}"
+        return f"FieldPolyMLP(sizes={self.sizes}, q: {self.q.bit_length()} bits, l={self.l}, {mode}, deg(g)={self.degree})"
+
+    # ------------------------------------------------------------------ parameters
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """``W1 (d0, d1), b1 (d1,), W2, b2, ...`` in this order."""
+        out = {}
+        for i in range(self.n_layers):
+            out[f"W{i + 1}"] = (self.sizes[i], self.sizes[i + 1])
+            out[f"b{i + 1}"] = (self.sizes[i + 1],)
+        return out
+
+    def init_params(self, seed: int | np.random.Generator | None = None) -> Params:
+        """Integer parameters ``Round(2^f w)``, ``w`` uniform in ``+-init_scale/sqrt(fan_in)``; biases 0.
+
+        Returns
+        -------
+        Params
+            int64 arrays in ``Z_p``.
+        """
+        rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+        out = {}
+        for name, shape in self.param_shapes().items():
+            if name.startswith("W"):
+                w = rng.uniform(-1.0, 1.0, shape) * self.init_scale / np.sqrt(shape[0])
+                out[name] = np.rint(np.ldexp(w, self._param_bits)).astype(np.int64)
+            else:
+                out[name] = np.zeros(shape, dtype=np.int64)
+        return out
+
+    def dequantize(self, params: ParamsOrArray) -> Params:
+        """Real parameters ``W / 2^f`` (weights) of the fixed-point network (float64; ``f = 0`` for paper)."""
+        p = self.params(params)
+        return {k: np.array([float(v) for v in np.asarray(a).ravel()]).reshape(np.shape(a)) * 2.0 ** -self._param_bits
+                for k, a in p.items()}
+
+    def transform(self, x: np.ndarray, y: np.ndarray | None = None):
+        """Data transformation of Sec. 4.1 for features (and targets): ``Round(2^l (x + c))``, ``Round(2^l y)``.
+
+        Returns
+        -------
+        xbar : ndarray of int64, shape (b, d_0)
+        ybar : ndarray of int64, shape (b, d_{L+1}) (only if ``y`` is given; class labels become one-hot)
+        """
+        xbar = transform_data(x, self.l, self.c)
+        if y is None:
+            return xbar
+        return xbar, transform_data(as_targets(np.asarray(y), self.n_outputs), self.l)
+
+    # ------------------------------------------------------------------ exact field computation
+    def _rns_params(self, params: ParamsOrArray):
+        p = self.params(params)
+        ctx = self.ctx
+        Ws, bterms = [], []
+        for i in range(self.n_layers):
+            W = np.asarray(p[f"W{i + 1}"])
+            b = np.asarray(p[f"b{i + 1}"])
+            if W.shape != self.param_shapes()[f"W{i + 1}"] or b.shape != (self.sizes[i + 1],):
+                raise ValueError(f"layer {i + 1}: parameter shapes {W.shape}, {b.shape} do not match {self.sizes}")
+            Ws.append(ctx.from_signed(W))
+            bterms.append(ctx.from_signed(b.astype(object) * self.bias_mult[i]))
+        return Ws, bterms
+
+    def _forward_rns(self, Ws, bterms, X: RnsArray):
+        ctx = self.ctx
+        acts, zs = [X], []
+        for i in range(self.n_layers):
+            z = ctx.add(ctx.matmul(acts[-1], Ws[i]), bterms[i])
+            zs.append(z)
+            if i < self.n_layers - 1:
+                acts.append(ctx.square(z))
+        return acts, zs
+
+    def _gradient_rns(self, params: ParamsOrArray, X: RnsArray, Y: RnsArray) -> dict[str, RnsArray]:
+        ctx = self.ctx
+        Ws, bterms = self._rns_params(params)
+        acts, zs = self._forward_rns(Ws, bterms, X)
+        if self.label_mult != 1:
+            Y = ctx.multiply(Y, ctx.from_signed(np.full(Y.shape, self.label_mult, dtype=object)))
+        dz = ctx.scale(2, ctx.add(zs[-1], Y, scale_b=-1))
+        grads: dict[str, RnsArray] = {}
+        for i in reversed(range(self.n_layers)):
+            grads[f"W{i + 1}"] = ctx.matmul(acts[i].T, dz)
+            gb = ctx.sum_rows(dz)
+            if self.bias_mult[i] != 1:
+                gb = ctx.multiply(gb, ctx.from_signed(np.full(gb.shape, self.bias_mult[i], dtype=object)))
+            grads[f"b{i + 1}"] = gb
+            if i > 0:
+                da = ctx.matmul(dz, Ws[i].T)
+                dz = ctx.scale(2, ctx.multiply(zs[i - 1], da))
+        return {k: grads[k] for k in self.param_shapes()}
+
+    def field_gradient(self, params: ParamsOrArray, x_field: np.ndarray, y_field: np.ndarray) -> Params:
+        """The gradient polynomial ``g~(X, Y; w) = g(X, Y; w) mod p`` on field data (e.g. coded data).
+
+        Parameters
+        ----------
+        params : Params
+            Signed integers in ``Z_p``.
+        x_field : ndarray, shape (b, d_0), over GF(p) (canonical)
+            Features, e.g. a client's coded minibatch ``X~_j^(I_t)`` (Sec. 4.2).
+        y_field : ndarray, shape (b, d_{L+1}), over GF(p)
+
+        Returns
+        -------
+        Params
+            Canonical field elements (Python-int object arrays for ``p >= 2**62``); charges the MACs of
+            the forward and backward pass (``b (d_0 d_1 + ...)`` per product, one per element-wise op).
+        """
+        X = self.ctx.from_field(x_field)
+        Y = self.ctx.from_field(y_field)
+        return {k: v.to_field() for k, v in self._gradient_rns(params, X, Y).items()}
+
+    def integer_gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray, *,
+                         transformed: bool = False) -> Params:
+        """Exact integer gradient ``psi(g~)`` of ``||Y_bar - f(X_bar)||^2`` (summed over the batch).
+
+        Parameters
+        ----------
+        params : Params
+        x : ndarray, shape (b, d_0)
+            Real features (or ``X_bar`` integers if ``transformed``).
+        y : ndarray, shape (b,) labels or (b, d_{L+1}) targets (or ``Y_bar`` if ``transformed``).
+        transformed : bool
+            The data are already ``(X_bar, Y_bar)``.
+
+        Returns
+        -------
+        Params
+            Signed Python integers (object arrays): the integer gradient, computed over GF(p).
+
+        Raises
+        ------
+        FieldOverflowError
+            If :meth:`gradient_bound` does not prove ``|g| < (p-1)/2``.
+        """
+        xb, yb = (np.asarray(x), np.asarray(y)) if transformed else self.transform(x, y)
+        bound = self.gradient_bound(params, xb, yb)
+        if 2 * bound >= self.q - 1:
+            raise FieldOverflowError(
+                f"integer gradient bound 2^{np.log2(max(bound, 1)):.1f} does not fit the signed range of the "
+                f"{self.q.bit_length()}-bit prime; use a larger prime or fewer weight_bits"
+            )
+        X = self.ctx.from_signed(xb)
+        Y = self.ctx.from_signed(yb)
+        return {k: psi(v.to_field(), self.q) for k, v in self._gradient_rns(params, X, Y).items()}
+
+    def gradient_bound(self, params: ParamsOrArray, xbar: np.ndarray, ybar: np.ndarray) -> float:
+        """Upper bound on ``max |g|`` over the integer gradient, by the network on absolute values.
+
+        Runs the forward and backward pass on ``|X_bar|, |W|, |c b|, |c_y Y_bar|`` in float64 (all terms
+        non-negative) and inflates by ``1 + 1e-6`` for float rounding.  Not metered (a planning check).
+
+        Returns
+        -------
+        float
+            Bound (``inf`` if it exceeds float64).
+        """
+        p = self.dequantize_int(params)
+        with np.errstate(over="ignore", invalid="ignore"):
+            a = [np.abs(np.asarray(xbar, dtype=np.float64))]
+            zs = []
+            for i in range(self.n_layers):
+                z = a[-1] @ np.abs(p[f"W{i + 1}"]) + self.bias_mult[i] * np.abs(p[f"b{i + 1}"])
+                zs.append(z)
+                if i < self.n_layers - 1:
+                    a.append(z * z)
+            dz = 2 * (zs[-1] + self.label_mult * np.abs(np.asarray(ybar, dtype=np.float64)))
+            m = 0.0
+            for i in reversed(range(self.n_layers)):
+                m = max(m, float((a[i].T @ dz).max()), float(self.bias_mult[i] * dz.sum(axis=0).max()))
+                if i > 0:
+                    dz = 2 * zs[i - 1] * (dz @ np.abs(p[f"W{i + 1}"]).T)
+        return m * (1 + 1e-6) if np.isfinite(m) else float("inf")
+
+    def dequantize_int(self, params: ParamsOrArray) -> Params:
+        """Parameters as float64 integers (no scaling), for bounds."""
+        p = self.params(params)
+        return {k: np.array([float(v) for v in np.asarray(a).ravel()]).reshape(np.shape(a)) for k, a in p.items()}
+
+    # ------------------------------------------------------------------ Model interface
+    def forward(self, params: ParamsOrArray, x: np.ndarray) -> np.ndarray:
+        """Real output ``Z_{L+1} / 2^out_bits`` of the exact integer network on ``X_bar``; metered.
+
+        Returns
+        -------
+        ndarray of float64, shape (b, d_{L+1})
+        """
+        Ws, bterms = self._rns_params(params)
+        _, zs = self._forward_rns(Ws, bterms, self.ctx.from_signed(self.transform(x)))
+        z = psi(zs[-1].to_field(), self.q)
+        return np.array([float(v) for v in z.ravel()]).reshape(z.shape) * 2.0 ** -self.out_bits
+
+    def loss(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> float:
+        """``(1/b) sum_j ||y_j - f(x_j)||^2`` in real units (labels quantised like the data); metered."""
+        out = self.forward(params, x)
+        yb = transform_data(as_targets(np.asarray(y), self.n_outputs), self.l) * 2.0 ** -self.l
+        return float(np.sum((out - yb) ** 2) / out.shape[0])
+
+    def gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> Params:
+        """Real-unit gradient ``psi(g) 2^-G`` of the summed squared error (float64); metered."""
+        g = self.integer_gradient(params, x, y)
+        return {k: np.array([float(v) for v in a.ravel()]).reshape(a.shape) * 2.0 ** -self.grad_bits
+                for k, a in g.items()}
+
+    def float_gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> Params:
+        """Reference: gradient of the same network in float64 at the dequantised weights and quantised data.
+
+        Real units (comparable to :meth:`gradient`); not metered.
+        """
+        xb, yb = self.transform(x, y)
+        xr = xb * 2.0 ** -self.l if self.f is not None else xb.astype(np.float64)
+        yr = yb * 2.0 ** -self.l
+        p = self.dequantize(params)
+        a, zs = [xr], []
+        for i in range(self.n_layers):
+            z = a[-1] @ p[f"W{i + 1}"] + p[f"b{i + 1}"]
+            zs.append(z)
+            if i < self.n_layers - 1:
+                a.append(z * z)
+        out = zs[-1] * (2.0 ** -self.l if self.f is None else 1.0)
+        dz = 2 * (out - yr) * (2.0 ** -self.l if self.f is None else 1.0)
+        g = {}
+        for i in reversed(range(self.n_layers)):
+            g[f"W{i + 1}"] = a[i].T @ dz
+            g[f"b{i + 1}"] = dz.sum(axis=0)
+            if i > 0:
+                dz = 2 * zs[i - 1] * (dz @ p[f"W{i + 1}"].T)
+        return {k: g[k] for k in self.param_shapes()}
+
+    def _float_forward(self, params: ParamsOrArray, x: np.ndarray) -> np.ndarray:
+        xb = self.transform(x)
+        a = xb * 2.0 ** -self.l if self.f is not None else xb.astype(np.float64)
+        p = self.dequantize(params)
+        for i in range(self.n_layers):
+            z = a @ p[f"W{i + 1}"] + p[f"b{i + 1}"]
+            a = z * z if i < self.n_layers - 1 else z
+        return a if self.f is not None else a * 2.0 ** -self.l
+
+    def predict(self, params: ParamsOrArray, x: np.ndarray) -> np.ndarray:
+        """Predicted classes (argmax of the float64 network at the dequantised weights; not metered)."""
+        return np.argmax(self._float_forward(params, x), axis=1).astype(np.int64)
+
+    def evaluate(self, params: ParamsOrArray, x: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+        """``(accuracy, mean squared error)`` of the float64 network at the dequantised weights (not metered)."""
+        out = self._float_forward(params, x)
+        labels = np.asarray(labels)
+        y = as_targets(labels, self.n_outputs)
+        return float(np.mean(np.argmax(out, axis=1) == labels)), float(np.sum((out - y) ** 2) / out.shape[0])
+
+
+class FieldSGD(Optimizer):
+    """DReS-FL's server update (Sec. 4.2, eq. 7): ``w <- w - Q(eta/m c g 2^-shift)`` in ``Z_p``.
+
+    ``gradient_sum`` is the integer gradient (``psi`` of the decoded one, summed over the K global
+    minibatches); for the fixed-point network it is converted to parameter units (``shift = G - f``),
+    for the paper's integer network ``shift = 0``.  Clipping (Table 4) uses the real-unit norm
+    (``2^-G g`` for fixed point, the raw integer norm for the paper's network).
+
+    Parameters
+    ----------
+    model : FieldPolyMLP
+    schedule : Schedule or float
+        ``eta`` per round (App. B: 0.1, times 0.65 every 1500 rounds).
+    rng : numpy.random.Generator
+        Secret stream of the stochastic rounding Q.
+    max_norm : float, optional
+        Clipping norm (Table 4: 2e4 for MNIST).
+    """
+
+    def __init__(self, model: FieldPolyMLP, schedule: Schedule | float, rng: np.random.Generator,
+                 max_norm: float | None = None):
+        self.model = model
+        self.schedule = schedule if isinstance(schedule, Schedule) else ConstantSchedule(schedule)
+        self.rng = rng
+        self.max_norm = max_norm
+
+    def step(self, params: ParamsOrArray, gradient_sum: ParamsOrArray, m_used: int, epoch: int) -> Params:
+        """New integer parameters; charges one MAC per parameter (the scaled subtraction).
+
+        Raises
+        ------
+        ValueError
+            If ``m_used < 1`` or a parameter leaves ``Z_p``.
+        """
+        m = self.model
+        p = m.params(params)
+        g = m.params(gradient_sum)
+        charge(m.n_params)
+        shift = 0 if m.f is None else m.grad_bits - m.f
+        clip_bits = 0 if m.f is None else m.grad_bits
+        return dresfl_update(p, g, self.schedule(epoch), int(m_used), m.q, self.rng,
+                             max_norm=self.max_norm, shift=shift, clip_bits=clip_bits)

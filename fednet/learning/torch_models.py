@@ -1,0 +1,586 @@
+"""Torch ``nn.Module`` models behind the :class:`~fednet.learning.model.Model` interface.
+
+:class:`TorchModel` wraps any user module; :func:`mlp` and :class:`MLPModel` build the
+multilayer perceptrons of the papers' baselines (DReS-FL, Sec. 6 and App. B: 784-64-64-10 with
+ReLU; the float counterpart of its polynomial network uses :class:`Square`, the quadratic
+activation). Parameters travel as :data:`~fednet.learning.model.Params` of NumPy arrays named as
+``module.named_parameters()`` names them (``"0.weight"``, ``"0.bias"``, ...); every call runs the
+module *functionally* at the given parameters (:func:`torch.func.functional_call`), so the model
+holds no training state and a server and its devices can evaluate it at different parameters.
+
+MACs. The MACs a call charges to the open meters (:mod:`fednet.algebra.meter`) are counted by
+:class:`torch.utils.flop_counter.FlopCounterMode` from the operators actually dispatched, at the
+shapes actually run, in the forward *and* the backward pass: ``MACs = FLOPs / 2`` of the
+contractions it counts (``mm``, ``addmm``, ``bmm``, convolutions, attention). A ``Linear(in, out)``
+layer on a ``b``-row batch thus charges ``b in out`` forward, ``b in out`` for its weight gradient
+and, unless it is the first layer (autograd skips ``dL/dx`` for an input that needs no
+gradient), ``b in out`` for its input gradient. Element-wise work (bias additions, activations,
+the loss) is not a contraction and is not charged, as in :mod:`fednet.learning.models`. The count
+of a call is measured once per (kind of call, input shape) and then reused when ``cache_macs`` is
+true (the default: the cost of a module whose control flow depends on shapes only); with
+``cache_macs=False`` every call runs under the counter (about 6x slower on a small MLP).
+
+Determinism: :meth:`TorchModel.init_params` resets the module's layers under
+``torch.manual_seed(seed)`` inside :func:`torch.random.fork_rng`, so the initial parameters are a
+function of the seed alone and the global torch random state is left untouched. Keep torch on one
+thread (``torch.set_num_threads(1)``) where floats must repeat across machines.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+from torch.utils.flop_counter import FlopCounterMode
+
+from fednet.algebra.meter import charge
+from fednet.learning.model import Model, Params, ParamsOrArray, as_targets
+
+__all__ = ["Square", "PolynomialLayer", "ACTIVATIONS", "mlp", "TorchModel", "MLPModel", "count_macs"]
+
+
+class Square(nn.Module):
+    """Quadratic activation ``sigma(z) = z^2`` (element-wise), the activation of polynomial networks.
+
+    Source: DReS-FL (Shao et al.), Sec. 3.1 and App. E; FedVS (Li et al.), Sec. 3.
+    """
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return z * z
+
+
+class PolynomialLayer(nn.Module):
+    """Polynomial network layer ``H = sum_{i=1}^{D} X^i W^i`` (element-wise powers ``X^i``).
+
+    Source: FedVS (Li et al.), Sec. 3, eq. (1): client ``n``'s bottom model over its feature block
+    ``X_n`` (``D_n`` terms; FashionMNIST: a 1-layer PN, App. C). The float counterpart of the
+    field model that FedVS evaluates on coded data; wrap it in :class:`TorchModel`. Its MACs are
+    the ``D`` products ``X^i W^i`` (``b p e`` each); the element-wise powers are not contractions
+    and are not charged.
+
+    Parameters
+    ----------
+    n_inputs : int
+        Features ``p_n`` of the block.
+    n_outputs : int
+        Embedding width ``e``.
+    degree : int
+        Number of terms ``D >= 1``.
+
+    Attributes
+    ----------
+    powers : nn.ModuleList of nn.Linear
+        ``powers[i-1].weight`` is ``(W^i)^T``, shape ``(e, p_n)``; parameter names
+        ``"powers.0.weight"``, ... (no bias).
+    """
+
+    def __init__(self, n_inputs: int, n_outputs: int, degree: int = 1) -> None:
+        super().__init__()
+        if isinstance(degree, bool) or int(degree) != degree or degree < 1:
+            raise ValueError(f"degree must be a positive integer, got {degree!r}")
+        self.powers = nn.ModuleList([nn.Linear(n_inputs, n_outputs, bias=False) for _ in range(int(degree))])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        out = self.powers[0](x)
+        xi = x
+        for lin in self.powers[1:]:
+            xi = xi * x
+            out = out + lin(xi)
+        return out
+
+
+#: Activation names accepted by :func:`mlp`.
+ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "sigmoid": nn.Sigmoid,
+    "quadratic": Square,
+    "identity": nn.Identity,
+}
+
+
+def mlp(layer_sizes: Sequence[int], activation: str | Callable[[], nn.Module] = "relu",
+        bias: bool = True) -> nn.Sequential:
+    """A multilayer perceptron ``Linear(n0, n1), act, Linear(n1, n2), act, ..., Linear(n_{L-1}, n_L)``.
+
+    Parameters
+    ----------
+    layer_sizes : sequence of int
+        Widths ``(n0, n1, ..., n_L)``, input first (at least two entries); e.g. ``(784, 64, 64, 10)``.
+    activation : str or callable
+        A name of :data:`ACTIVATIONS` or a zero-argument factory of an ``nn.Module``; applied
+        after every layer but the last.
+    bias : bool
+        Whether the linear layers have biases.
+
+    Returns
+    -------
+    nn.Sequential
+        Layers named ``"0", "1", ...`` (the linear layers at even indices). Its parameters are
+        torch's default initialisation under the *current* torch random state; use
+        :meth:`TorchModel.init_params` for seeded parameters.
+
+    Raises
+    ------
+    ValueError
+        If ``layer_sizes`` has fewer than two entries or a non-positive width, or the
+        activation name is unknown.
+    """
+    sizes = [int(s) for s in layer_sizes]
+    if len(sizes) < 2 or any(s < 1 for s in sizes) or any(int(s) != s for s in layer_sizes):
+        raise ValueError(f"layer_sizes must list at least two positive integers, got {list(layer_sizes)!r}")
+    if isinstance(activation, str):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)} or a module factory, "
+                             f"got {activation!r}")
+        act = ACTIVATIONS[activation]
+    else:
+        act = activation
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b, bias=bias))
+        if i < len(sizes) - 2:
+            layers.append(act())
+    return nn.Sequential(*layers)
+
+
+def _leaf_names(module: nn.Module) -> dict[str, str]:
+    """FlopCounterMode's name of each leaf module (``"<RootClass>.<path>"``) -> ``named_modules`` path."""
+    root = type(module).__name__
+    return {f"{root}.{name}": name for name, m in module.named_modules() if name and not any(m.children())}
+
+
+def count_macs(fn: Callable[[], Any], module: nn.Module | None = None) -> tuple[Any, int, dict[str, int]]:
+    """Run ``fn()`` under :class:`FlopCounterMode` and return its MACs (FLOPs / 2), total and per layer.
+
+    Nothing is charged to the meters (the caller charges).
+
+    Parameters
+    ----------
+    fn : callable
+        The torch computation (forward and/or backward).
+    module : nn.Module, optional
+        The module ``fn`` runs; its leaf modules name the per-layer counts.
+
+    Returns
+    -------
+    result
+        ``fn()``'s return value.
+    macs : int
+        Total MACs of the contractions dispatched.
+    per_layer : dict of str to int
+        MACs per leaf module (``named_modules`` path, e.g. ``"0"`` for ``Sequential``'s first
+        layer), forward and backward together; contractions outside any leaf are in ``macs``
+        only.
+
+    Raises
+    ------
+    RuntimeError
+        If FlopCounterMode reports an odd FLOP count (not a whole number of MACs).
+    """
+    counter = FlopCounterMode(display=False)
+    with counter:
+        result = fn()
+    flops = int(counter.get_total_flops())
+    if flops % 2:
+        raise RuntimeError(f"FlopCounterMode counted an odd number of FLOPs ({flops}); MACs = FLOPs / 2 needs it even")
+    per_layer: dict[str, int] = {}
+    if module is not None:
+        names = _leaf_names(module)
+        for key, ops in counter.get_flop_counts().items():
+            if key in names:
+                per_layer[names[key]] = int(sum(ops.values())) // 2
+    return result, flops // 2, per_layer
+
+
+class TorchModel(Model):
+    """A torch module as a :class:`~fednet.learning.model.Model` (module docstring).
+
+    Parameters
+    ----------
+    module : nn.Module
+        Maps a ``(b, *input_shape)`` tensor to ``(b, n_outputs)`` scores. It serves as an
+        architecture template: its own parameter values are never used by the metered calls
+        (buffers, e.g. batch-norm statistics, are read from it unchanged).
+    n_inputs : int
+        Number of input features ``d``: ``x`` arrives as ``(b, d)`` rows.
+    n_outputs : int
+        Number of outputs ``c``.
+    loss : {"cross_entropy", "mse"}
+        Per-row loss ``l``: softmax cross-entropy on class labels, or ``1/2 ||f(x) - y||^2`` on
+        one-hot targets (the ridge loss of Schlegel et al., eq. 2; the MSE of DReS-FL, Sec. 3.1).
+    weight_decay : float
+        ``lambda >= 0`` of the regulariser ``lambda/2 ||params||^2`` reported by :meth:`loss` and
+        :meth:`evaluate` (the optimiser applies its own weight decay).
+    input_shape : tuple of int, optional
+        Shape of one input as the module expects it (e.g. ``(1, 28, 28)`` for a CNN); rows of
+        ``x`` are reshaped to it. Default ``(n_inputs,)``.
+    dtype : torch.dtype
+        Floating type of parameters and computation (``torch.float32`` or ``torch.float64``).
+    cache_macs : bool
+        Measure each (call kind, input shape) once and charge the cached count afterwards.
+
+    Raises
+    ------
+    ValueError
+        For an unknown loss, non-positive sizes, a negative weight decay, an ``input_shape``
+        whose size is not ``n_inputs``, or a module without parameters.
+    """
+
+    LOSSES = ("cross_entropy", "mse")
+
+    def __init__(self, module: nn.Module, n_inputs: int, n_outputs: int, *, loss: str = "cross_entropy",
+                 weight_decay: float = 0.0, input_shape: Sequence[int] | None = None,
+                 dtype: torch.dtype = torch.float32, cache_macs: bool = True) -> None:
+        for name, v in (("n_inputs", n_inputs), ("n_outputs", n_outputs)):
+            if isinstance(v, bool) or int(v) != v or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if loss not in self.LOSSES:
+            raise ValueError(f"loss must be one of {self.LOSSES}, got {loss!r}")
+        if not weight_decay >= 0:
+            raise ValueError(f"weight_decay must be non-negative, got {weight_decay!r}")
+        if dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"dtype must be torch.float32 or torch.float64, got {dtype!r}")
+        self.n_inputs, self.n_outputs = int(n_inputs), int(n_outputs)
+        self.input_shape = (self.n_inputs,) if input_shape is None else tuple(int(s) for s in input_shape)
+        if int(np.prod(self.input_shape)) != self.n_inputs:
+            raise ValueError(f"input_shape {self.input_shape} does not hold n_inputs = {self.n_inputs} features")
+        self.module = module.to(dtype)
+        self.loss_name = loss
+        self.weight_decay = weight_decay
+        self.dtype = dtype
+        self.np_dtype = np.float32 if dtype == torch.float32 else np.float64
+        self.cache_macs = cache_macs
+        self._shapes = {k: tuple(p.shape) for k, p in self.module.named_parameters()}
+        if not self._shapes:
+            raise ValueError("module has no parameters")
+        self._macs: dict[tuple, tuple[int, dict[str, int]]] = {}
+
+    def __repr__(self) -> str:
+        return (f"TorchModel({type(self.module).__name__}, n_inputs={self.n_inputs}, n_outputs={self.n_outputs}, "
+                f"loss={self.loss_name!r}, dtype={self.dtype})")
+
+    # -- description --------------------------------------------------------------------------
+    def param_shapes(self) -> dict[str, tuple[int, ...]]:
+        """``module.named_parameters()`` names -> shapes (e.g. ``"0.weight": (out, in)``)."""
+        return dict(self._shapes)
+
+    def init_params(self, seed: int | np.random.Generator | None = None) -> Params:
+        """Torch's default initialisation of every layer under ``torch.manual_seed(seed)``.
+
+        Parameters
+        ----------
+        seed : int or Generator or None
+            An int seeds torch directly; a Generator draws the seed (``integers(2**63)``); None
+            means 0.
+
+        Returns
+        -------
+        Params
+            NumPy arrays of the model's dtype (copies; the template module is not modified).
+        """
+        if isinstance(seed, np.random.Generator):
+            seed = int(seed.integers(2**63))
+        seed = 0 if seed is None else int(seed)
+        template = copy.deepcopy(self.module)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            for m in template.modules():
+                reset = getattr(m, "reset_parameters", None)
+                if callable(reset):
+                    reset()
+        return {k: p.detach().numpy().copy() for k, p in template.named_parameters()}
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _tensors(self, params: ParamsOrArray, grad: bool) -> dict[str, torch.Tensor]:
+        p = self.as_params(params)
+        out = {}
+        for k, shape in self._shapes.items():
+            a = np.asarray(p[k])
+            if a.shape != shape:
+                raise ValueError(f"parameter {k!r} has shape {a.shape}, expected {shape}")
+            t = torch.tensor(a, dtype=self.dtype) if not a.flags.writeable or a.dtype != self.np_dtype \
+                else torch.from_numpy(a)
+            out[k] = t.detach().requires_grad_(grad)
+        return out
+
+    def _input(self, x: np.ndarray, grad: bool = False) -> torch.Tensor:
+        x = np.asarray(x)
+        if x.ndim != 2 or x.shape[1] != self.n_inputs:
+            raise ValueError(f"x must have shape (b, {self.n_inputs}), got {x.shape}")
+        t = torch.tensor(x.reshape((x.shape[0],) + self.input_shape), dtype=self.dtype)
+        return t.requires_grad_(grad)
+
+    def _target(self, y: np.ndarray, b: int) -> torch.Tensor:
+        y = np.asarray(y)
+        if y.shape[0] != b:
+            raise ValueError(f"y has {y.shape[0]} rows, x has {b}")
+        if self.loss_name == "cross_entropy":
+            labels = np.argmax(y, axis=1) if y.ndim == 2 else y
+            if labels.ndim != 1 or (labels.size and (labels.min() < 0 or labels.max() >= self.n_outputs)):
+                raise ValueError(f"y must be labels in [0, {self.n_outputs - 1}] or one-hot rows, got shape {y.shape}")
+            return torch.as_tensor(labels.astype(np.int64))
+        return torch.tensor(as_targets(y, self.n_outputs), dtype=self.dtype)
+
+    def _data_loss(self, out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """``sum_j l(f(x_j), y_j)`` over the batch."""
+        if self.loss_name == "cross_entropy":
+            return nn.functional.cross_entropy(out, target, reduction="sum")
+        r = out - target
+        return 0.5 * (r * r).sum()
+
+    def _penalty(self, tensors: dict[str, torch.Tensor]) -> float:
+        if not self.weight_decay:
+            return 0.0
+        return float(0.5 * self.weight_decay * sum(float((t.detach().double() ** 2).sum()) for t in tensors.values()))
+
+    def _measure(self, kind: str, shape: tuple, fn: Callable[[], Any]) -> tuple[Any, int]:
+        """Run ``fn``; its MACs measured now, or cached per ``(kind, shape)``. Charges nothing."""
+        key = (kind, shape)
+        if self.cache_macs and key in self._macs:
+            return fn(), self._macs[key][0]
+        result, macs, per_layer = count_macs(fn, self.module)
+        self._macs[key] = (macs, per_layer)
+        return result, macs
+
+    def _run(self, kind: str, shape: tuple, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` and charge its MACs (measured, or cached per ``(kind, shape)``)."""
+        result, macs = self._measure(kind, shape, fn)
+        charge(macs)
+        return result
+
+    def layer_macs(self, kind: str, batch: int) -> dict[str, int]:
+        """Per-layer MACs measured for a call (what the call charged, per layer).
+
+        Parameters
+        ----------
+        kind : {"forward", "loss", "gradient", "gradient_with_input", "backward", "backward_params"}
+            The method that ran (``"backward_params"``: :meth:`backward` with
+            ``input_grad=False``); forward and backward together except for the backward kinds,
+            which charge the backward pass only.
+        batch : int
+            Rows of ``x`` it ran on.
+
+        Returns
+        -------
+        dict of str to int
+            Leaf module path -> MACs, plus ``"total"``.
+
+        Raises
+        ------
+        KeyError
+            If no such call has run yet.
+        """
+        shape = (int(batch),) + self.input_shape
+        macs, per = self._macs[(kind, shape)]
+        return {**per, "total": macs}
+
+    # -- metered computation ------------------------------------------------------------------
+    def forward(self, params: ParamsOrArray, x: np.ndarray) -> np.ndarray:
+        """Scores ``f(x)``, shape (b, c), the model's dtype; charges the forward MACs."""
+        tensors, xt = self._tensors(params, False), self._input(x)
+
+        return self._run("forward", tuple(xt.shape), lambda: self._no_grad_forward(tensors, xt)).numpy()
+
+    def loss(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> float:
+        """``(1/b) sum_j l(f(x_j), y_j) + lambda/2 ||params||^2``; charges the forward MACs."""
+        tensors, xt = self._tensors(params, False), self._input(x)
+        target = self._target(y, xt.shape[0])
+
+        def run() -> float:
+            with torch.no_grad():
+                return float(self._data_loss(functional_call(self.module, tensors, (xt,)), target)) / xt.shape[0]
+
+        return self._run("loss", tuple(xt.shape), run) + self._penalty(tensors)
+
+    def gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> Params:
+        """Gradient of ``sum_j l(f(x_j), y_j)`` (no regulariser); charges forward + backward MACs.
+
+        Returns
+        -------
+        Params
+            NumPy arrays of the parameters' shapes and the model's dtype.
+        """
+        return self._grad("gradient", params, x, y, with_input=False)[0]
+
+    def gradient_with_input(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray) -> tuple[Params, np.ndarray]:
+        """Gradients of ``sum_j l(f(x_j), y_j)`` w.r.t. the parameters and ``x`` (a split model's top).
+
+        FedVS, Sec. 3: the server's top model on the embedding ``H`` returns ``dL/dH`` to the
+        clients. Charges forward + backward MACs, including the first layer's input gradient.
+
+        Returns
+        -------
+        grads : Params
+        grad_input : ndarray, shape (b, n_inputs)
+        """
+        return self._grad("gradient_with_input", params, x, y, with_input=True)
+
+    def _grad(self, kind: str, params: ParamsOrArray, x: np.ndarray, y: np.ndarray,
+              with_input: bool) -> tuple[Params, np.ndarray | None]:
+        tensors, xt = self._tensors(params, True), self._input(x, grad=with_input)
+        target = self._target(y, xt.shape[0])
+        names = list(tensors)
+
+        def run() -> tuple:
+            # a view, not the leaf itself, enters the module: FlopCounterMode's module tracker cannot
+            # hook a leaf input while autograd.grad runs
+            total = self._data_loss(functional_call(self.module, tensors, (xt.view_as(xt),)), target)
+            inputs = [tensors[k] for k in names] + ([xt] if with_input else [])
+            return torch.autograd.grad(total, inputs)
+
+        grads = self._run(kind, tuple(xt.shape), run)
+        out = {k: g.numpy() for k, g in zip(names, grads)}
+        gx = grads[-1].reshape(xt.shape[0], self.n_inputs).numpy() if with_input else None
+        return out, gx
+
+    def backward(self, params: ParamsOrArray, x: np.ndarray, grad_output: np.ndarray, *,
+                 input_grad: bool = True) -> tuple[Params, np.ndarray | None]:
+        """Gradients of ``sum(f(x) * grad_output)`` w.r.t. the parameters (and ``x``); metered.
+
+        Charges the MACs of the backward pass only: a device keeps the activations of the
+        forward pass it ran (and was charged for) before the gradient arrived, so the forward
+        pass that this call re-executes on the host is subtracted; both counts are measured by
+        the torch counter at these shapes.
+
+        Parameters
+        ----------
+        params : Params
+        x : ndarray, (b, n_inputs)
+        grad_output : ndarray, (b, n_outputs)
+            ``dL/df(x)``.
+        input_grad : bool
+            Also compute ``dL/dx`` (a bottom model of a split model does not need it, and the
+            first layer's input gradient is then neither computed nor charged).
+
+        Returns
+        -------
+        grads : Params
+        grad_input : ndarray, shape (b, n_inputs), or None without ``input_grad``
+        """
+        tensors, xt = self._tensors(params, True), self._input(x, grad=input_grad)
+        g = np.asarray(grad_output)
+        if g.shape != (xt.shape[0], self.n_outputs):
+            raise ValueError(f"grad_output has shape {g.shape}, expected ({xt.shape[0]}, {self.n_outputs})")
+        gt = torch.tensor(g, dtype=self.dtype)
+        names = list(tensors)
+        shape = tuple(xt.shape)
+
+        def run() -> tuple:
+            # views, not the leaves, enter the module and leave it: FlopCounterMode's module tracker
+            # cannot hook a leaf input, and hooks the last layer's backward only below its output
+            out = functional_call(self.module, tensors, (xt.view_as(xt) if input_grad else xt,))
+            inputs = [tensors[k] for k in names] + ([xt] if input_grad else [])
+            return torch.autograd.grad(out.view_as(out), inputs, grad_outputs=gt)
+
+        kind = "backward" if input_grad else "backward_params"
+        measured = not (self.cache_macs and (kind, shape) in self._macs)
+        grads, total = self._measure(kind, shape, run)
+        if measured:  # subtract the forward pass (measured at this shape) and store backward-only counts
+            fwd_tensors = {k: t.detach() for k, t in tensors.items()}
+            _, fwd = self._measure("forward", shape, lambda: self._no_grad_forward(fwd_tensors, xt.detach()))
+            per = dict(self._macs[(kind, shape)][1])
+            for layer, m in self._macs[("forward", shape)][1].items():
+                per[layer] = per.get(layer, 0) - m
+            self._macs[(kind, shape)] = (total - fwd, per)
+        charge(self._macs[(kind, shape)][0])
+        out = {k: gr.numpy() for k, gr in zip(names, grads)}
+        gx = grads[-1].reshape(xt.shape[0], self.n_inputs).numpy() if input_grad else None
+        return out, gx
+
+    def _no_grad_forward(self, tensors: dict[str, torch.Tensor], xt: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return functional_call(self.module, tensors, (xt,))
+
+    # -- observer -----------------------------------------------------------------------------
+    def _scores(self, params: ParamsOrArray, x: np.ndarray) -> torch.Tensor:
+        tensors, xt = self._tensors(params, False), self._input(x)
+        with torch.no_grad():
+            return functional_call(self.module, tensors, (xt,))
+
+    def predict(self, params: ParamsOrArray, x: np.ndarray) -> np.ndarray:
+        """``argmax`` of the scores, shape (b,) int64 (not metered)."""
+        return self._scores(params, x).argmax(dim=1).numpy().astype(np.int64)
+
+    def evaluate(self, params: ParamsOrArray, x: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
+        """``(accuracy, loss)`` on a test set, the loss as :meth:`loss` (not metered).
+
+        Parameters
+        ----------
+        params : Params
+        x : ndarray, (m_test, d)
+        labels : ndarray, (m_test,) int (or one-hot rows)
+        """
+        labels = np.asarray(labels)
+        out = self._scores(params, x)
+        lab = np.argmax(labels, axis=1) if labels.ndim == 2 else labels
+        if lab.shape != (out.shape[0],):
+            raise ValueError(f"labels has shape {labels.shape}, expected ({out.shape[0]},)")
+        acc = float(np.mean(out.argmax(dim=1).numpy() == lab))
+        with torch.no_grad():
+            loss = float(self._data_loss(out, self._target(labels, out.shape[0]))) / out.shape[0]
+        return acc, loss + self._penalty(self._tensors(params, False))
+
+
+class MLPModel(TorchModel):
+    """A :class:`TorchModel` of :func:`mlp` ``(layer_sizes, activation)``.
+
+    Parameters
+    ----------
+    layer_sizes : sequence of int
+        ``(n_inputs, hidden..., n_outputs)``, e.g. ``(784, 64, 64, 10)`` (DReS-FL, App. B).
+    activation : str or callable
+        As in :func:`mlp` (``"relu"``, ``"quadratic"``, ...).
+    **kwargs
+        ``loss``, ``weight_decay``, ``dtype``, ``cache_macs`` of :class:`TorchModel`.
+
+    Attributes
+    ----------
+    layer_sizes : tuple of int
+    """
+
+    def __init__(self, layer_sizes: Sequence[int], activation: str | Callable[[], nn.Module] = "relu",
+                 **kwargs: Any) -> None:
+        with torch.random.fork_rng(devices=[]):  # the template's values are never used: keep torch's RNG
+            module = mlp(layer_sizes, activation)
+        self.layer_sizes = tuple(int(s) for s in layer_sizes)
+        super().__init__(module, self.layer_sizes[0], self.layer_sizes[-1], **kwargs)
+
+    def analytic_macs(self, batch: int, kind: str = "gradient") -> dict[str, int]:
+        """The MACs an MLP's linear layers execute, by hand (a check on the measured counts).
+
+        Layer ``i`` (``Linear(n_i, n_{i+1})``) on ``b`` rows: ``b n_i n_{i+1}`` forward;
+        ``b n_i n_{i+1}`` for the weight gradient and as many for the input gradient (not for the
+        first layer unless ``kind`` asks for the input's gradient); the backward kinds exclude
+        the forward pass (:meth:`TorchModel.backward`).
+
+        Parameters
+        ----------
+        batch : int
+        kind : {"forward", "loss", "gradient", "gradient_with_input", "backward", "backward_params"}
+
+        Returns
+        -------
+        dict of str to int
+            Linear layer path (``"0"``, ``"2"``, ...) -> MACs, plus ``"total"``.
+        """
+        per: dict[str, int] = {}
+        for i, (a, c) in enumerate(zip(self.layer_sizes[:-1], self.layer_sizes[1:])):
+            unit = batch * a * c
+            if kind in ("forward", "loss"):
+                n = 1
+            elif kind == "backward":
+                n = 2
+            elif kind == "backward_params":
+                n = 2 if i > 0 else 1
+            elif kind == "gradient_with_input" or i > 0:
+                n = 3
+            else:
+                n = 2
+            per[str(2 * i)] = n * unit
+        return {**per, "total": sum(per.values())}

@@ -1,0 +1,313 @@
+"""Execution modes: one code path per protocol, the mode decides whether a step's math runs.
+
+A protocol's round is written once. Every piece of math goes through the protocol's mode object
+(``self.mode``):
+
+``mode.run(fn, *args, ...)``
+    A charged step (called inside ``compute_each`` / ``gather`` / ``server_compute`` /
+    ``tree_aggregate``, whose meter picks up the charge).  :class:`Full` executes ``fn`` (its metered
+    kernels charge the MACs).  :class:`Timing` does not execute it on the real values: it charges the
+    MACs the same kernels meter at the same shapes (measured once per shape signature by running
+    ``fn`` on zero operands, or by a cheaper measuring closure, or a closed form tested against the
+    kernel) and returns :class:`Shape` stand-ins of the outputs.
+``mode.offline(fn, *args, like=...)``
+    Uncharged host work (offline phases, not timed): Full runs it, Timing returns ``like``.
+``mode.observe(fn, *args)``
+    The observer's checks (decoding error against the plain computation): Full only.
+``mode.update(protocol, G, m)`` / ``mode.evaluate(protocol)``
+    The model update and its test accuracy. A protocol whose decoded update equals the plain
+    full-batch gradient (``exact_trajectory = True``: CodedPaddedFL, CodedSecAgg, Prop. 3) follows
+    the task's cached full-batch trajectory in timing mode; otherwise the timing mode updates with
+    the stand-in value the step carried (``stand_in=``, e.g. LightSecAgg's sum of the survivors'
+    quantised gradients, computed by the host without the masks).
+
+Full and timing modes give identical simulated times, MACs, traffic and accuracies: a test runs
+both on the same seed (``tests/test_pinned_traces.py`` pins both against the traces of the code
+before this module existed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from fednet.algebra.meter import MacMeter, charge, macs_of
+
+__all__ = ["Mode", "Full", "Timing", "Shape", "Opaque", "make_mode", "MODES"]
+
+
+@dataclass(frozen=True, eq=False)
+class Shape:
+    """Stand-in for an array in timing mode: its shape and dtype, and optionally a stand-in value.
+
+    Attributes
+    ----------
+    shape : tuple of int
+    dtype : numpy.dtype
+    value : Any
+        The host's stand-in value (``stand_in=`` of :meth:`Mode.run`), or None.
+    """
+
+    shape: tuple
+    dtype: Any
+    value: Any = None
+
+    @property
+    def size(self) -> int:
+        """Number of elements (what a message carrying it costs)."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self) -> int:
+        """Number of axes."""
+        return len(self.shape)
+
+    @classmethod
+    def like(cls, a: Any, value: Any = None) -> "Shape":
+        """The stand-in of array ``a``."""
+        a = np.asarray(a)
+        return cls(tuple(a.shape), a.dtype, value)
+
+    def __getitem__(self, i: int) -> "Shape":
+        """The stand-in of ``a[i]`` for an integer ``i`` (the first axis dropped)."""
+        if not isinstance(i, (int, np.integer)) or not self.shape or not -self.shape[0] <= i < self.shape[0]:
+            raise IndexError(f"a Shape{self.shape} stand-in supports an integer index on its first axis, got {i!r}")
+        return Shape(self.shape[1:], self.dtype)
+
+    def zeros(self) -> np.ndarray:
+        """Zero operand of this shape and dtype (to meter a kernel)."""
+        return np.zeros(self.shape, dtype=self.dtype)
+
+
+class Opaque:
+    """Stand-in for a non-array object a step produced in timing mode (e.g. a prepared matrix).
+
+    It keeps the step that made it, so that it can be rebuilt from zero operands when a later
+    step at a new shape signature has to be metered.
+    """
+
+    __slots__ = ("kind", "producer", "path", "size")
+
+    def __init__(self, kind: str, producer: tuple, path: tuple, size: int | None) -> None:
+        self.kind, self.producer, self.path, self.size = kind, producer, path, size
+
+    def materialize(self) -> Any:
+        """The object computed from zero operands."""
+        fn, args, kwargs = self.producer
+        out = fn(*_materialize(args), **_materialize(kwargs))
+        for i in self.path:
+            out = out[i]
+        return out
+
+    def __repr__(self) -> str:
+        return f"Opaque({self.kind}, size={self.size})"
+
+
+def _signature(x: Any) -> Any:
+    """Hashable description of an argument: shapes and dtypes for arrays, values for scalars."""
+    if isinstance(x, (Shape, np.ndarray)):
+        return ("S", tuple(x.shape), np.dtype(x.dtype).str)
+    if isinstance(x, Opaque):
+        return ("O", x.kind, _signature(x.producer[1]), _signature(x.producer[2]), x.path,
+                getattr(x.producer[0], "__qualname__", id(x.producer[0])))
+    if isinstance(x, (list, tuple)):
+        return (type(x).__name__,) + tuple(_signature(v) for v in x)
+    if isinstance(x, dict):
+        return ("d",) + tuple((k, _signature(v)) for k, v in sorted(x.items()))
+    if isinstance(x, np.random.Generator):
+        return ("rng",)
+    if x is None or isinstance(x, (bool, int, float, str, np.number, range)):
+        return ("v", type(x).__name__, x)
+    try:
+        hash(x)
+        return ("h", type(x).__name__, x)
+    except TypeError:
+        return ("id", type(x).__name__, id(x))
+
+
+def _materialize(x: Any) -> Any:
+    if isinstance(x, Shape):
+        return x.zeros()
+    if isinstance(x, Opaque):
+        return x.materialize()
+    if isinstance(x, list):
+        return [_materialize(v) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_materialize(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _materialize(v) for k, v in x.items()}
+    return x
+
+
+def _stub(out: Any, producer: tuple, path: tuple = ()) -> Any:
+    """Stand-ins of a step's outputs (arrays -> Shape, other objects -> Opaque, scalars kept)."""
+    if isinstance(out, np.ndarray):
+        return Shape.like(out)
+    if isinstance(out, (tuple, list)):
+        return type(out)(_stub(v, producer, path + (i,)) for i, v in enumerate(out))
+    if out is None or isinstance(out, (bool, int, float, str, np.number)):
+        return out
+    size = getattr(out, "size", None)
+    return Opaque(type(out).__name__, producer, path, None if size is None else int(size))
+
+
+#: Shape signature -> stand-ins of the outputs (the MACs are in fednet.algebra.meter's cache).
+_OUTPUTS: dict[tuple, Any] = {}
+
+
+class Mode:
+    """How a protocol's steps execute (module docstring). Use :func:`make_mode` or a subclass."""
+
+    name: ClassVar[str] = ""
+    #: Whether steps execute their exact math.
+    exact: ClassVar[bool] = True
+
+    def run(self, fn: Callable[..., Any], *args: Any, macs: int | Callable[[], Any] | None = None,
+            like: Any = None, stand_in: Callable[[], Any] | None = None, key: Any = None, **kwargs: Any) -> Any:
+        """Evaluate a charged step ``fn(*args, **kwargs)`` (see :class:`Full`, :class:`Timing`).
+
+        Parameters
+        ----------
+        fn : callable
+            A pure function built from metered kernels.
+        macs : int or callable, optional
+            How timing mode learns the count without running ``fn`` on operands of the real
+            shapes (when that is too slow on the host, e.g. Python-int fields): an int (a closed
+            form; full mode checks it against the metered count), or a closure running the same
+            kernels at the same shapes more cheaply (e.g. in a smaller field), measured once per
+            shape signature.  Default: run ``fn`` on zero operands once per shape signature.
+        like : Any, optional
+            Timing mode's outputs when ``macs`` is given (stand-ins of the right shapes).
+        stand_in : callable() -> Any, optional
+            Timing mode: the host's (uncharged) value of the output, carried as ``Shape.value``.
+        key : hashable, optional
+            With a ``macs`` closure: what its count depends on (default: the shape signature of the
+            arguments, which holds the values of scalar and list arguments).
+        """
+        raise NotImplementedError
+
+    def offline(self, fn: Callable[..., Any], *args: Any, like: Any = None, **kwargs: Any) -> Any:
+        """Uncharged host work (an offline phase): Full runs it, Timing returns ``like``."""
+        raise NotImplementedError
+
+    def observe(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """An observer's check (not charged): run in full mode only."""
+
+    def value(self, x: Any) -> Any:
+        """The value of a step's output: itself in full mode, its stand-in value in timing mode."""
+        return x
+
+    def update(self, protocol: Any, G: Any, m_used: int) -> None:
+        """Apply the update of eqs. (4)-(5) with gradient sum ``G`` over ``m_used`` points."""
+        protocol.step(self.value(G), m_used)
+
+    def evaluate(self, protocol: Any) -> tuple[float, float]:
+        """Test accuracy and loss of the protocol's current model."""
+        return protocol.task.evaluate(protocol.theta)
+
+
+class Full(Mode):
+    """Every step executes its exact math with the metered kernels."""
+
+    name = "full"
+    exact = True
+
+    def run(self, fn, *args, macs=None, like=None, stand_in=None, key=None, **kwargs):
+        """``fn(*args, **kwargs)``; with an int ``macs``, checks the metered count equals it.
+
+        Raises
+        ------
+        AssertionError
+            If an int ``macs`` (the closed form timing mode charges) differs from the metered count.
+        """
+        if not isinstance(macs, int) or isinstance(macs, bool):
+            return fn(*args, **kwargs)
+        with MacMeter() as meter:
+            out = fn(*args, **kwargs)
+        if meter.macs != macs:
+            raise AssertionError(f"{getattr(fn, '__qualname__', fn)} metered {meter.macs} MACs but its closed "
+                                 f"form (charged in timing mode) says {macs}")
+        return out
+
+    def offline(self, fn, *args, like=None, **kwargs):
+        """``fn(*args, **kwargs)`` (uncharged unless a meter is open)."""
+        return fn(*args, **kwargs)
+
+    def observe(self, fn, *args, **kwargs) -> None:
+        """Runs the check."""
+        fn(*args, **kwargs)
+
+
+class Timing(Mode):
+    """Steps charge the MACs their kernels meter at the real shapes; values are stand-ins."""
+
+    name = "timing"
+    exact = False
+
+    def run(self, fn, *args, macs=None, like=None, stand_in=None, key=None, **kwargs):
+        """Charge ``fn``'s metered MACs at these shapes; return stand-ins (with ``stand_in()`` as value)."""
+        key = ("fednet.protocol.modes", getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn)),
+               (_signature(args), _signature(kwargs)) if key is None or macs is None or isinstance(macs, int)
+               else ("key", key))
+        if isinstance(macs, int) and not isinstance(macs, bool):
+            n, out = macs, like
+        elif macs is not None:
+            n, out = macs_of(key, macs), like
+        else:
+            if key not in _OUTPUTS:
+                result: list = []
+                macs_of(key, lambda: result.append(fn(*_materialize(args), **_materialize(kwargs))))
+                _OUTPUTS[key] = _stub(result[0], (fn, args, kwargs)) if result else None
+            n, out = macs_of(key, lambda: None), _OUTPUTS[key]
+        charge(n)
+        if stand_in is not None:
+            if not isinstance(out, Shape):
+                raise TypeError(f"stand_in needs a single array output of {getattr(fn, '__qualname__', fn)}; "
+                                f"pass like=Shape(...)")
+            out = Shape(out.shape, out.dtype, stand_in())
+        return out
+
+    def offline(self, fn, *args, like=None, **kwargs):
+        """``like`` (the work is not done)."""
+        return like
+
+    def value(self, x: Any) -> Any:
+        """The stand-in value a step's output carries."""
+        if isinstance(x, Shape):
+            if x.value is None:
+                raise ValueError("this timing-mode output carries no stand-in value (pass stand_in= to mode.run)")
+            return x.value
+        return x
+
+    def update(self, protocol: Any, G: Any, m_used: int) -> None:
+        """Exact-trajectory protocols: nothing (the model follows the cached full-batch trajectory);
+        others: the update with the stand-in value."""
+        if not getattr(protocol, "exact_trajectory", False):
+            protocol.step(self.value(G), m_used)
+
+    def evaluate(self, protocol: Any) -> tuple[float, float]:
+        """Exact-trajectory protocols: the cached full-batch trajectory's accuracy at this epoch."""
+        if getattr(protocol, "exact_trajectory", False):
+            return protocol.task.full_batch_trajectory(protocol.epoch)[protocol.epoch]
+        return super().evaluate(protocol)
+
+
+#: The modes by name.
+MODES: dict[str, type[Mode]] = {"full": Full, "timing": Timing}
+
+
+def make_mode(name: str) -> Mode:
+    """The mode object named ``name`` (``"full"`` or ``"timing"``).
+
+    Raises
+    ------
+    ValueError
+        For an unknown name.
+    """
+    try:
+        return MODES[name]()
+    except KeyError:
+        raise ValueError(f"mode must be one of {sorted(MODES)}, got {name!r}") from None

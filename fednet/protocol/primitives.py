@@ -1,0 +1,816 @@
+"""The SimPy primitives a protocol's round is written with (``yield from self.<primitive>(...)``).
+
+They move messages, charge computation time and report what happened; they do no protocol math.
+:class:`Primitives` is a mixin of :class:`fednet.protocol.base.Protocol`; it needs ``sim``,
+``label``, ``epoch`` and ``element_bits`` on the object.
+
+==============================  =========================================================================
+:meth:`~Primitives.send`         one message (device to server, server to device, or device to device
+                                 relayed through the server)
+:meth:`~Primitives.broadcast`    the server sends one payload to many devices in parallel
+:meth:`~Primitives.send_all`     many messages: in steps with a barrier between steps, or all at once
+:meth:`~Primitives.compute_each` a computation on each of a set of nodes, in parallel
+:meth:`~Primitives.server_compute`  a computation on the server
+:meth:`~Primitives.first_k`      run a piece of work on many nodes, keep the first ``k`` to finish,
+                                 cancel the rest (or stop at a deadline)
+:meth:`~Primitives.gather`       download, compute, upload on each node; the first ``k`` results
+:meth:`~Primitives.exchange`     device-to-device share exchange along given steps, with the sharing
+                                 schedules ``relay_steps``, ``relay_asap``, ``upload_once``
+:meth:`~Primitives.tree_aggregate`  partial sums climb a :class:`networkx.DiGraph` (child -> parent)
+                                 to its roots, which upload to the server; the first ``k`` roots
+==============================  =========================================================================
+
+``first_k``, ``gather`` and ``tree_aggregate`` return a :class:`GatherResult`: the results in
+order of arrival *and* the failures (who was unavailable, who was cancelled, who missed the
+deadline). Failures are never silent: the run loop writes the round's unavailable devices to the
+trace's ``dropped`` column.
+
+Charged compute is never silently free: a computation run by ``compute_each``, ``server_compute``,
+``gather`` or ``tree_aggregate`` that executes but meters zero MACs raises
+:class:`UnchargedCompute` naming the step, unless the call says ``free=True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from fednet.algebra.meter import MacMeter
+from fednet.sim.network import Message
+from fednet.sim.simulation import Node
+
+__all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
+           "payload_size", "SCHEDULES", "cyclic_steps"]
+
+#: The sharing schedules of :meth:`Primitives.exchange`.
+SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
+
+
+class StragglerShortfall(RuntimeError):
+    """Fewer nodes responded than a :meth:`Primitives.gather` (or ``first_k``, ``tree_aggregate``) needed."""
+
+
+class UnchargedCompute(RuntimeError):
+    """A charged computation step executed but metered zero MACs (pass ``free=True`` if deliberate)."""
+
+
+def payload_size(payload: Any) -> int:
+    """Number of numbers in a payload: an array's size, or the sum over a tuple/list/dict of arrays.
+
+    Objects with a ``size`` attribute (the timing mode's shape stand-ins) count ``size``.
+
+    Raises
+    ------
+    TypeError
+        For a payload of a type without a size (pass ``n_elements``).
+    """
+    if isinstance(payload, np.ndarray):
+        return int(payload.size)
+    if isinstance(payload, (tuple, list)):
+        return sum(payload_size(p) for p in payload)
+    if isinstance(payload, dict):
+        return sum(payload_size(p) for p in payload.values())
+    if isinstance(payload, (int, float, np.number)):
+        return 1
+    if hasattr(payload, "size"):
+        return int(payload.size)
+    raise TypeError(f"cannot size a payload of type {type(payload).__name__}; pass n_elements")
+
+
+@dataclass
+class Outgoing:
+    """A message to be sent by :meth:`Primitives.send_all`.
+
+    Attributes
+    ----------
+    src, dst : Node
+    payload : Any
+    kind : str
+    n_elements : int or None
+        Defaults to :func:`payload_size` of the payload.
+    element_bits : int or None
+        Defaults to the protocol's ``element_bits``.
+    encrypted : bool
+        A message to the server that it only stores and forwards (see :meth:`Primitives.send`).
+    """
+
+    src: Node
+    dst: Node
+    payload: Any
+    kind: str
+    n_elements: int | None = None
+    element_bits: int | None = None
+    encrypted: bool = False
+
+
+@dataclass
+class GatherResult:
+    """What a :meth:`Primitives.gather`, ``first_k`` or ``tree_aggregate`` step produced.
+
+    Iterating, indexing and ``len`` act on :attr:`results` (so ``for node, value in result`` works).
+
+    Attributes
+    ----------
+    results : list of (Node, Any)
+        The results that were kept, in order of arrival at the server (at most ``k``).
+    dropped : list of Node
+        Nodes that took no part: unavailable this round (availability model), or, in a tree, in a
+        root's subtree that holds an unavailable node.
+    cancelled : list of Node
+        Nodes still working when enough results had arrived; their work was interrupted.
+    missed_deadline : list of Node
+        Nodes still working when the deadline passed; their work was interrupted.
+    surplus : list of (Node, Any)
+        Results that arrived at the same simulated instant as the ``k``-th but after it (not used).
+    pending : list of (Node, simpy.Process)
+        With ``cancel=False``: the work still running when the ``k``-th result arrived (it goes on
+        until :meth:`Primitives.cancel`; later results are not collected).
+    """
+
+    results: list[tuple[Node, Any]] = field(default_factory=list)
+    dropped: list[Node] = field(default_factory=list)
+    cancelled: list[Node] = field(default_factory=list)
+    missed_deadline: list[Node] = field(default_factory=list)
+    surplus: list[tuple[Node, Any]] = field(default_factory=list)
+    pending: list[tuple[Node, Any]] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> list[Node]:
+        """The nodes of :attr:`results`, in order of arrival."""
+        return [n for n, _ in self.results]
+
+    @property
+    def values(self) -> list[Any]:
+        """The values of :attr:`results`, in order of arrival."""
+        return [v for _, v in self.results]
+
+    def __iter__(self) -> Iterator[tuple[Node, Any]]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, i):
+        return self.results[i]
+
+
+class Mailbox:
+    """Payloads delivered from node to node, with events to wait for a given set of senders.
+
+    :meth:`Primitives.exchange` posts every delivered payload here when given one; a protocol may
+    post a node's own share itself. Nodes are named by index.
+
+    Parameters
+    ----------
+    env : simpy.Environment
+    """
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self._box: dict[tuple[int, int], Any] = {}
+        self._events: dict[tuple[int, int], simpy.Event] = {}
+
+    def _event(self, src: int, dst: int) -> simpy.Event:
+        if (src, dst) not in self._events:
+            self._events[(src, dst)] = self.env.event()
+        return self._events[(src, dst)]
+
+    def put(self, src: int, dst: int, payload: Any) -> None:
+        """Deliver ``payload`` from ``src`` to ``dst`` (once per pair).
+
+        Raises
+        ------
+        ValueError
+            If ``(src, dst)`` was already delivered.
+        """
+        if (src, dst) in self._box:
+            raise ValueError(f"a payload from {src} to {dst} was already delivered")
+        self._box[(src, dst)] = payload
+        self._event(src, dst).succeed()
+
+    def get(self, src: int, dst: int) -> Any:
+        """The payload ``src`` delivered to ``dst`` (KeyError if none)."""
+        return self._box[(src, dst)]
+
+    def wait(self, dst: int, srcs: Iterable[int]) -> simpy.Event:
+        """An event that fires once ``dst`` holds a payload from every node of ``srcs``."""
+        return self.env.all_of([self._event(int(i), dst) for i in srcs])
+
+
+def cyclic_steps(groups: Sequence[Sequence[Node]]) -> list[list[tuple[Node, Node]]]:
+    """All-to-all inside each group in ``n - 1`` steps: in step ``r`` local node ``i`` sends to ``(i + r) mod n``.
+
+    Parameters
+    ----------
+    groups : sequence of sequences of Node
+        Groups of equal size ``n``.
+
+    Returns
+    -------
+    list of list of (src, dst)
+        Step ``r - 1`` for ``r = 1 .. n - 1``, groups in order, senders in local order.
+    """
+    sizes = {len(g) for g in groups}
+    if len(sizes) > 1:
+        raise ValueError(f"groups must have equal sizes, got sizes {sorted(sizes)}")
+    n = sizes.pop() if sizes else 0
+    return [[(members[i], members[(i + r) % n]) for members in groups for i in range(n)] for r in range(1, n)]
+
+
+class Primitives:
+    """SimPy sub-generators that move messages and charge time (module docstring)."""
+
+    sim: Any
+    label: str
+    epoch: int
+
+    # -- bookkeeping -----------------------------------------------------------------------
+    def _note_failures(self, result: GatherResult) -> None:
+        """Add the unavailable nodes of a step to this round's ``dropped`` set."""
+        dropped = getattr(self, "round_dropped", None)
+        if dropped is not None:
+            dropped.update(n.index for n in result.dropped)
+
+    def _charged(self, fn: Callable[..., Any], step: str, free: bool) -> Callable[..., Any]:
+        """``fn`` wrapped so that executing it without metering a MAC raises (unless ``free``)."""
+        if free:
+            return fn
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            with MacMeter() as meter:
+                out = fn(*args, **kwargs)
+            if meter.macs == 0:
+                name = getattr(fn, "__qualname__", repr(fn))
+                raise UnchargedCompute(f"{self.label}: step {step!r} ran {name} but it charged 0 MACs; "
+                                       f"compute with metered kernels (fednet.algebra.meter) or pass free=True")
+            return out
+        return run
+
+    # -- messages --------------------------------------------------------------------------
+    def _message(self, src: Node, dst: Node, payload: Any, kind: str, n_elements: int | None,
+                 element_bits: int | None, encrypted: bool = False) -> Message:
+        return Message(src.index, dst.index, kind, payload,
+                       payload_size(payload) if n_elements is None else int(n_elements),
+                       element_bits or self.element_bits, round=self.sim.round, encrypted=encrypted)
+
+    def send(self, src: Node, dst: Node, payload: Any, *, kind: str, n_elements: int | None = None,
+             element_bits: int | None = None, encrypted: bool = False) -> Generator[Any, Any, Message]:
+        """Send one message and wait until it is delivered; returns the :class:`Message`.
+
+        Parameters
+        ----------
+        src, dst : Node
+        payload : Any
+        kind : str
+            The message's kind (traces and views).
+        n_elements : int, optional
+            Numbers on the wire (default :func:`payload_size`).
+        element_bits : int, optional
+            Bits per number (default the protocol's ``element_bits``).
+        encrypted : bool
+            Marks a message to the server that the server only stores and forwards (end-to-end
+            encrypted for other devices): it goes to the server's ``relayed`` list, not its view.
+            Device-to-device messages are always encrypted.
+        """
+        msg = self._message(src, dst, payload, kind, n_elements, element_bits, encrypted)
+        return (yield from self.sim.transfer(msg))
+
+    def broadcast(self, payload: Any, *, kind: str, to: Iterable[Node] | None = None,
+                  n_elements: int | None = None, element_bits: int | None = None) -> Generator:
+        """Send ``payload`` from the server to every device in ``to`` (default: all) in parallel.
+
+        Each device's downlink is its own resource, so this lasts as long as the slowest
+        download. Returns the delivered messages, in the order of ``to``.
+        """
+        env = self.sim.env
+        targets = list(self.sim.devices if to is None else to)
+        procs = [env.process(self.send(self.sim.server, dev, payload, kind=kind, n_elements=n_elements,
+                                       element_bits=element_bits)) for dev in targets]
+        yield env.all_of(procs)
+        return [p.value for p in procs]
+
+    def _launch(self, o: Outgoing) -> simpy.Process:
+        return self.sim.env.process(self.send(o.src, o.dst, o.payload, kind=o.kind, n_elements=o.n_elements,
+                                              element_bits=o.element_bits, encrypted=o.encrypted))
+
+    def send_all(self, steps: Sequence[Sequence[Outgoing]], *, barrier: bool = True) -> Generator:
+        """Send messages in steps.
+
+        Parameters
+        ----------
+        steps : sequence of sequences of Outgoing
+            With ``barrier=True`` every message of a step is sent in parallel and the next step
+            starts when the whole step is delivered (a synchronous schedule). With
+            ``barrier=False`` all messages are launched at once, in order, and each link serves
+            its queue first come, first served (each transfer starts as soon as its link is free).
+
+        Returns
+        -------
+        list of list of Message
+            The delivered messages, step by step.
+        """
+        env = self.sim.env
+        out: list[list[Message]] = []
+        if barrier:
+            for step in steps:
+                procs = [self._launch(o) for o in step]
+                yield env.all_of(procs)
+                out.append([p.value for p in procs])
+        else:
+            launched = [[self._launch(o) for o in step] for step in steps]
+            yield env.all_of([p for step in launched for p in step])
+            out = [[p.value for p in step] for step in launched]
+        return out
+
+    def background(self, gen: Generator) -> simpy.Process:
+        """Start ``gen`` as a process beside the caller (cancel it with :meth:`cancel`)."""
+        return self.sim.env.process(gen)
+
+    def cancel(self, *items: Any) -> None:
+        """Interrupt what is still running: processes, or the ``pending`` work of a :class:`GatherResult` (None: skipped)."""
+        for item in items:
+            if item is None:
+                continue
+            procs = [p for _, p in item.pending] if isinstance(item, GatherResult) else [item]
+            for p in procs:
+                if p.is_alive:
+                    p.interrupt("cancelled: the round is over")
+
+    def exchange(self, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Callable[[Node, Node], Any], *,
+                 kind: str, schedule: Literal["relay_steps", "relay_asap", "upload_once", "bundled"] = "relay_steps",
+                 n_elements: int | None = None, element_bits: int | None = None,
+                 prepare: Callable[[Node], Generator] | None = None, mailbox: Mailbox | None = None) -> Generator:
+        """Device-to-device exchange of shares, relayed through the server, on a sharing schedule.
+
+        Parameters
+        ----------
+        steps : sequence of sequences of (src, dst)
+            Who sends to whom, step by step (e.g. :func:`cyclic_steps` for all-to-all in groups,
+            or the rows of a gradient code's support matrix).
+        payload : callable(src, dst) -> Any
+            The share ``src`` sends to ``dst`` (evaluated once ``src`` is prepared).
+        kind : str
+        schedule : {"relay_steps", "relay_asap", "upload_once", "bundled"}
+            ``relay_steps``: the steps in turn, each an upload and a download per message, the next
+            step starting when the slowest message of the step is delivered. ``relay_asap``: every
+            message launched as soon as its sender is prepared; each link serves its queue first
+            come, first served. ``upload_once``: every sender uploads once (encrypted: the server
+            only stores it), then, when all uploads are in, the server forwards it to each of its
+            destinations, all forwards launched at once (one upload and ``len(dsts)`` downloads per
+            sender; meant for a payload that does not depend on ``dst``: the upload carries
+            ``payload(src, first dst)``). ``bundled``: every sender uploads one message holding its
+            shares for all its destinations (``n_elements`` each); when all uploads are in, the
+            server sends each destination *available this round* one message holding the shares
+            addressed to it (senders in index order).
+        n_elements, element_bits : int, optional
+            Size of each share (default :func:`payload_size`) and bits per number.
+        prepare : callable(src) -> generator, optional
+            Run for each sender (in parallel, in order of first appearance) before its shares are
+            formed, e.g. its encoding on its processor.
+        mailbox : Mailbox, optional
+            Every delivered share is also posted here as it arrives.
+
+        Returns
+        -------
+        dict of (int, int) -> Any
+            ``{(src.index, dst.index): delivered payload}``; for ``relay_*``/``upload_once`` in the
+            order of ``steps``, for ``bundled`` in order of delivery. If the exchange is cancelled
+            (interrupted: run it with :meth:`background`), what was delivered by then.
+
+        Raises
+        ------
+        ValueError
+            For an unknown ``schedule``.
+        """
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+        env = self.sim.env
+        delivered: dict[tuple[int, int], Any] = {}
+        children: list[simpy.Process] = []
+        senders: dict[int, Node] = {}
+        dsts: dict[int, list[Node]] = {}
+        for step in steps:
+            for src, dst in step:
+                senders.setdefault(src.index, src)
+                dsts.setdefault(src.index, []).append(dst)
+        if not senders:
+            return delivered
+
+        def spawn(gen: Generator) -> simpy.Process:
+            def guarded() -> Generator:
+                try:
+                    return (yield from gen)
+                except simpy.Interrupt:
+                    return None
+            p = env.process(guarded())
+            children.append(p)
+            return p
+
+        def post(src: Node, dst: Node, value: Any) -> None:
+            delivered[(src.index, dst.index)] = value
+            if mailbox is not None:
+                mailbox.put(src.index, dst.index, value)
+
+        def relay(src: Node, dst: Node, value: Any) -> Generator:
+            msg = yield from self.send(src, dst, value, kind=kind, n_elements=n_elements, element_bits=element_bits)
+            post(src, dst, msg.payload)
+
+        def upload(src: Node) -> Generator:
+            if prepare is not None:
+                yield from prepare(src)
+            if schedule == "bundled":
+                value = {dst.index: payload(src, dst) for dst in dsts[src.index]}
+                size = None if n_elements is None else n_elements * len(value)
+            else:
+                value = payload(src, dsts[src.index][0])
+                size = n_elements
+            msg = yield from self.send(src, self.sim.server, value, kind=kind, n_elements=size,
+                                       element_bits=element_bits, encrypted=True)
+            return msg.payload
+
+        def forward(dst: Node, parts: list[tuple[Node, Any]]) -> Generator:
+            size = None if n_elements is None else n_elements * len(parts)
+            msg = yield from self.send(self.sim.server, dst, [v for _, v in parts], kind=kind, n_elements=size,
+                                       element_bits=element_bits)
+            for (src, _), value in zip(parts, msg.payload):
+                post(src, dst, value)
+
+        def forward_copy(src: Node, dst: Node, value: Any) -> Generator:
+            msg = yield from self.send(self.sim.server, dst, value, kind=kind, n_elements=n_elements,
+                                       element_bits=element_bits)
+            post(src, dst, msg.payload)
+
+        def prepared_sends(src: Node) -> Generator:
+            if prepare is not None:
+                yield from prepare(src)
+            sends = [spawn(relay(src, dst, payload(src, dst))) for dst in dsts[src.index]]
+            yield env.all_of(sends)
+
+        try:
+            if schedule == "relay_asap" and prepare is None:       # every message at once, step by step
+                yield env.all_of([spawn(relay(src, dst, payload(src, dst))) for step in steps for src, dst in step])
+            elif schedule == "relay_asap":
+                yield env.all_of([spawn(prepared_sends(src)) for src in senders.values()])
+            elif schedule == "relay_steps":
+                if prepare is not None:
+                    yield env.all_of([spawn(prepare(src)) for src in senders.values()])
+                for step in steps:
+                    yield env.all_of([spawn(relay(src, dst, payload(src, dst))) for src, dst in step])
+            else:
+                order = sorted(senders) if schedule == "upload_once" else list(senders)
+                ups = {i: spawn(upload(senders[i])) for i in order}
+                yield env.all_of(list(ups.values()))
+                if schedule == "upload_once":
+                    yield env.all_of([spawn(forward_copy(src, dst, ups[src.index].value))
+                                      for step in steps for src, dst in step])
+                else:
+                    by_dst: dict[int, list[tuple[Node, Any]]] = {}
+                    dst_nodes: dict[int, Node] = {}
+                    for i in sorted(senders):
+                        for dst in dsts[i]:
+                            by_dst.setdefault(dst.index, []).append((senders[i], ups[i].value[dst.index]))
+                            dst_nodes[dst.index] = dst
+                    yield env.all_of([spawn(forward(dst_nodes[j], by_dst[j])) for j in sorted(by_dst)
+                                      if self.sim.available(dst_nodes[j])])
+        except simpy.Interrupt:
+            for p in children:
+                if p.is_alive:
+                    p.interrupt("cancelled: the exchange is no longer needed")
+        if schedule != "bundled":
+            order_keys = [(src.index, dst.index) for step in steps for src, dst in step]
+            delivered = {k: delivered[k] for k in order_keys if k in delivered}
+        return delivered
+
+    # -- computation -----------------------------------------------------------------------
+    def compute_each(self, nodes: Iterable[Node], fn: Callable[[Node], Any] | None, *,
+                     macs: Callable[[Node], int] | None = None, free: bool = False,
+                     step: str | None = None) -> Generator:
+        """Run ``fn(node)`` on every node in parallel (each on its own processor); wait for all.
+
+        Parameters
+        ----------
+        nodes : iterable of Node
+        fn : callable(Node) -> Any, or None
+            The computation (metered); None computes nothing (only ``macs`` are charged).
+        macs : callable(Node) -> int, optional
+            A known MAC count added to the metered one.
+        free : bool
+            The step deliberately charges nothing (otherwise zero metered MACs raise).
+        step : str, optional
+            Name of the step in errors (default ``fn``'s name).
+
+        Returns
+        -------
+        dict of int -> Any
+            ``{node.index: result}``.
+
+        Raises
+        ------
+        UnchargedCompute
+            If ``fn`` ran and metered no MAC, with neither ``macs`` nor ``free``.
+        """
+        env = self.sim.env
+        nodes = list(nodes)
+        run = None if fn is None else self._charged(fn, step or getattr(fn, "__name__", "compute_each"),
+                                                     free or macs is not None)
+        procs = [env.process(self.sim.compute(n, run, n, macs=None if macs is None else macs(n))) for n in nodes]
+        yield env.all_of(procs)
+        return {n.index: p.value for n, p in zip(nodes, procs)}
+
+    def compute(self, node: Node, fn: Callable[..., Any], *args: Any, free: bool = False, step: str | None = None,
+                **kwargs: Any) -> Generator:
+        """Run ``fn(*args, **kwargs)`` on ``node``'s processor (metered); returns its result.
+
+        Raises
+        ------
+        UnchargedCompute
+            If ``fn`` metered no MAC and ``free`` is False.
+        """
+        run = self._charged(fn, step or getattr(fn, "__name__", "compute"), free)
+        return (yield from self.sim.compute(node, run, *args, **kwargs))
+
+    def server_compute(self, fn: Callable[..., Any] | None, *args: Any, macs: int | None = None,
+                       free: bool = False, step: str | None = None, **kwargs: Any) -> Generator:
+        """Run ``fn(*args, **kwargs)`` on the server (metered, plus ``macs``); returns its result.
+
+        Raises
+        ------
+        UnchargedCompute
+            If ``fn`` ran and metered no MAC, with neither ``macs`` nor ``free``.
+        """
+        run = None if fn is None else self._charged(fn, step or getattr(fn, "__name__", "server_compute"),
+                                                     free or macs is not None)
+        return (yield from self.sim.compute(self.sim.server, run, *args, macs=macs, **kwargs))
+
+    # -- first k -----------------------------------------------------------------------------
+    def first_k(self, work: Sequence[tuple[Node, Generator]], k: int | None = None, *,
+                deadline: float | None = None, dropped: Sequence[Node] = (), cancel: bool = True) -> Generator:
+        """Run each ``(node, generator)`` in parallel; keep the first ``k`` to finish, cancel the rest.
+
+        Parameters
+        ----------
+        work : sequence of (Node, generator)
+            A generator's return value is the node's result; it finishes when its result has
+            reached the server. Cancelled work is interrupted (``simpy.Interrupt`` is thrown into
+            it: its transfers and computations end).
+        k : int, optional
+            Results to wait for (default: all).
+        deadline : float, optional
+            Simulated seconds after which the server stops waiting: the results in by then are
+            returned (possibly fewer than ``k``), the rest are cancelled as ``missed_deadline``.
+        dropped : sequence of Node
+            Nodes that took no part (copied to the result).
+        cancel : bool
+            False leaves the work still running when ``k`` results are in going on (in the
+            result's ``pending``; end it with :meth:`cancel`): it keeps its links and processors busy.
+
+        Returns
+        -------
+        GatherResult
+
+        Raises
+        ------
+        StragglerShortfall
+            Without a deadline, if fewer than ``k`` pieces of work are given or finish.
+        ValueError
+            For a negative deadline.
+        """
+        return (yield from self._first_k([(node, gen, True) for node, gen in work], k, deadline=deadline,
+                                         dropped=dropped, cancel=cancel))
+
+    def _first_k(self, items: Sequence[tuple[Node, Generator, bool]], k: int | None, *,
+                 deadline: float | None = None, dropped: Sequence[Node] = (), cancel: bool = True) -> Generator:
+        """:meth:`first_k` over ``(node, generator, counted)``, launched in order; uncounted work
+        (inner nodes of a tree) runs beside the counted and is interrupted with the late ones."""
+        if deadline is not None and not deadline >= 0:
+            raise ValueError(f"deadline must be >= 0 seconds, got {deadline}")
+        env = self.sim.env
+        n_counted = sum(1 for *_, counted in items if counted)
+        need = n_counted if k is None else int(k)
+        result = GatherResult(dropped=list(dropped))
+        if deadline is None and need > n_counted:
+            self._note_failures(result)
+            raise StragglerShortfall(f"{self.label}: round {self.epoch} needs {need} results but only "
+                                     f"{n_counted} devices are available")
+        arrived: list[tuple[Node, Any]] = []
+        done = env.event()
+        finished = 0
+
+        def wrap(node: Node, gen: Generator) -> Generator:
+            nonlocal finished
+            try:
+                value = yield from gen
+                arrived.append((node, value))
+            except simpy.Interrupt:
+                return
+            finally:
+                finished += 1
+            if not done.triggered and (len(arrived) >= need or finished == n_counted):
+                done.succeed()
+
+        def background(gen: Generator) -> Generator:
+            try:
+                yield from gen
+            except simpy.Interrupt:
+                return
+
+        if need == 0 or not n_counted:
+            self._note_failures(result)
+            return result
+        procs = [(node, env.process(wrap(node, gen) if counted else background(gen)), counted)
+                 for node, gen, counted in items]
+        yield done if deadline is None else done | env.timeout(deadline)
+        late = result.cancelled if done.triggered else result.missed_deadline
+        result.results, result.surplus = arrived[:need], arrived[need:]
+        for node, p, counted in procs:
+            if p.is_alive and not cancel:
+                result.pending.append((node, p))
+            elif p.is_alive:
+                p.interrupt("cancelled: enough results arrived, or the deadline passed")
+                if counted:
+                    late.append(node)
+        self._note_failures(result)
+        if deadline is None and len(arrived) < need:
+            raise StragglerShortfall(f"{self.label}: round {self.epoch} needs {need} results, got {len(arrived)}")
+        return result
+
+    def gather(self, nodes: Iterable[Node], fn: Callable[[Node], Any] | None, *, kind: str,
+               first: int | None = None, download: Any = None, download_kind: str = "model",
+               download_elements: int | None = None, download_bits: int | None = None,
+               upload_elements: int | Callable[[Any], int] | None = None, upload_bits: int | None = None,
+               macs: Callable[[Node], int] | None = None, deadline: float | None = None,
+               free: bool = False, cancel: bool = True,
+               wait: Callable[[Node], simpy.Event] | None = None) -> Generator:
+        """Each node: receive ``download`` (if given), compute ``fn(node)``, upload the result.
+
+        Nodes work in parallel, each starting its computation as soon as its own download
+        arrives; the downloaded payload is in ``node.state.received`` when ``fn`` runs.
+        Devices that the availability model marks absent this round take no part (``dropped``).
+        When ``first`` results have reached the server the remaining nodes are cancelled (their
+        partial transfers and computations end; the round does not wait for them).
+
+        Parameters
+        ----------
+        nodes : iterable of Node
+        fn : callable(Node) -> Any, or None
+            The node's computation (metered; its result is uploaded). None computes nothing.
+        kind : str
+            Kind of the uploaded messages.
+        first : int, optional
+            How many results to wait for (default: every available node).
+        download : Any, optional
+            Payload the server sends to each node first.
+        download_kind, download_elements, download_bits
+            Kind, size and element width of the download.
+        upload_elements : int or callable(result) -> int, optional
+            Size of an upload (default: :func:`payload_size` of the result).
+        upload_bits : int, optional
+        macs : callable(Node) -> int, optional
+            MACs to charge in addition to those metered in ``fn``.
+        deadline : float, optional
+            Simulated seconds after which the server stops waiting (see :meth:`first_k`).
+        free : bool
+            ``fn`` deliberately charges nothing.
+        cancel : bool
+            False lets the nodes still working when ``first`` results are in go on (see :meth:`first_k`).
+        wait : callable(Node) -> simpy.Event, optional
+            An event a node waits for after its download and before computing (e.g. the shares
+            it needs, :meth:`Mailbox.wait`).
+
+        Returns
+        -------
+        GatherResult
+            ``results``: ``(node, result)`` in order of arrival at the server; and the failures.
+
+        Raises
+        ------
+        StragglerShortfall
+            If fewer than ``first`` nodes are available or finish (without a deadline).
+        UnchargedCompute
+            If ``fn`` ran and metered no MAC, with neither ``macs`` nor ``free``.
+        """
+        nodes = list(nodes)
+        up = [n for n in nodes if self.sim.available(n)]
+        absent = [n for n in nodes if not self.sim.available(n)]
+        run = None if fn is None else self._charged(fn, f"gather {kind!r}", free or macs is not None)
+
+        def work(node: Node) -> Generator:
+            if download is not None:
+                msg = yield from self.send(self.sim.server, node, download, kind=download_kind,
+                                           n_elements=download_elements, element_bits=download_bits)
+                node.state.received = msg.payload
+            if wait is not None:
+                yield wait(node)
+            result = yield from self.sim.compute(node, run, node, macs=None if macs is None else macs(node))
+            if callable(upload_elements):
+                size = upload_elements(result)
+            elif upload_elements is not None:
+                size = upload_elements
+            else:
+                size = payload_size(result)
+            yield from self.send(node, self.sim.server, result, kind=kind, n_elements=size, element_bits=upload_bits)
+            return result
+
+        return (yield from self.first_k([(n, work(n)) for n in up], first, deadline=deadline, dropped=absent,
+                                        cancel=cancel))
+
+    def tree_aggregate(self, tree: nx.DiGraph, fn: Callable[[Node], Any], combine: Callable[[Any, Any], Any], *,
+                       kind: str, root_kind: str, first: int | None = None, download: Any = None,
+                       download_kind: str = "model", download_bits: int | None = None,
+                       n_elements: int | None = None, element_bits: int | None = None,
+                       free: bool = False) -> Generator:
+        """Partial aggregates climb a tree, children to parents, to its roots, which upload to the server.
+
+        Every node of ``tree`` (device indices; an edge ``u -> v`` makes ``v`` the parent of ``u``)
+        receives ``download`` (if given), computes ``fn(node)`` (metered), then for each child in
+        the order of the edges' ``step`` attribute waits for the child's message and computes
+        ``combine(acc, part)`` (metered); a node with a parent then sends its aggregate to it, a
+        root uploads it to the server. A transfer starts as soon as its sender holds its own value
+        and its children's (no barrier between the levels). When ``first`` roots' uploads have
+        arrived the rest is cancelled.
+
+        A root takes part only if every node of its subtree is available this round (otherwise its
+        aggregate could never be complete): the nodes of other subtrees are ``dropped``.
+
+        Parameters
+        ----------
+        tree : networkx.DiGraph
+            A forest over device indices, edges child -> parent with an integer ``step``
+            attribute (default 0) ordering a parent's children. Nodes are launched in the graph's
+            node order.
+        fn : callable(Node) -> Any
+            A node's own contribution (computed on the node after its download).
+        combine : callable(acc, part) -> Any
+            Adds a child's aggregate (computed on the parent).
+        kind, root_kind : str
+            Kinds of the messages to a parent and of the roots' uploads.
+        first : int, optional
+            Roots to wait for (default: every complete root).
+        download, download_kind, download_bits
+            The payload the server sends to every node first.
+        n_elements, element_bits : int, optional
+            Size and width of every tree message and upload.
+        free : bool
+            ``fn`` and ``combine`` deliberately charge nothing.
+
+        Returns
+        -------
+        GatherResult
+            ``results``: ``(root node, aggregate)`` in order of arrival at the server.
+
+        Raises
+        ------
+        StragglerShortfall
+            If fewer than ``first`` roots have a complete available subtree, or finish.
+        ValueError
+            If ``tree`` has a cycle or a node with two parents.
+        """
+        if not nx.is_directed_acyclic_graph(tree) or any(d > 1 for _, d in tree.out_degree()):
+            raise ValueError("tree must be a forest with edges child -> parent (acyclic, one parent per node)")
+        env = self.sim.env
+        devs = self.sim.devices
+        roots = [v for v in tree.nodes if tree.out_degree(v) == 0]
+        complete = {r for r in roots
+                    if all(self.sim.available(devs[u]) for u in nx.ancestors(tree, r) | {r})}
+        root_of = {u: r for r in roots for u in nx.ancestors(tree, r) | {r}}
+        taking_part = [v for v in tree.nodes if root_of[v] in complete]
+        absent = [devs[v] for v in tree.nodes if root_of[v] not in complete]
+        inbox = {(u, v): env.event() for u, v in tree.edges if root_of[v] in complete}
+        own = self._charged(fn, f"tree_aggregate {kind!r}", free)
+        add = self._charged(combine, f"tree_aggregate {kind!r} combine", free)
+
+        def node_work(v: int) -> Generator:
+            node = devs[v]
+            if download is not None:
+                msg = yield from self.send(self.sim.server, node, download, kind=download_kind,
+                                           element_bits=download_bits)
+                node.state.received = msg.payload
+            acc = yield from self.sim.compute(node, own, node)
+            children = sorted(tree.predecessors(v), key=lambda u: tree.edges[u, v].get("step", 0))
+            for u in children:
+                part = yield inbox[(u, v)]
+                acc = yield from self.sim.compute(node, add, acc, part)
+            return acc
+
+        def inner(v: int) -> Generator:
+            acc = yield from node_work(v)
+            (parent,) = tree.successors(v)
+            yield from self.send(devs[v], devs[parent], acc, kind=kind, n_elements=n_elements,
+                                 element_bits=element_bits)
+            ev = inbox[(v, parent)]
+            if not ev.triggered:
+                ev.succeed(acc)
+
+        def root_work(v: int) -> Generator:
+            acc = yield from node_work(v)
+            yield from self.send(devs[v], self.sim.server, acc, kind=root_kind, n_elements=n_elements,
+                                 element_bits=element_bits)
+            return acc
+
+        items = [(devs[v], root_work(v) if v in complete else inner(v), v in complete) for v in taking_part]
+        return (yield from self._first_k(items, first, dropped=absent))

@@ -1,0 +1,77 @@
+"""The per-round trace: its columns, defined once.
+
+A run appends one :class:`TraceRow` per event to ``Protocol.trace`` (as a dict: the columns of
+:class:`TraceRow` in order, then the protocol's own :meth:`~fednet.protocol.base.Protocol.round_metrics`);
+the study runner writes them to ``trace.csv``.  Round 0 is the set-up phase (``event = "phase"``),
+each synchronous round an ``event = "round"`` row; asynchronous protocols record ``"update"`` rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Literal
+
+__all__ = ["TraceRow", "COLUMNS", "EVENTS"]
+
+#: The kinds of trace events.
+EVENTS = ("phase", "round", "update")
+
+
+@dataclass
+class TraceRow:
+    """One row of the trace.
+
+    Attributes
+    ----------
+    protocol : str
+        The run's label.
+    seed : int
+    round : int
+        Epoch (0: the set-up phase).
+    time_s : float
+        Simulated seconds since the start of the run.
+    accuracy, loss : float
+        Test accuracy and loss of the model after this event (the observer's, not charged).
+    bits_up, bits_down : int
+        Bits on the uplinks / downlinks since the previous row (headers and retransmissions included).
+    device_macs, server_macs : int
+        MACs charged to devices / the server since the previous row.
+    retransmissions : int
+        Packet retransmissions since the previous row.
+    used : str
+        Space-separated indices of the devices whose results the update used (sorted).
+    event : {"phase", "round", "update"}
+        What the row records.
+    dropped : str
+        Space-separated indices of the devices that were unavailable in a step of this event (sorted).
+    decode_failed : bool
+        Whether the server failed to decode this event's aggregate (the update was skipped).
+    """
+
+    protocol: str
+    seed: int
+    round: int
+    time_s: float
+    accuracy: float
+    loss: float
+    bits_up: int
+    bits_down: int
+    device_macs: int
+    server_macs: int
+    retransmissions: int
+    used: str
+    event: Literal["phase", "round", "update"] = "round"
+    dropped: str = ""
+    decode_failed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.event not in EVENTS:
+            raise ValueError(f"event must be one of {EVENTS}, got {self.event!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as a dict in column order."""
+        return asdict(self)
+
+
+#: The standard columns, in order.
+COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRow))

@@ -1,0 +1,138 @@
+"""Pinned traces: a few rounds of every protocol must reproduce the trace of commit 8e852db bit for bit.
+
+The golden files in ``tests/data/pinned/`` were written by the code *before* the redesign of issue 9
+(``python tests/test_pinned_traces.py --write`` at commit 8e852db). Every column of a golden row must be
+equal in the new trace: floats compared through ``repr`` (bit-identical), ints and strings exactly.
+Columns added since (``event``, ``dropped``, ...) are ignored; removing or changing an old one fails.
+
+Set-ups are small (scikit-learn's digits, 6-10 LTE devices with loss, RBF features of small d) so
+the whole file runs in seconds.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fednet.learning.datasets import load_dataset
+from fednet.learning.features import rbf_features
+from fednet.learning.models import one_hot
+from fednet.learning.partitions import partition
+from fednet.learning.task import LearningTask
+from fednet.sim.compute import BernoulliDropout, ShiftedExponential
+from fednet.sim.simulation import Simulation
+from topologies.lte import lte_star
+
+GOLDEN = Path(__file__).parent / "data" / "pinned"
+
+_TASKS: dict = {}
+
+
+def digits_task(D: int, d: int, kind: str = "noniid", lr: float = 6.0) -> LearningTask:
+    """Digits, ``d`` RBF features, split over ``D`` devices (cached per arguments)."""
+    key = (D, d, kind, lr)
+    if key not in _TASKS:
+        data = load_dataset("digits")
+        feats = rbf_features(data, n_components=d, seed=0)
+        parts = partition(data.y_train, D, kind=kind, rng=np.random.default_rng(0))
+        y = one_hot(data.y_train, data.n_classes)
+        _TASKS[key] = LearningTask(X=[np.ascontiguousarray(feats.x_train[i]) for i in parts],
+                                   Y=[y[i] for i in parts], x_test=feats.x_test, y_test=np.asarray(data.y_test),
+                                   learning_rate=lr, weight_decay=9e-6)
+    return _TASKS[key]
+
+
+def lossy_sim(D: int, seed: int, dropout: float = 0.0) -> Simulation:
+    """An LTE star of ``D`` devices, loss 0.1, mixed MAC rates, shifted-exponential compute."""
+    rates = [2e6 * (1 + (i % 4)) for i in range(D)]
+    g = lte_star(D, loss=0.1, device_mac_rates=rates)
+    return Simulation(g, seed, device_compute=ShiftedExponential(0.5),
+                      availability=BernoulliDropout(dropout) if dropout > 0 else None)
+
+
+#: protocol name -> (module, class): imported directly, independent of the registry
+CLASSES = {
+    "conventional": ("protocols.conventional", "ConventionalFL"),
+    "cfl": ("protocols.cfl", "CFL"),
+    "approx_gc": ("protocols.approx_gc", "ApproxGC"),
+    "lightsecagg": ("protocols.lightsecagg", "LightSecAgg"),
+    "codedsecagg": ("protocols.codedsecagg", "CodedSecAgg"),
+    "codedpaddedfl": ("protocols.codedpaddedfl", "CodedPaddedFL"),
+}
+
+# name -> (protocol name, params, D, d, rounds, seed, dropout, partition kind)
+SCENARIOS: dict[str, tuple] = {
+    "conventional": ("conventional", dict(minibatch_fraction=0.2), 6, 24, 5, 0, 0.0, "noniid"),
+    "conventional_drop2": ("conventional", dict(minibatch_fraction=0.5, drop_slowest=2), 6, 24, 5, 1, 0.0, "noniid"),
+    "cfl": ("cfl", dict(redundancy=0.3, load_grid=40), 6, 24, 5, 2, 0.0, "noniid"),
+    "approx_gc": ("approx_gc", dict(setting="single-class", k=20, c=0.5, d=2), 10, 16, 5, 3, 0.3, "noniid"),
+    "lightsecagg_bundled": ("lightsecagg", dict(z=1, U=4), 6, 20, 4, 4, 0.0, "noniid"),
+    "lightsecagg_per_message_serial": ("lightsecagg", dict(z=2, U=5, mask_relay="per_message",
+                                                         offline_parallel=False), 6, 20, 4, 5, 0.0, "noniid"),
+    "codedsecagg_grouped": ("codedsecagg", dict(z=1, groups=2), 6, 16, 4, 6, 0.0, "noniid"),
+    "codedsecagg_grouped_asap": ("codedsecagg", dict(z=1, k_prime=3, groups=2, sharing_schedule="relay_asap"),
+                                 6, 16, 4, 7, 0.0, "noniid"),
+    "codedsecagg_onegroup_z2": ("codedsecagg", dict(z=2, groups=1, charge_encoding=False), 6, 16, 3, 8, 0.0,
+                                "noniid"),
+    "codedpaddedfl_relay_steps": ("codedpaddedfl", dict(alpha=3), 6, 16, 4, 9, 0.0, "noniid"),
+    "codedpaddedfl_relay_asap": ("codedpaddedfl", dict(alpha=3, sharing_schedule="relay_asap"), 6, 16, 4, 10, 0.0,
+                                 "noniid"),
+    "codedpaddedfl_upload_once": ("codedpaddedfl", dict(alpha=2, sharing_schedule="upload_once"), 6, 16, 4, 11,
+                                  0.0, "noniid"),
+    "codedpaddedfl_grouped": ("codedpaddedfl", dict(alpha=2, groups=2), 6, 16, 4, 12, 0.0, "noniid"),
+}
+# the coded protocols in both modes
+for _name in [n for n, s in SCENARIOS.items() if s[0] in ("codedpaddedfl", "codedsecagg", "lightsecagg")]:
+    _p, _params, *_rest = SCENARIOS.pop(_name)
+    for _mode in ("full", "timing"):
+        SCENARIOS[f"{_name}_{_mode}"] = (_p, dict(_params, mode=_mode), *_rest)
+
+
+def run_scenario(name: str) -> list[dict]:
+    """The trace rows of scenario ``name``."""
+    proto_name, params, D, d, rounds, seed, dropout, kind = SCENARIOS[name]
+    module, cls_name = CLASSES[proto_name]
+    cls = getattr(importlib.import_module(module), cls_name)
+    proto = cls(lossy_sim(D, seed, dropout), digits_task(D, d, kind), params, label=name)
+    return proto.run(rounds)
+
+
+def encode(value):
+    """A JSON-safe, exact form of a trace value (floats by repr)."""
+    if isinstance(value, (bool, np.bool_)):
+        return {"bool": bool(value)}
+    if isinstance(value, (int, np.integer)):
+        return {"int": int(value)}
+    if isinstance(value, (float, np.floating)):
+        return {"float": repr(float(value))}
+    if isinstance(value, str):
+        return {"str": value}
+    if value is None:
+        return {"none": None}
+    raise TypeError(f"trace value of type {type(value).__name__}: {value!r}")
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_trace_is_pinned(name: str) -> None:
+    golden = json.loads((GOLDEN / f"{name}.json").read_text())
+    rows = run_scenario(name)
+    assert len(rows) == len(golden), f"{name}: {len(rows)} rows, pinned {len(golden)}"
+    for r, (row, want) in enumerate(zip(rows, golden)):
+        for col, val in want.items():
+            assert col in row, f"{name}: row {r} lost column {col!r}"
+            assert encode(row[col]) == val, f"{name}: row {r} column {col!r}: {row[col]!r} != pinned {val}"
+
+
+if __name__ == "__main__":
+    if "--write" in sys.argv:
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        for name in sorted(SCENARIOS):
+            rows = run_scenario(name)
+            (GOLDEN / f"{name}.json").write_text(
+                json.dumps([{k: encode(v) for k, v in row.items()} for row in rows], indent=0) + "\n")
+            print(name, len(rows), rows[-1]["time_s"], rows[-1]["accuracy"])
