@@ -58,6 +58,9 @@ class VerticalConfig(ProtocolConfig):
         The pattern's ``2 + 4 i / N`` and 0.1 s.
     init_seed : int
         Seed of the model initialisation (public; the same for every method).
+    device_mac_rate : float or None
+        Overrides every client's MAC rate (MAC/s) for this run: the "delay dominant" and "computation
+        dominant" settings of Fig. 3 differ exactly in it.  None keeps the network's rates.
     """
 
     dataset: str | None = None
@@ -74,6 +77,7 @@ class VerticalConfig(ProtocolConfig):
     straggler_slope: float = Field(4.0, ge=0)
     fast_mean: float = Field(0.1, ge=0)
     init_seed: int = Field(0, ge=0)
+    device_mac_rate: float | None = Field(None, gt=0)
 
 
 class VerticalProtocol(Protocol):
@@ -95,6 +99,9 @@ class VerticalProtocol(Protocol):
         if data.n_clients != sim.n_devices:
             raise ValueError(f"the data set has {data.n_clients} clients but the network has {sim.n_devices}")
         self.data = data
+        if c.device_mac_rate is not None:
+            for dev in sim.devices:
+                dev.mac_rate = float(c.device_mac_rate)
         self.model = SplitPN(data, c.depth, c.embedding, c.hidden, c.lr_client, c.lr_server, seed=c.init_seed)
         self.delays = FedVSDelays(sim.n_devices, sim.seed, fast_mean=c.fast_mean, base=c.straggler_base,
                                   slope=c.straggler_slope, scale=c.delay_scale)
