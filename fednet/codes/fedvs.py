@@ -27,6 +27,7 @@ sized field never produces (:func:`required_modulus` keeps ``|sum| < (p-1)/2``).
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -122,7 +123,12 @@ def _int(v, name: str, lo: int = 0) -> int:
 
 
 def _prime(p) -> int:
-    p = check_prime(_int(p, "p", 3))
+    return _prime_cached(_int(p, "p", 3))
+
+
+@lru_cache(maxsize=64)
+def _prime_cached(p: int) -> int:
+    p = check_prime(p)
     if p >= INT64_FIELD_LIMIT:
         raise ValueError(f"p must be below 2**62 (int64 storage), got {p} ({p.bit_length()} bits)")
     return p
