@@ -98,10 +98,6 @@ class FedVS(VerticalProtocol):
         if config.batch_size < config.K:
             raise ValueError(f"batch_size = {config.batch_size} must be at least K = {config.K}")
 
-    def validate(self) -> None:
-        """:meth:`check`, then the field size against the data range (Sec. 4.2)."""
-        super().validate()
-
     def setup(self) -> Generator:
         """Data preparation (Alg. 1, lines 1-10): LCC data shares, charged and sent all-to-all."""
         c, N = self.config, self.sim.n_devices
