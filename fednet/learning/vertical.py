@@ -272,6 +272,7 @@ class SplitPN:
         self.top = MLPModel((self.h, *hidden, data.n_classes), "relu", loss="cross_entropy",
                             dtype=__import__("torch").float64)
         self.top_params = self.top.init_params(int(rng.integers(2**31)))
+        self._test_hat: np.ndarray | None = None
 
     @property
     def N(self) -> int:
@@ -306,9 +307,19 @@ class SplitPN:
         self.W[n] = self.W[n] - (self.lr_client * scale) * grad
 
     def mean_embedding(self, rows: np.ndarray | None = None, test: bool = False) -> np.ndarray:
-        """``(1/N) sum_n H_n`` of training rows (or of the whole test set), unmetered (the observer)."""
+        """``(1/N) sum_n H_n`` of training rows (or of the whole test set), unmetered (the observer).
+
+        The test set's powers, side by side over the clients, are computed once and cached in float32
+        (the observer's test embedding is a float32 product; the training path stays float64).
+        """
         with unmetered():
-            xs = self.data.x_test if test else [x[rows] for x in self.data.x_train]
+            if test:
+                if self._test_hat is None:
+                    self._test_hat = np.concatenate([pn_powers(x, D) for x, D in zip(self.data.x_test, self.D)],
+                                                    axis=1).astype(np.float32)
+                W = np.concatenate(self.W, axis=0).astype(np.float32)
+                return (self._test_hat @ W).astype(np.float64) / self.N
+            xs = [x[rows] for x in self.data.x_train]
             return sum(pn_powers(x, D) @ W for x, D, W in zip(xs, self.D, self.W)) / self.N
 
     def evaluate(self) -> tuple[float, float]:
