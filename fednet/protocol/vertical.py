@@ -58,6 +58,8 @@ class VerticalConfig(ProtocolConfig):
         The pattern's ``2 + 4 i / N`` and 0.1 s.
     init_seed : int
         Seed of the model initialisation (public; the same for every method).
+    init_scale : float
+        Client PN weights uniform on ``init_scale [-1, 1] / sqrt(d_n D_n)`` (1: torch's ``nn.Linear`` default).
     device_mac_rate : float or None
         Overrides every client's MAC rate (MAC/s) for this run: the "delay dominant" and "computation
         dominant" settings of Fig. 3 differ exactly in it.  None keeps the network's rates.
@@ -77,6 +79,7 @@ class VerticalConfig(ProtocolConfig):
     straggler_slope: float = Field(4.0, ge=0)
     fast_mean: float = Field(0.1, ge=0)
     init_seed: int = Field(0, ge=0)
+    init_scale: float = Field(1.0, gt=0)
     device_mac_rate: float | None = Field(None, gt=0)
 
 
@@ -102,7 +105,8 @@ class VerticalProtocol(Protocol):
         if c.device_mac_rate is not None:
             for dev in sim.devices:
                 dev.mac_rate = float(c.device_mac_rate)
-        self.model = SplitPN(data, c.depth, c.embedding, c.hidden, c.lr_client, c.lr_server, seed=c.init_seed)
+        self.model = SplitPN(data, c.depth, c.embedding, c.hidden, c.lr_client, c.lr_server, seed=c.init_seed,
+                              init_scale=c.init_scale)
         self.delays = FedVSDelays(sim.n_devices, sim.seed, fast_mean=c.fast_mean, base=c.straggler_base,
                                   slope=c.straggler_slope, scale=c.delay_scale)
         self.order = np.random.default_rng([sim.seed, 0xBA7C4]).permutation(len(data.y_train))
