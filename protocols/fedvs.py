@@ -12,7 +12,9 @@ would have sent (an implementation detail of the simulator, not of the protocol)
 Each round (Sec. 4.3, Alg. 1 lines 12-35):
 
 1. every client quantises its PN with stochastic rounding (eq. 3), LCC-shares it (eq. 4), waits the
-   model-sharing delay of Sec. 6.2, and the shares are exchanged all-to-all (bundled through the server);
+   model-sharing delay of Sec. 6.2 (mean ``(log2 N)^2 / |B|`` times its upload mean, ``|B|`` the coded batch),
+   and the shares are exchanged all-to-all (bundled through the server: every client needs every model, so
+   this phase waits for the slowest sharer);
 2. every client evaluates its coded embedding (eq. 5) on the batch's ``|B| = batch_size / K`` coded rows,
    waits its upload delay and uploads; the server keeps the first ``2(K+T-1)+1`` (Thm. 5.1);
 3. the server interpolates ``psi`` (eq. 6), reads ``psi(beta_1..beta_K)``, dequantises (eq. 7), and in

@@ -84,7 +84,28 @@ class VerticalConfig(ProtocolConfig):
 
 
 class VerticalProtocol(Protocol):
-    """Base of the split-VFL protocols (module docstring); not registered (no ``name``)."""
+    """Base of the split-VFL protocols (module docstring); not registered (no ``name``).
+
+    Parameters are those of :class:`~fednet.protocol.base.Protocol`; the task is used only when the config
+    names no ``dataset``.
+
+    Attributes
+    ----------
+    data : VerticalData
+    model : SplitPN
+        The clients' PNs and the server's MLP.
+    delays : FedVSDelays
+        The keyed Sec. 6.2 delays of this run's seed.
+    order : ndarray of int
+        The public batch order.
+
+    Raises
+    ------
+    ValueError
+        If the data set's number of clients differs from the network's.
+    fednet.learning.datasets.DatasetError
+        For a data set that is not available.
+    """
 
     Config: ClassVar[type[ProtocolConfig]] = VerticalConfig
 
