@@ -64,6 +64,8 @@ class FedVSConfig(VerticalConfig):
         The prime (below 2**62); refused when too small for the embedding sums.
     deadline : float or None
         Seconds the server waits for coded embeddings before giving up on a round.
+    sharing_scale : float
+        Multiplies the model-sharing delay of Sec. 6.2 (1 = the paper; 0 removes it, a diagnostic).
     """
 
     K: int = Field(1, ge=1)
@@ -73,6 +75,7 @@ class FedVSConfig(VerticalConfig):
     w_max: float = Field(16.0, gt=0)
     p: int = P31
     deadline: float | None = Field(None, ge=0)
+    sharing_scale: float = Field(1.0, ge=0)
 
 
 @dataclass
@@ -184,7 +187,7 @@ class FedVS(VerticalProtocol):
 
         def prepare(dev) -> Generator:                                               # eqs. (3)-(4)
             self.shared[dev.index] = yield from self.compute(dev, self.share_model, dev)
-            yield self.env.timeout(self.delays.sharing_delay(dev.index, epoch, self.coded_batch))
+            yield self.env.timeout(c.sharing_scale * self.delays.sharing_delay(dev.index, epoch, self.coded_batch))
 
         self.shared = {}
         pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
