@@ -19,7 +19,7 @@ def _tiny(name: str):
     return study.model_copy(update={"runs": runs})
 
 
-@pytest.mark.parametrize("name,n_runs", [("fedvs_fig2", 5), ("fedvs_fig3", 8), ("fedvs_fig4", 4)])
+@pytest.mark.parametrize("name,n_runs", [("fedvs_fig2", 6), ("fedvs_fig3", 8), ("fedvs_fig4", 4)])
 def test_study_runs(name, n_runs):
     study = _tiny(name)
     assert len(study.runs) == n_runs
