@@ -1,7 +1,8 @@
 """Accuracy at fixed simulated times and time to fixed accuracies for the FedVS studies (Figs. 2-4).
 
-Usage: ``python studies/fedvs_report.py OUT_DIR [--times 25 50 100] [--accuracies 0.5 0.6 0.7]``, where
-``OUT_DIR`` is a study's output folder (``<run>/trace.csv`` per run).  Accuracy at time t is that of the
+Usage: ``python studies/fedvs_report.py OUT_DIR [OUT_DIR ...] [--times 25 50 100] [--accuracies 0.5 0.6 0.7]``,
+where each ``OUT_DIR`` is a study's output folder (``<run>/trace.csv`` per run; several folders, e.g. one per
+seed, are pooled).  Accuracy at time t is that of the
 last trace row (round or asynchronous update) at or before t; mean and a 95 % t-interval over the seeds
 (one seed: the value alone).  Time to an accuracy is the first row reaching it (geometric mean over the
 seeds that reach it, with the count).
@@ -18,10 +19,10 @@ import numpy as np
 from scipy import stats
 
 
-def load(out_dir: Path) -> dict[str, dict[int, list[tuple[float, float]]]]:
-    """``{run label: {seed: [(time_s, accuracy), ...]}}`` from every ``<run>/trace.csv``."""
+def load(out_dirs: list[Path]) -> dict[str, dict[int, list[tuple[float, float]]]]:
+    """``{run label: {seed: [(time_s, accuracy), ...]}}`` from every ``<run>/trace.csv`` of the folders."""
     runs: dict[str, dict[int, list[tuple[float, float]]]] = {}
-    for path in sorted(out_dir.glob("*/trace.csv")):
+    for path in sorted(p for d in out_dirs for p in d.glob("*/trace.csv")):
         with open(path) as f:
             for row in csv.DictReader(f):
                 runs.setdefault(row["protocol"], {}).setdefault(int(row["seed"]), []).append(
@@ -50,7 +51,7 @@ def mean_ci(values: list[float]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out_dir", type=Path)
+    ap.add_argument("out_dir", type=Path, nargs="+")
     ap.add_argument("--times", type=float, nargs="+", default=[25.0, 50.0, 100.0])
     ap.add_argument("--accuracies", type=float, nargs="+", default=[0.5, 0.6, 0.7])
     args = ap.parse_args()
