@@ -156,8 +156,8 @@ def test_every_problem_of_a_file_is_reported_at_once_one_per_line(tmp_path) -> N
     assert lines == [
         "  network.uplink_bps: Input should be greater than 0 (got -1)",
         "  network.los: Extra inputs are not permitted (did you mean 'loss'?)",
-        "  runs[0] (conv): unknown protocol 'conventonal'; registered: approx_gc, cfl, codedpaddedfl, codedsecagg, "
-        "conventional, lightsecagg (did you mean 'conventional'?)",
+        "  runs[0] (conv): unknown protocol 'conventonal'; registered: "
+        f"{', '.join(__import__('fednet.protocol.registry', fromlist=['names']).names())} (did you mean 'conventional'?)",
         "  runs[1] (drop1).params.drop_slowst: Extra inputs are not permitted (did you mean 'drop_slowest'?)",
     ]
 
