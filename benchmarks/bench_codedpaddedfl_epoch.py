@@ -3,7 +3,7 @@
 Run: ``.venv/bin/python benchmarks/bench_codedpaddedfl_epoch.py [--D 25 --d 2000 --c 10 --alpha 23]``.
 
 One epoch of phase 2 (paper Sec. V-B) as the protocol executes it
-(:mod:`protocols.codedpaddedfl`): every device turns its stored encoded share ``Cbar_i``
+(:mod:`fednet.protocols.codedpaddedfl`, math in :mod:`fednet.codes.padded`): every device turns its stored encoded share ``Cbar_i``
 (canonical 16-bit limbs of residues mod ``2^(k+f)``, prepared once as float64 limbs and kept
 across rounds) into ``C_i + Cbar_i epsilon`` (eq. 11, exact, one ``Q<48,24>`` shift); the server
 removes the pads of the ``D - alpha + 1`` responders the same way and decodes (eq. 12).  The
@@ -20,7 +20,7 @@ import numpy as np
 
 from fednet.algebra.fixed_point import FixedPoint, prepare, prepared_from_limbs, random_ring_limbs
 from fednet.codes.gradient_codes import CyclicGradientCode
-from protocols.codedpaddedfl import coded_gradient, decode, remove_pads
+from fednet.codes.padded import coded_gradient, decode, remove_pads
 
 
 def main() -> None:

@@ -42,7 +42,7 @@ def exact_part(args, out):
     from fednet.algebra.modp import PreparedMatrix, add_mod
     from fednet.codes.secagg_tree import aggregation_tree
     from fednet.codes.shamir import default_points
-    from protocols.codedsecagg import decode_aggregate, device_share
+    from fednet.protocols.codedsecagg import decode_aggregate, device_share
 
     q = fixed_point_field(48, 24)
     D, d, c, N, kp = args.devices, args.d, args.c, args.groups, args.z + 1

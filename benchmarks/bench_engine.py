@@ -17,7 +17,7 @@ import numpy as np
 from fednet.learning.task import LearningTask
 from fednet.protocol import registry
 from fednet.sim.simulation import Simulation
-from topologies.lte import lte_star
+from fednet.topologies.lte import lte_star
 
 
 def task(D: int, d: int, n: int, c: int = 10) -> LearningTask:

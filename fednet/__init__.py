@@ -2,12 +2,60 @@
 
 Layers (a layer imports only the layers above it in this list):
 
-``fednet.algebra``  fixed point, prime fields, exact kernels, the MAC meter
-``fednet.codes``    gradient codes, Shamir, Lagrange coded computing, mask codes
-``fednet.learning`` datasets, partitions, features, models
-``fednet.sim``      the SimPy engine: nodes, links, compute-time models, trace
-``fednet.protocol`` the ``Protocol`` base class and registry
-``fednet.study``    study configs, runs, results, plots; ``fednet.cli`` the command
+``fednet.algebra``    fixed point, prime fields, exact kernels, the MAC meter
+``fednet.codes``      gradient codes, Shamir, Lagrange coded computing, mask codes
+``fednet.learning``   datasets, partitions, features, models
+``fednet.sim``        the SimPy engine: nodes, links, compute-time models, trace
+``fednet.topologies`` network builders, groups, the group tree (the repository's ``topologies/``)
+``fednet.protocol``   the ``Protocol`` base class and registry
+``fednet.protocols``  the built-in protocols (the repository's ``protocols/``)
+``fednet.study``      study configs, runs, results, plots; ``fednet.cli`` the command
+``fednet.studies``    the bundled study files (the repository's ``studies/``, package data)
+
+The top-level directories ``protocols/``, ``topologies/`` and ``studies/`` of the repository install
+as ``fednet.protocols``, ``fednet.topologies`` and ``fednet.studies`` (``package-dir`` in
+``pyproject.toml``), so a user's own folder named ``protocols`` cannot shadow them. When this package
+is imported from a source checkout (``PYTHONPATH=checkout``, or an editable install), the finder
+below maps those three names to the directories beside *this* ``fednet/``, so a checkout never
+mixes its own ``fednet`` with another checkout's protocols.
 """
 
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+from pathlib import Path
+
 __version__ = "0.1.0"
+
+#: Subpackages that live outside ``fednet/`` in the repository (``package-dir`` in pyproject.toml).
+_MAPPED = ("protocols", "topologies", "studies")
+
+
+class _CheckoutFinder(importlib.abc.MetaPathFinder):
+    """Find ``fednet.protocols`` / ``fednet.topologies`` / ``fednet.studies`` in a source checkout."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: D102 (importlib protocol)
+        head, _, tail = fullname.partition(".")
+        if head != __name__ or tail not in _MAPPED:
+            return None
+        init = self.root / tail / "__init__.py"
+        return importlib.util.spec_from_file_location(fullname, init, submodule_search_locations=[str(init.parent)])
+
+
+def _install_checkout_finder() -> None:
+    here = Path(__file__).resolve().parent
+    root = here.parent
+    if not (root / "pyproject.toml").is_file():  # an installed wheel: the subpackages sit inside fednet/
+        return
+    if not all((root / name / "__init__.py").is_file() and not (here / name).exists() for name in _MAPPED):
+        return
+    if not any(isinstance(f, _CheckoutFinder) and f.root == root for f in sys.meta_path):
+        sys.meta_path.insert(0, _CheckoutFinder(root))
+
+
+_install_checkout_finder()

@@ -1,7 +1,7 @@
 """The ``fednet`` command.
 
 ``fednet run STUDY.toml [--out DIR] [--seed N] [--data-dir DIR] [--set KEY.PATH=VALUE ...]
-[--epochs N] [--runs LABEL ...] [--targets ACC ...]``
+[--epochs N] [--runs LABEL ...] [--targets ACC ...] [--jobs [N] | --scheduler ADDRESS] [--blas-threads N]``
     Run a study (a TOML file, or the name of a bundled one such as ``quickstart``) with a
     progress bar; write ``summary.json``, ``timing.json``, ``provenance.json``,
     ``accuracy_vs_time.png`` and per-run ``trace.csv`` to ``DIR`` (default
@@ -10,6 +10,10 @@
     ``--set 'runs.*.params.mode="timing"'``), validated like the file; ``--epochs`` caps every
     run's rounds; ``--runs`` keeps the named runs (and the baseline); ``--targets`` replaces the
     target accuracies (``stop_at`` never stops a run before the highest one).
+    ``--jobs [N]`` runs the runs x seeds as parallel tasks on a local Dask cluster of N
+    single-threaded worker processes (default: the number of cores), ``--scheduler ADDRESS``
+    on a running Dask cluster; the outputs are the serial run's, byte for byte (``timing.json``
+    aside). ``--blas-threads N`` (default 1) sets the BLAS threads of each simulation.
 ``fednet describe PROTOCOL``
     Every parameter of a protocol: type, default, bounds and documentation.
 ``fednet schema``
@@ -18,9 +22,18 @@
     Reprint the summary table / redraw ``accuracy_vs_time.png`` from a saved study.
 ``fednet list``
     Name the registered protocols, topologies and bundled studies.
+``fednet topology STUDY [--run LABEL] [--seed N] [--plot tree.png]``
+    Build a run's network without running anything: print the devices (MAC rate, link rates, loss,
+    group), the groups and CodedSecAgg's group tree (Sec. VI-D); ``--plot`` draws the network and
+    the tree to an image.
 ``fednet --version``
 
-Exit status 2 for a bad study or bad data (the message names the problem; nothing is written).
+Exit status 2, with one message on stderr and no traceback, for any
+:class:`fednet.errors.FednetError`: a bad study (the message names the key and value), bad
+data, an output folder fednet may not replace or that another run holds (the message names its
+process id), or, in a ``strict`` study, a round that cannot complete. Nothing is written then.
+Status 128 + N when stopped by signal N (SIGINT: 130, SIGTERM: 143); the staging folder is
+removed and the lock released. Any other exception is a bug and shows its traceback.
 """
 
 from __future__ import annotations
@@ -35,8 +48,13 @@ __all__ = ["main", "bundled_studies"]
 
 
 def bundled_studies() -> dict[str, Path]:
-    """Study files shipped in the repository's ``studies/`` directory, by name."""
-    root = Path(__file__).resolve().parents[1] / "studies"
+    """Study files shipped with fednet (package data of ``fednet.studies``, the repository's ``studies/``), by name."""
+    from importlib.resources import files
+
+    try:
+        root = Path(str(files("fednet.studies")))
+    except ModuleNotFoundError:  # pragma: no cover (a broken install)
+        return {}
     return {p.stem: p for p in sorted(root.glob("*.toml"))} if root.is_dir() else {}
 
 
@@ -47,24 +65,36 @@ def _resolve(study: str) -> Path:
     return bundled_studies().get(study, p)
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fednet.learning.datasets import DatasetError
-    from fednet.study.config import StudyError, load_study
+    from fednet.study.config import load_study
     from fednet.study.runner import run_study
 
-    try:
-        study = load_study(_resolve(args.study), seeds=[args.seed] if args.seed is not None else None,
-                           targets=args.targets, sets=args.set or (), only_runs=args.runs, max_epochs=args.epochs)
-    except StudyError as e:
-        print(f"fednet: {e}", file=sys.stderr)
-        return 2
+    study = load_study(_resolve(args.study), seeds=[args.seed] if args.seed is not None else None,
+                       targets=args.targets, sets=args.set or (), only_runs=args.runs, max_epochs=args.epochs)
+    if args.jobs == 0:  # --jobs without a value
+        from fednet.study.parallel import default_jobs
+
+        args.jobs = default_jobs()
     out = Path(args.out) if args.out else Path("results") / study.name
     t0 = time.perf_counter()
     try:
         result = run_study(study, out, data_dir=args.data_dir, progress=not args.quiet,
-                           command=["fednet", *(sys.argv[1:] if args.argv is None else args.argv)])
-    except DatasetError as e:
-        print(f"fednet: {e}", file=sys.stderr)
+                           command=["fednet", *(sys.argv[1:] if args.argv is None else args.argv)],
+                           jobs=args.jobs, scheduler=args.scheduler, blas_threads=args.blas_threads)
+    except ImportError as e:
+        if args.jobs is None and args.scheduler is None:
+            raise
+        print(f"fednet: {e}", file=sys.stderr)  # dask.distributed missing
         return 2
     print(f"\n{study.name}: {len(study.runs)} runs x {len(study.seeds)} seeds in {time.perf_counter() - t0:.1f} s "
           f"(host wall time)\n")
@@ -107,6 +137,14 @@ def _saved(args: argparse.Namespace) -> Path | None:
     return out
 
 
+def _unreadable(out: Path, e: BaseException) -> Exception:
+    """A saved result directory whose files are damaged or not fednet's: a named DataError."""
+    from fednet.errors import DataError
+
+    what = f"{type(e).__name__}: {e}" if isinstance(e, KeyError) else str(e)
+    return DataError(f"{out}: saved results are damaged or not written by this fednet ({what})")
+
+
 def _cmd_summarize(args: argparse.Namespace) -> int:
     import json
 
@@ -115,11 +153,18 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     out = _saved(args)
     if out is None:
         return 2
-    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    try:
+        summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+        if not isinstance(summary, dict) or not isinstance(summary.get("runs"), dict):
+            raise ValueError("summary.json holds no table of runs")
+        table = format_summary(summary)
+        per_seed = format_per_seed(summary) if args.per_seed or summary.get("feature_seeds") else None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise _unreadable(out, e) from e
     print(f"{summary.get('study', out.name)} ({out})\n")
-    print(format_summary(summary))
-    if args.per_seed or summary.get("feature_seeds"):
-        print("\nper seed:\n" + format_per_seed(summary))
+    print(table)
+    if per_seed is not None:
+        print("\nper seed:\n" + per_seed)
     return 0
 
 
@@ -129,13 +174,17 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     out = _saved(args)
     if out is None:
         return 2
-    print(plot_results(out, args.output))
+    try:
+        path = plot_results(out, args.output)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise _unreadable(out, e) from e
+    print(path)
     return 0
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
     from fednet.protocol import registry
-    from topologies import TOPOLOGIES
+    from fednet.topologies import TOPOLOGIES
 
     print("protocols:")
     for name in registry.names():
@@ -150,8 +199,71 @@ def _cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_topology(args: argparse.Namespace) -> int:
+    from fednet.study.config import StudyError, load_study
+    from fednet.study.runner import build_network
+    from fednet.topologies.groups import has_groups, membership
+    from fednet.topologies.secagg_tree import draw_topology, group_tree
+
+    try:
+        study = load_study(_resolve(args.study))
+    except StudyError as e:
+        print(f"fednet: {e}", file=sys.stderr)
+        return 2
+    if args.run is not None:
+        runs = [r for r in study.runs if r.name == args.run]
+        if not runs:
+            print(f"fednet: no run labelled {args.run!r}; labels: {[r.name for r in study.runs]}", file=sys.stderr)
+            return 2
+        run = runs[0]
+    else:  # the first grouped run, else the first run
+        def n_groups(r):
+            return study.run_params(r).get("groups")
+        run = next((r for r in study.runs if isinstance(n_groups(r), int) and n_groups(r) > 1), study.runs[0])
+    seed = study.seeds[0] if args.seed is None else args.seed
+    net = study.run_network(run)
+    graph = build_network(net, seed)
+    n = study.run_params(run).get("groups")
+    groups = membership(graph, None if has_groups(graph) else (n if isinstance(n, int) else 1))
+    tree = group_tree(groups)
+    devs = [(k, a) for k, a in graph.nodes(data=True) if a.get("role") == "device"]
+    server = next(k for k, a in graph.nodes(data=True) if a.get("role") == "server")
+    group_of = {i: g for g, m in enumerate(groups) for i in m}
+    print(f"{study.name}: run {run.name!r} ({run.protocol}), seed {seed}, network {net.kind}, "
+          f"{len(devs)} devices, {len(groups)} group(s)"
+          + ("" if has_groups(graph) else " (consecutive, from the run's groups parameter)"))
+    print(f"  server: {graph.nodes[server].get('mac_rate', float('nan')):.4g} MAC/s; header overhead "
+          f"{graph.graph.get('header_overhead', 0.0)}, packet_bits {graph.graph.get('packet_bits')}")
+    print(f"  {'device':>6} {'MAC/s':>10} {'up bit/s':>10} {'down bit/s':>10} {'loss':>6} {'group':>5}")
+    for i, (k, a) in enumerate(devs):
+        e = {**a, **graph.edges[k, server]} if graph.has_edge(k, server) else a
+        print(f"  {i:>6} {a.get('mac_rate', float('nan')):>10.4g} {e.get('uplink_bps', float('nan')):>10.4g} "
+              f"{e.get('downlink_bps', float('nan')):>10.4g} {e.get('loss', 0.0):>6.3g} {group_of[i]:>5}")
+    d2d = [(u, v) for u, v in graph.edges() if server not in (u, v)]
+    if d2d:
+        print(f"  device-to-device links: {len(d2d)}")
+    print("groups:")
+    for g, m in enumerate(groups):
+        print(f"  G{g}: {m}")
+    print(f"group tree (Sec. VI-D, eqs. 14-15), depth {tree.graph['depth']}:")
+    for u, v, a in sorted(tree.edges(data=True), key=lambda e: e[2]["step"]):
+        print(f"  step {a['step']}: G{u} -> {'server' if v == 'server' else f'G{v}'}  (sum of groups {a['covers']})")
+    if args.plot:
+        path = draw_topology(graph, args.plot, n_groups=len(groups), title=f"{study.name}: {run.name} (seed {seed})")
+        print(f"drawn to {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``fednet`` command; returns the exit status."""
+    """Entry point of the ``fednet`` command; returns the exit status.
+
+    Returns
+    -------
+    int
+        0 on success; 2 for any :class:`fednet.errors.FednetError` (printed as ``fednet: <message>``
+        on stderr, without a traceback). Argument errors exit 2 through argparse.
+    """
+    from fednet.errors import FednetError
     from fednet import __version__
 
     parser = argparse.ArgumentParser(prog="fednet", description=__doc__.split("\n")[0])
@@ -169,6 +281,14 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--epochs", type=int, help="maximum rounds of every run")
     p_run.add_argument("--runs", nargs="+", metavar="LABEL", help="run only these runs (and the baseline)")
     p_run.add_argument("--targets", nargs="+", type=float, metavar="ACC", help="target accuracies, e.g. 0.9 0.95")
+    par = p_run.add_mutually_exclusive_group()
+    par.add_argument("--jobs", type=_positive, nargs="?", const=0, metavar="N",
+                     help="run the runs x seeds in parallel on a local Dask cluster of N worker processes "
+                          "(N omitted: the number of cores)")
+    par.add_argument("--scheduler", metavar="ADDRESS",
+                     help="run the runs x seeds on a running Dask cluster (e.g. tcp://host:8786)")
+    p_run.add_argument("--blas-threads", type=_positive, default=1, metavar="N",
+                       help="BLAS/OpenMP threads per simulation (default 1)")
     p_run.set_defaults(func=_cmd_run)
     p_list = sub.add_parser("list", help="list protocols, topologies and bundled studies")
     p_list.set_defaults(func=_cmd_list)
@@ -185,10 +305,23 @@ def main(argv: list[str] | None = None) -> int:
     p_plot.add_argument("dir", help="a study's output directory")
     p_plot.add_argument("--output", help="PNG path (default DIR/accuracy_vs_time.png)")
     p_plot.set_defaults(func=_cmd_plot)
+    p_top = sub.add_parser("topology", help="build and show a run's network and group tree (nothing is run)")
+    p_top.add_argument("study", help="study TOML file or bundled study name")
+    p_top.add_argument("--run", help="label of the run whose network to show (default: the first grouped run)")
+    p_top.add_argument("--seed", type=int, help="seed of drawn rates and groups (default: the study's first)")
+    p_top.add_argument("--plot", help="draw the network and the group tree to this image file (PNG)")
+    p_top.set_defaults(func=_cmd_topology)
     args = parser.parse_args(argv)
     args.argv = argv
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
-    return args.func(args)
+    try:
+        return args.func(args)
+    except FednetError as e:
+        print(f"fednet: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("fednet: interrupted (SIGINT); no partial results were left", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

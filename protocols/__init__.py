@@ -1,1 +1,1 @@
-"""Built-in protocols, registered by name on import."""
+"""Built-in protocols (installed as ``fednet.protocols``; declared as entry points in pyproject.toml)."""

@@ -40,20 +40,20 @@ the non-private examples placed at it. Private examples never leave their owner.
 from __future__ import annotations
 
 from collections.abc import Generator
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from fednet.algebra.meter import axpy
-from fednet.codes.approx_gc import example_weights, share_randomly
+from fednet.codes.approx_gc import example_weights, share_randomly, sum_responses
 from fednet.learning.heterogeneity import make_partition
 from fednet.learning.models import accuracy, logistic_gradient, logistic_loss
-from fednet.protocol.base import Outgoing, Protocol, ProtocolConfig
+from fednet.protocol.base import NodeState, Outgoing, Protocol, ProtocolConfig
 from fednet.sim.compute import AlwaysAvailable, BernoulliDropout
 from fednet.sim.simulation import Node
 
-__all__ = ["ApproxGCConfig", "ApproxGC"]
+__all__ = ["ApproxGCConfig", "ApproxGC", "ApproxGCState", "Sharing"]
 
 
 class ApproxGCConfig(ProtocolConfig):
@@ -97,11 +97,70 @@ class ApproxGCConfig(ProtocolConfig):
         return self
 
 
+@dataclass
+class ApproxGCState(NodeState):
+    """Private state of device ``i`` after the sharing (Sec. III-A).
+
+    Attributes
+    ----------
+    X : ndarray, (|S_i|, F)
+        Features of the examples it holds (its own and the non-private ones placed at it).
+    Y : ndarray, (|S_i|, L)
+        Their one-hot labels.
+    W : ndarray, (|S_i|,)
+        Their weights ``W_j = 1 / ((1 - p) d_j)`` (eq. 10).
+    """
+
+    X: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    Y: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    W: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """The problem and its sharing plan, drawn in the set-up (known to the server).
+
+    Attributes
+    ----------
+    m : int
+        ``M = K L`` examples.
+    owner : ndarray of int, (M,)
+        Initial owner of each example.
+    nonprivate : ndarray of bool, (M,)
+        Which examples may be shared.
+    holders : ndarray of bool, (N, M)
+        ``holders[i, j]`` iff ``j in S_i`` after sharing.
+    shared_copies : int
+        Copies placed by the sharing, ``sum_j (d_j - 1)``.
+    """
+
+    m: int
+    owner: np.ndarray
+    nonprivate: np.ndarray
+    holders: np.ndarray
+    shared_copies: int
+
+
 class ApproxGC(Protocol):
-    """Randomized data sharing + approximate gradient coding (Makkonen et al., Sec. III)."""
+    """Randomized data sharing + approximate gradient coding (Makkonen et al., Sec. III).
+
+    Attributes
+    ----------
+    p : float
+        Straggling probability of the weights (set by :meth:`validate`).
+    sharing : Sharing
+        The examples' owners and holders (set by :meth:`setup`).
+    grad_sq_norm : float
+        ``||g_hat / M||^2`` of the last round (NaN before the first).
+    """
 
     name = "approx_gc"
     Config = ApproxGCConfig
+    State = ApproxGCState
+    setup_dropouts = "offline"                            # data sharing is offline (Sec. III-A): recorded only
+    p: float
+    sharing: Sharing
+    grad_sq_norm: float = float("nan")
 
     @classmethod
     def check(cls, config: ApproxGCConfig, n_devices: int) -> None:
@@ -158,19 +217,15 @@ class ApproxGC(Protocol):
                               rng=self.sim.rng(self.server, "partition"))
         owner, nonprivate, labels = part.owner[0], part.nonprivate[0], part.labels[0]
         x, y = x_pool[idx], np.eye(L)[labels]
-        self.m = x.shape[0]
-        sharing = cfg.c > 0 and cfg.d > 0
-        if sharing:
+        shares = cfg.c > 0 and cfg.d > 0
+        if shares:
             holders = share_randomly(owner, nonprivate, n, cfg.d, self.sim.rng(self.server, "sharing"),
                                      cfg.placement)[0]
         else:
             holders = owner[None, :] == np.arange(n)[:, None]
         weights = example_weights(holders, self.p)[0]
-        self.holders, self.owner, self.nonprivate = holders, owner, nonprivate
-        self.shared_copies = int(holders.sum() - self.m)
-        for dev in self.devices:
-            dev.state.own = np.flatnonzero(owner == dev.index)
-        if sharing:
+        self.sharing = Sharing(x.shape[0], owner, nonprivate, holders, int(holders.sum() - x.shape[0]))
+        if shares:
             ups = [Outgoing(dev, self.server, (x[j], labels[j]), kind="nonprivate data",
                             n_elements=len(j) * (x.shape[1] + 1))
                    for dev in self.devices
@@ -188,7 +243,10 @@ class ApproxGC(Protocol):
 
     # -- phase 2 ------------------------------------------------------------------------------
     def local_sum(self, dev: Node) -> np.ndarray:
-        """``f_i = sum_{j in S_i} W_j g_j`` on the model ``dev`` received (eq. 10), metered."""
+        """``f_i = sum_{j in S_i} W_j g_j`` on the model ``dev`` received (eq. 10), metered.
+
+        A device holding no example (possible under Dirichlet placement) sends zeros, at no cost.
+        """
         beta = dev.state.received.astype(np.float64)
         if dev.state.X.shape[0] == 0:
             return np.zeros_like(beta)
@@ -196,20 +254,16 @@ class ApproxGC(Protocol):
 
     def round(self, epoch: int) -> Generator:
         """Broadcast ``beta``; present devices send ``f_i`` (eq. 10); sum (eq. 11); SGD step."""
+        empty = any(dev.state.X.shape[0] == 0 for dev in self.devices)   # an empty f_i costs nothing
         replies = yield from self.gather(self.devices, self.local_sum, kind="weighted gradient",
-                                         download=self.theta.astype(np.float32))
-
-        def aggregate() -> np.ndarray:  # eq. (11)
-            total = np.zeros_like(self.theta)
-            for _, f in replies:
-                total = axpy(1.0, f, total)
-            return total
-
-        g_hat = yield from self.server_compute(aggregate)
-        self.used = [dev.index for dev, _ in replies]
+                                         download=self.theta.astype(np.float32), free=empty)
+        g_hat = yield from self.server_compute(sum_responses, replies.values, self.theta.shape,
+                                               free=not replies.results)                          # eq. (11)
+        self.used = [dev.index for dev in replies.nodes]
         eta = self.config.learning_rate * self.config.lr_decay ** (epoch - 1)
-        self.grad_sq_norm = float(np.sum((g_hat / self.m) ** 2))
-        self.theta = self.theta - eta * g_hat / self.m
+        m = self.sharing.m
+        self.grad_sq_norm = float(np.sum((g_hat / m) ** 2))
+        self.theta = self.theta - eta * g_hat / m
 
     def evaluate(self) -> tuple[float, float]:
         """Test accuracy (argmax) and mean test cross-entropy of ``beta``."""
@@ -218,5 +272,5 @@ class ApproxGC(Protocol):
 
     def round_metrics(self, round: int) -> dict:
         """``grad_sq_norm`` (||g_hat / M||^2 of the round) and ``shared_copies`` (examples shared)."""
-        return {"grad_sq_norm": getattr(self, "grad_sq_norm", float("nan")) if round else float("nan"),
-                "shared_copies": getattr(self, "shared_copies", 0)}
+        return {"grad_sq_norm": self.grad_sq_norm if round else float("nan"),
+                "shared_copies": self.sharing.shared_copies}

@@ -4,15 +4,12 @@ Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: 
 mitigation and secure aggregation in federated learning", Sec. VI (eq. 13, Remark 3), Sec. VI-D
 (grouping and the inter-group tree, eqs. 14-15, Fig. 3), Sec. VII-D (Fig. 7).
 
-Number system (Remark 3)
-    Data are ``Q<k,f>`` integers; all share arithmetic is over GF(q) with q the smallest prime
-    above ``2**(k+f)`` (``2**72 + 15`` for ``Q<48,24>``), signed integers mapped ``-x -> q - x``.
-    Scaling is postponed until after decoding: ``X_i^T X_i`` is shared at scale ``2**f`` and the
-    first gradient at scale ``2**(2f)`` (``G_i^(1)`` multiplied by ``2**f`` before encoding), so
-    ``Psi + Phi epsilon`` is an exact integer at scale ``2**(2f)`` and the decoded aggregate equals
-    ``sum_i (2**f G_i^(1) + M_i epsilon)`` *exactly* in the field.  A decoded value outside
-    ``Z_<k+f>`` raises (never wraps silently).  Field elements travel as ``share_element_bits``
-    bits (default ``q.bit_length()`` = 73; the paper counts ``k + f`` = 72).
+Number system (Remark 3): shares over GF(q), q the smallest prime above ``2**(k+f)`` (73 bits for
+``Q<48,24>``; ``field_prime = "largest_below"`` takes the 72-bit prime below it, the width the paper
+counts), scaling postponed until after decoding, so the decoded aggregate is exact (see
+:mod:`fednet.codes.secagg`).  Accounting options where the paper counts differently
+(``charge_encoding``, ``widen_compute``, ``field_prime``, ``encode_per_group``) are selected together
+by a study's ``accounting = "paper"``.
 
 Phase 1 (:meth:`CodedSecAgg.setup`, round 0), inside each group of ``n' = D/N`` devices
     Offline (Sec. VII, not timed): device ``i`` computes ``M_i = X_i^T X_i`` and
@@ -59,14 +56,17 @@ Modes (:mod:`fednet.protocol.modes`; one code path)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
-from fednet.algebra.fields import field_dtype, fixed_point_field
+from fednet.algebra.capacity import check_statistics_capacity
+from fednet.algebra.fields import field_dtype, fixed_point_field, paper_field
+from fednet.algebra.meter import recharged
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.codes.gram import local_statistics
 from fednet.codes.secagg import (
@@ -75,6 +75,7 @@ from fednet.codes.secagg import (
     column_tree,
     combine_shares,
     decode_aggregate,
+    decode_shares,
     device_share,
     shamir_share_macs,
     share_device_secrets,
@@ -86,7 +87,7 @@ from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.protocol.modes import Shape
 from fednet.protocol.primitives import cyclic_steps
 from fednet.sim.simulation import Node
-from topologies.grouping import equal_groups
+from fednet.topologies.groups import membership
 
 __all__ = ["CodedSecAggConfig", "CodedSecAgg", "CodedSecAggState", "share_secrets", "device_share",
            "decode_aggregate", "shamir_share_macs"]
@@ -108,25 +109,60 @@ class CodedSecAggConfig(ProtocolConfig):
     k, f : int
         The fixed-point format ``Q<k,f>`` (48, 24 in Sec. VII).
     share_element_bits : int, optional
-        Wire width of a field element; default ``bits(q)`` (73 for ``Q<48,24>``).
+        Wire width of a field element; default ``bits(q)`` (73 for ``Q<48,24>`` with ``field_prime =
+        "next_above"``, 72 with ``"largest_below"``).
+    field_prime : {"next_above", "largest_below"}
+        The prime q of Remark 3.  ``"next_above"`` (default): the smallest prime above ``2**(k+f)``
+        (``2**72 + 15``, 73 bits): the signed map is a bijection on all of ``Z_<k+f>``.
+        ``"largest_below"``: the largest prime below ``2**(k+f)`` (``2**72 - 93``, 72 bits: the
+        ``k + f`` bits the paper counts, Remark 3 and Sec. VI-C).  It carries signed integers up
+        to ``(q-1)/2 = 2**71 - 47`` in magnitude, i.e. all of ``Z_<k+f>`` but the 47 values
+        nearest each end: a secret outside that range is refused with a capacity message when it
+        is shared (:func:`fednet.codes.secagg.share_secrets`).  At the paper's sizes it decodes
+        exactly: on fig7_mnist (D = 120, d = 2000, c = 10) the secrets reach ``|M_i| = 0.42`` and
+        ``|G_i^(1)| = 14.3`` and the aggregate ``|G| = 189.5`` over 600 epochs of the trajectory,
+        44,000 times below the field's ``(q-1)/2 / 2**(2f) = 2**23`` (measured at this commit).
     sharing_schedule : {"relay_steps", "relay_asap"}
         Schedule of the phase-1 all-to-all (module docstring).
     charge_encoding : bool
-        Charge the Shamir encoding of phase 1 to the devices (default) or treat it as offline.
+        Charge the Shamir encoding of phase 1 to the devices (default) or treat it as offline (the
+        paper's count, Sec. VI-C, lists only the additions of the shares).
+    widen_compute : bool
+        Charge the devices' phase-2 work (eq. 13 and the tree additions of eq. 15) ``(k + f)/k``
+        times its metered MACs (rounded up): Remark 3's cost of integer work in ``Z_<k+f>``
+        instead of ``Z_<k>``, which the paper applies to CodedSecAgg's epochs.  Default False
+        (the kernels' count: a MAC is a MAC whatever the width).
+    encode_per_group : bool
+        False (default): phase 1 runs network-wide (every device encodes, then the all-to-all of
+        every group, then every device adds its shares).  True: each group encodes, shares (its
+        own step barriers under ``relay_steps``) and adds as soon as its own sharing ends.
     mode : {"full", "timing"}
     check_decoding : bool
         Full mode: verify every decoded aggregate exactly (observer's work, not charged).
+
+    Accounting
+    ----------
+    ``paper_accounting`` holds the paper's choices that a study selects with ``accounting =
+    "paper"`` (:mod:`fednet.study.config`): ``charge_encoding = False`` (Sec. VI-C),
+    ``widen_compute = True`` (Remark 3), ``field_prime = "largest_below"`` (72-bit elements,
+    Remark 3) and ``encode_per_group = True`` (Sec. VI-D: CodedSecAgg applied in each group).
     """
 
-    element_bits: int = Field(48, ge=1)
+    paper_accounting: ClassVar[dict[str, Any]] = {"charge_encoding": False, "widen_compute": True,
+                                                  "field_prime": "largest_below", "encode_per_group": True}
+
+    element_bits: int = Field(48, ge=1, le=4096)
     z: int = Field(1, ge=0)
     k_prime: int | None = Field(None, ge=1)
     groups: int = Field(1, ge=1)
     k: int = Field(48, ge=8, le=62)
     f: int = Field(24, ge=1)
-    share_element_bits: int | None = Field(None, ge=1)
+    share_element_bits: int | None = Field(None, ge=1, le=4096)
     sharing_schedule: Literal["relay_steps", "relay_asap"] = "relay_steps"
     charge_encoding: bool = True
+    widen_compute: bool = False
+    field_prime: Literal["next_above", "largest_below"] = "next_above"
+    encode_per_group: bool = False
     mode: Literal["full", "timing"] = "full"
     check_decoding: bool = True
 
@@ -145,7 +181,9 @@ class CodedSecAggConfig(ProtocolConfig):
 
     @property
     def q(self) -> int:
-        """The prime of Remark 3: smallest prime above ``2**(k+f)``."""
+        """The prime of Remark 3 (``field_prime``): next above or largest below ``2**(k+f)``."""
+        if self.field_prime == "largest_below":
+            return paper_field(self.k, self.f)
         return fixed_point_field(self.k, self.f)
 
 
@@ -209,6 +247,21 @@ class CodedSecAgg(Protocol):
             raise ValueError(f"every group needs at least k_prime = {kp} devices; groups = {N} gives {n_prime}")
         check_shamir_parameters(n_prime, kp, config.q, z=config.z)
 
+    @classmethod
+    def check_dropout(cls, config: CodedSecAggConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a dropout that leaves fewer than k' complete columns on average.
+
+        A column (device ``i`` of every group) reaches the server only if all its ``N`` devices
+        are present: on average ``n' (1 - dropout)^N`` columns of ``n' = D / N``.
+        """
+        N = config.groups
+        n_prime, kp = n_devices // N, config.threshold
+        mean = n_prime * (1.0 - dropout) ** N
+        if mean < kp:
+            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_prime} share columns complete on "
+                             f"average (all {N} groups present), fewer than the k_prime = {kp} the decoder needs; "
+                             f"lower k_prime, groups or dropout")
+
     @property
     def fp(self) -> FixedPoint:
         """The fixed-point format ``Q<k,f>`` of the configuration."""
@@ -224,7 +277,8 @@ class CodedSecAgg(Protocol):
         """Phase 1 (Sec. VI-A): Shamir sharing of 2^f G_i^(1) and X_i^T X_i inside each group; sums of received shares."""
         cfg, mode = self.config, self.mode
         d, c, q = self.task.d, self.task.c, self.q
-        self.groups = equal_groups(self.sim.n_devices, cfg.groups)
+        self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. VI-D)
+        check_statistics_capacity(self.fp, self.task.X, self.task.Y)          # refuse a too-narrow Q<k,f> now
         self.n_prime = len(self.groups[0])
         self.points = default_points(self.n_prime)
         self.tree = aggregation_tree(cfg.groups)
@@ -239,19 +293,27 @@ class CodedSecAgg(Protocol):
                                                      like=(Shape((d, d), np.int64), Shape((d, c), np.int64)))
             dev.state.secrets = mode.offline(share_secrets, self.fp, q, dev.state.M, dev.state.G1,
                                              like=(Shape((d * (d + 1) // 2,), fdt), Shape((d, c), fdt)))
-        if cfg.charge_encoding:
-            yield from self.compute_each(self.devices, self._encode)
-        else:
-            for dev in self.devices:
-                self._encode(dev)
         nodes = [[self.devices[i] for i in members] for members in self.groups]
+        if cfg.encode_per_group:                          # each group on its own (Sec. VI-D)
+            yield self.env.all_of([self.env.process(self._share_in([group], group)) for group in nodes])
+        else:
+            yield from self._share_in(nodes, self.devices)
+
+    def _share_in(self, groups: list[list[Node]], devices: list[Node]) -> Generator:
+        """Encode on ``devices``, all-to-all inside ``groups``, then ``devices`` add their shares (Sec. VI-A)."""
+        cfg = self.config
+        if cfg.charge_encoding:
+            yield from self.compute_each(devices, self._encode)
+        else:
+            for dev in devices:
+                self._encode(dev)
         delivered = yield from self.exchange(                # all-to-all in each group, via the server
-            cyclic_steps(nodes), lambda src, dst: src.state.out_shares[self.group_of[dst.index][1]],
+            cyclic_steps(groups), lambda src, dst: src.state.out_shares[self.group_of[dst.index][1]],
             kind="shamir_share", schedule=cfg.sharing_schedule, n_elements=self._size,
             element_bits=self._share_bits())
         for (_, j), share in delivered.items():
             self.devices[j].state.in_shares.append(share)
-        yield from self.compute_each(self.devices, self._combine)
+        yield from self.compute_each(devices, self._combine, free=self.n_prime == 1)   # n' = 1: nothing to add
 
     def _share_bits(self) -> int:
         return self.config.share_element_bits or self.q.bit_length()
@@ -262,7 +324,7 @@ class CodedSecAgg(Protocol):
         d, c, fdt = self.task.d, self.task.c, field_dtype(self.q)
         phi, psi = dev.state.secrets
         dev.state.out_shares = self.mode.run(
-            share_device_secrets, phi, psi, n1, kp, self.q, self.sim.rng(dev, "shamir"), self.points,
+            share_device_secrets, phi, psi, n1, kp, self.q, self.sim.secret_rng(dev, "shamir"), self.points,
             macs=shamir_share_macs(n1, kp, self._size),
             like=[(Shape((d * (d + 1) // 2,), fdt), Shape((d, c), fdt))] * n1)
 
@@ -294,25 +356,30 @@ class CodedSecAgg(Protocol):
 
     def _decode(self, shares: list, cols: list[int]):
         d, c, kp = self.task.d, self.task.c, self.config.threshold
-        return self.mode.run(decode_shares_list, shares, [self.points[i] for i in cols], kp, self.q, self.config.k,
+        return self.mode.run(decode_shares, shares, [self.points[i] for i in cols], kp, self.q, self.config.k,
                              self.config.f, macs=kp * d * c, like=(Shape((d, c), object), Shape((d, c), np.float64)))
 
     def _eq13(self, node: Node):
         d, c = self.task.d, self.task.c
-        return self.mode.run(device_share, node.state.Phi, node.state.Psi, node.state.received, self.q,
-                             macs=d * d * c + d * c, like=Shape((d, c), field_dtype(self.q)))
+        with self._widened():
+            return self.mode.run(device_share, node.state.Phi, node.state.Psi, node.state.received, self.q,
+                                 macs=d * d * c + d * c, like=Shape((d, c), field_dtype(self.q)))
 
     def _add(self, acc, part):
         d, c = self.task.d, self.task.c
-        return self.mode.run(add_shares, acc, part, self.q, macs=d * c, like=Shape((d, c), field_dtype(self.q)))
+        with self._widened():
+            return self.mode.run(add_shares, acc, part, self.q, macs=d * c, like=Shape((d, c), field_dtype(self.q)))
+
+    def _widened(self):
+        """``widen_compute``: charge ``ceil(macs (k + f) / k)`` for the block's MACs (Remark 3)."""
+        if not self.config.widen_compute:
+            return contextlib.nullcontext()
+        k, f = self.config.k, self.config.f
+        return recharged(lambda macs: -(-macs * (k + f) // k))
 
     def _check(self, exact: np.ndarray, G: np.ndarray, eps: np.ndarray) -> None:
-        """Observer (not charged): :func:`fednet.codes.secagg.check_aggregate` on every device's data."""
+        """Observer (not charged): :func:`fednet.codes.secagg.check_aggregate` on every device's data,
+        after checking that the plain aggregate fits ``Q<k,f>`` (a wrapped aggregate is a CapacityError)."""
         err = check_aggregate(exact, G, [dev.state.M for dev in self.devices], [dev.state.G1 for dev in self.devices],
-                              eps, self.config.f)
+                              eps, self.config.f, fp=self.fp, what=f"the aggregate gradient of round {self.epoch}")
         self.max_decode_error = max(self.max_decode_error, err)
-
-
-def decode_shares_list(shares, points, k_prime: int, q: int, k: int, f: int):
-    """:func:`decode_aggregate` (looked up in this module, so tests may patch it) of a list of shares."""
-    return decode_aggregate(np.stack(shares), points, k_prime, q, k, f)

@@ -21,6 +21,7 @@ What each party sees: the server sees every used device's local gradient estimat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
@@ -50,10 +51,9 @@ class ConventionalFLConfig(ProtocolConfig):
 
 @dataclass
 class ConventionalState(NodeState):
-    """A device's state: its minibatch size ``b_i`` and its sampling stream."""
+    """A device's state: its minibatch size ``b_i`` (the rows come from :meth:`Protocol.minibatch_rows`)."""
 
     batch: int = 0
-    sampler: np.random.Generator | None = None
 
 
 def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -89,6 +89,7 @@ class ConventionalFL(Protocol):
     name = "conventional"
     Config = ConventionalFLConfig
     State = ConventionalState
+    setup_dropouts = "none"                               # no setup exchange: absentees recorded only
 
     @classmethod
     def check(cls, config: ConventionalFLConfig, n_devices: int) -> None:
@@ -97,20 +98,29 @@ class ConventionalFL(Protocol):
             raise ValueError(f"drop_slowest must be less than the number of devices ({n_devices}), "
                              f"got {config.drop_slowest}")
 
+    @classmethod
+    def check_dropout(cls, config: ConventionalFLConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a dropout that leaves fewer than ``D - drop_slowest`` devices on average."""
+        need = n_devices - config.drop_slowest
+        mean = n_devices * (1.0 - dropout)
+        if mean < need:
+            s_min = math.ceil(n_devices * dropout - 1e-12)
+            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_devices} devices available on "
+                             f"average, fewer than the D - drop_slowest = {need} each round waits for "
+                             f"(drop_slowest = {config.drop_slowest}); set drop_slowest >= {s_min} or lower dropout")
+
     def setup(self) -> Generator:
-        """No set-up phase: only each device's minibatch size and sampling stream."""
+        """No set-up phase: only each device's minibatch size."""
         for dev in self.devices:
             n = self.task.X[dev.index].shape[0]
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * n)))
-            dev.state.sampler = self.sim.rng(dev, "minibatch")
         return
         yield  # pragma: no cover
 
     def local_gradient(self, dev: Node) -> np.ndarray:
         """Device ``dev``'s minibatch gradient on the model it received this round."""
         theta = dev.state.received.astype(np.float64)      # the float32 model it downloaded
-        n = self.task.X[dev.index].shape[0]
-        rows = dev.state.sampler.choice(n, size=dev.state.batch, replace=False)
+        rows = self.minibatch_rows(dev, dev.state.batch)   # keyed (device, "minibatch", epoch): paired
         return minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], theta, rows)
 
     def round(self, epoch: int) -> Generator:

@@ -28,6 +28,13 @@ encoding shares the device's processor with training (encoding first), the ``N -
 share the uplink with the masked upload (first come, first served).  With ``offline_parallel``
 False every mask is delivered before the round's model is broadcast.
 
+Randomness: masks and mask noise come from the secret stream (``Simulation.secret_rng``), never the
+public seed.  The mask steps (encoding, the encoded-mask messages, the survivor list, the
+aggregated masks) draw their compute delays and losses under their own ``timing_key = "mask"``, so
+the model download, the training step and the masked upload take the same keyed draws as
+conventional FL's at one seed (a paired comparison); minibatches come from
+:meth:`~fednet.protocol.base.Protocol.minibatch_rows`, shared with conventional FL too.
+
 Choice of U: ``U`` is a parameter; the baseline's study sweeps ``U`` for each ``(D, z)`` and keeps the
 fastest to the target accuracy (smaller ``U`` waits for fewer users but drops more of the non-iid
 data each round and lengthens the pieces, ``L = dc / (U - T)``).  ``U`` defaults to ``N``.
@@ -106,7 +113,7 @@ class LightSecAggConfig(ProtocolConfig):
     mode : {"full", "timing"}
     """
 
-    element_bits: int = Field(32, ge=1)
+    element_bits: int = Field(32, ge=1, le=4096)
     z: int = Field(1, ge=0)
     U: int | None = Field(None, ge=1)
     p: int = P32
@@ -118,7 +125,10 @@ class LightSecAggConfig(ProtocolConfig):
 
     @model_validator(mode="after")
     def _prime(self) -> "LightSecAggConfig":
-        check_prime(self.p)
+        try:
+            check_prime(self.p)
+        except ValueError as e:
+            raise ValueError(f"p = {self.p} is not usable as the field of LightSecAgg: {e}") from None
         if self.U is not None and self.U <= self.z:
             raise ValueError(f"U must exceed z = {self.z} (T < U), got {self.U}")
         return self
@@ -168,12 +178,23 @@ class LightSecAgg(Protocol):
     name = "lightsecagg"
     Config = LightSecAggConfig
     State = LightSecAggState
+    setup_dropouts = "none"                               # masks are drawn each round: absentees recorded only
 
     @classmethod
     def check(cls, config: LightSecAggConfig, n_devices: int) -> None:
         """Refuse parameters outside T < U <= N (So et al.), via :func:`check_lsa_parameters`."""
         U = n_devices if config.U is None else config.U
-        check_lsa_parameters(n_devices, U, config.z, config.p)
+        check_lsa_parameters(n_devices, U, config.z, config.p, quant_bits=config.quant_bits, param="p")
+
+    @classmethod
+    def check_dropout(cls, config: LightSecAggConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a dropout that leaves fewer than U users available on average."""
+        U = n_devices if config.U is None else config.U
+        mean = n_devices * (1.0 - dropout)
+        if mean < U:
+            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_devices} users available on "
+                             f"average, fewer than U = {U} survivors each round needs; set U <= "
+                             f"{max(config.z + 1, int(mean))} or lower dropout")
 
     @property
     def U(self) -> int:
@@ -195,22 +216,22 @@ class LightSecAgg(Protocol):
         cfg, N, U = self.config, self.sim.n_devices, self.U
         d, c = self.task.d, self.task.c
         L = lsa_piece_length(d * c, U, cfg.z)
-        available = [dev for dev in self.devices if self.sim.available(dev)]
+        available = [dev for dev in self.devices if self.available(dev)]
         if len(available) < U:
             raise StragglerShortfall(f"{self.label}: round {epoch} needs U = {U} users, {len(available)} available")
         masks = Mailbox(self.env)
 
         def encode(dev: Node) -> Generator:            # offline phase of user i: z_i and its N encoded shares
-            dev.state.rng_mask = self.sim.rng(dev, "masks", epoch)
+            dev.state.rng_mask = self.sim.secret_rng(dev, "masks", epoch)      # a secret: never the public seed
             dev.state.mask = self.mode.offline(uniform, dev.state.rng_mask, cfg.p, d * c, like=Shape((d * c,), np.int64))
-            dev.state.encoded = yield from self.compute(dev, self._encode, dev)
+            dev.state.encoded = yield from self.compute(dev, self._encode, dev, timing_key="mask")
             masks.put(dev.index, dev.index, dev.state.encoded[dev.index])
 
         offline = self.exchange([[(src, dst) for src in available for dst in self.devices if dst is not src]],
                                 lambda src, dst: src.state.encoded[dst.index], prepare=encode, mailbox=masks,
                                 kind="encoded_mask" if cfg.mask_relay == "per_message" else "encoded_mask_relay",
                                 schedule="relay_asap" if cfg.mask_relay == "per_message" else "bundled",
-                                n_elements=L)
+                                n_elements=L, timing_key="mask")
         if cfg.offline_parallel:
             offline = self.background(offline)
         else:
@@ -222,7 +243,8 @@ class LightSecAgg(Protocol):
         survivors = yield from self.gather(
             [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1, masks, L), kind="aggregated_mask",
             download=np.asarray(U1), download_kind="survivors", upload_elements=L,
-            wait=lambda dev: masks.wait(dev.index, U1))
+            wait=lambda dev: masks.wait(dev.index, U1), free=len(U1) == 1,              # |U1| = 1: nothing to add
+            timing_key="mask")
         self.cancel(online, offline)                      # whatever is still running is not needed
         uploads = dict((dev.index, up) for dev, up in online)
         replies = sorted(survivors, key=lambda r: r[0].index)
@@ -266,8 +288,7 @@ class LightSecAgg(Protocol):
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
         not depend on which earlier rounds the device took part in (full and timing modes agree)."""
-        n = self.task.X[dev.index].shape[0]
-        return self.sim.rng(dev, "minibatch", epoch).choice(n, size=dev.state.batch, replace=False)
+        return self.minibatch_rows(dev, dev.state.batch, epoch)
 
     def _host_gradients(self) -> dict[int, np.ndarray]:
         """Timing mode's stand-ins: this round's quantised minibatch gradient of every available user, in a few
@@ -277,7 +298,7 @@ class LightSecAgg(Protocol):
             theta = self.theta.astype(np.float32).astype(np.float64)     # the model the devices download
             out: dict[int, np.ndarray] = {}
             shapes: dict[tuple[int, int], list[Node]] = {}
-            for dev in (dev for dev in self.devices if self.sim.available(dev)):
+            for dev in (dev for dev in self.devices if self.available(dev)):
                 shapes.setdefault((self.task.X[dev.index].shape[0], dev.state.batch), []).append(dev)
             for (n, bsz), group in shapes.items():
                 for start in range(0, len(group), 32):

@@ -22,6 +22,7 @@ Two parts:
 Usage::
 
     FEDNET_DATA=../shared/data .venv/bin/python studies/approx_gc_batched.py --out results/approx_gc
+    .venv/bin/python -m fednet.studies.approx_gc_batched --out results/approx_gc   # installed
 
 Writes ``summary.json``, ``curves.npz`` and ``approx_gc_<setting>.png`` into ``--out``.
 """
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:  # run as a script from a checkout
+if (ROOT / "pyproject.toml").is_file() and str(ROOT) not in sys.path:  # run as a script from a checkout
     sys.path.insert(0, str(ROOT))
 
 from fednet.learning.approx_gc_batch import AGCSetting, prepare_pixels, simulate_study  # noqa: E402
@@ -66,7 +67,7 @@ def engine_times(x_pool: np.ndarray, y_pool: np.ndarray, x_test: np.ndarray, y_t
     from fednet.learning.task import LearningTask
     from fednet.study.config import NetworkSpec
     from fednet.study.runner import build_simulation
-    from protocols.approx_gc import ApproxGC
+    from fednet.protocols.approx_gc import ApproxGC
 
     parts = np.array_split(np.arange(len(y_pool)), 10)  # the protocol pools and redraws the data
     eye = np.eye(10)

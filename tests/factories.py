@@ -7,7 +7,7 @@ import numpy as np
 from fednet.learning.task import LearningTask
 from fednet.sim.compute import Deterministic
 from fednet.sim.simulation import Simulation
-from topologies.lte import lte_star
+from fednet.topologies.lte import lte_star
 
 
 def make_task(D=8, n=20, d=6, c=3, seed=0, lr=1.0) -> LearningTask:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from fednet.algebra.meter import MacMeter
 from fednet.codes.approx_gc import (
     client_weights,
     draw_responders,
@@ -17,6 +18,7 @@ from fednet.codes.approx_gc import (
     replication_counts,
     share_randomly,
     shared_proportions,
+    sum_responses,
     theorem1_expected_distance,
 )
 
@@ -177,3 +179,15 @@ def test_reproducible_under_seed() -> None:
     a1, _ = _setup(seed=9)
     a2, _ = _setup(seed=9)
     assert np.array_equal(a1, a2)
+
+
+def test_sum_responses_is_eq11_metered() -> None:
+    rng = np.random.default_rng(0)
+    f = [rng.standard_normal((4, 3)) for _ in range(3)]
+    with MacMeter() as m:
+        g = sum_responses(f, (4, 3))
+    assert m.macs == 3 * 12
+    np.testing.assert_array_equal(g, ((np.zeros((4, 3)) + f[0]) + f[1]) + f[2])
+    with MacMeter() as m:
+        np.testing.assert_array_equal(sum_responses([], (2, 2)), np.zeros((2, 2)))
+    assert m.macs == 0

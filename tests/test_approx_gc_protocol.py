@@ -10,7 +10,7 @@ from fednet.learning.models import logistic_gradient
 from fednet.learning.task import LearningTask
 from fednet.study.config import NetworkSpec
 from fednet.study.runner import build_simulation
-from protocols.approx_gc import ApproxGC
+from fednet.protocols.approx_gc import ApproxGC
 
 F, L, N = 12, 10, 10
 
@@ -37,17 +37,17 @@ def _run(params: dict, dropout: float = 0.3, seed: int = 0, rounds: int = 3, com
 def test_sharing_traffic_costed_by_the_network() -> None:
     proto = _run(dict(setting="single-class", k=30, c=0.5, d=3), rounds=0)
     row = proto.trace[0]
-    holders = proto.holders
-    m = proto.m
-    assert np.array_equal(proto.owner, np.repeat(np.arange(L), 30))  # single-class: owner = label
-    assert np.all(holders[proto.owner, np.arange(m)])
+    holders = proto.sharing.holders
+    m = proto.sharing.m
+    assert np.array_equal(proto.sharing.owner, np.repeat(np.arange(L), 30))  # single-class: owner = label
+    assert np.all(holders[proto.sharing.owner, np.arange(m)])
     n_np = 15 * N  # c X_i K = 15 non-private examples per device
     assert row["bits_up"] == 32 * n_np * (F + 1)
     received = int(holders.sum()) - m
     assert row["bits_down"] == 32 * (received * (F + 1) + int(holders.sum()))
-    assert row["time_s"] > 0 and proto.shared_copies == received
+    assert row["time_s"] > 0 and proto.sharing.shared_copies == received
     # private examples are held only by their owner
-    assert proto.nonprivate.sum() == n_np and np.all(holders[:, ~proto.nonprivate].sum(0) == 1)
+    assert proto.sharing.nonprivate.sum() == n_np and np.all(holders[:, ~proto.sharing.nonprivate].sum(0) == 1)
 
 
 def test_no_stragglers_gives_the_full_gradient() -> None:
@@ -60,15 +60,15 @@ def test_no_stragglers_gives_the_full_gradient() -> None:
         ys = np.vstack([dev.state.Y for dev in proto.devices])
         ws = np.concatenate([dev.state.W for dev in proto.devices])
         g = logistic_gradient(xs, ys, np.zeros((F, L)), weights=ws)
-        np.testing.assert_allclose(proto.theta, -0.1 * g / proto.m, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(proto.theta, -0.1 * g / proto.sharing.m, rtol=1e-12, atol=1e-15)
         # sum of weights over copies = 1 per distinct example
-        assert ws.sum() == pytest.approx(proto.m)
+        assert ws.sum() == pytest.approx(proto.sharing.m)
 
 
 def test_device_macs_and_weights() -> None:
     proto = _run(dict(setting="single-class", c=0.5, d=3, placement="subset"), dropout=0.0, rounds=1)
     sizes = [dev.state.X.shape[0] for dev in proto.devices]
-    assert sum(sizes) == proto.m + 3 * 15 * N  # each non-private example at exactly d + 1 devices
+    assert sum(sizes) == proto.sharing.m + 3 * 15 * N  # each non-private example at exactly d + 1 devices
     row = proto.trace[1]
     assert row["device_macs"] == sum(2 * s * F * L + s * L for s in sizes)
     for dev in proto.devices:
@@ -113,3 +113,13 @@ def test_bad_configurations() -> None:
     task5 = LearningTask(X=task5.X[:5], Y=task5.Y[:5], x_test=task5.x_test, y_test=task5.y_test)
     with pytest.raises(ValueError, match="single-class"):
         ApproxGC(sim5, task5, dict(k=5))
+
+
+def test_empty_rounds_and_devices_without_examples_run() -> None:
+    """Dirichlet(0.01) leaves devices with no example and p = 0.9 leaves rounds with no response:
+    both are legitimate zero-MAC steps (an empty sum), not uncharged compute."""
+    proto = _run(dict(setting="dirichlet", alpha=0.01, k=5), dropout=0.9, rounds=10, seed=0)
+    assert any(dev.state.X.shape[0] == 0 for dev in proto.devices)
+    empty = [r for r in proto.trace[1:] if r["used"] == ""]
+    assert empty and all(r["server_macs"] == 0 and r["grad_sq_norm"] == 0.0 for r in empty)
+    assert any(r["used"] for r in proto.trace[1:])

@@ -11,8 +11,8 @@ from fednet.algebra.meter import MacMeter
 from fednet.algebra.modp import PreparedMatrix, add_mod
 from fednet.codes.secagg_tree import aggregation_tree
 from fednet.codes.shamir import default_points, shamir_share
-from protocols.codedpaddedfl import local_statistics, unpack_upper
-from protocols.codedsecagg import (
+from fednet.protocols.codedpaddedfl import local_statistics, unpack_upper
+from fednet.protocols.codedsecagg import (
     CodedSecAgg,
     CodedSecAggConfig,
     decode_aggregate,
@@ -162,7 +162,7 @@ def test_large_d_check_path_runs(monkeypatch):
     p = CodedSecAgg(make_sim(D, deterministic=True), task, dict(z=1, groups=1))
     p.run(1)
     assert p.max_decode_error <= 1e-9
-    import protocols.codedsecagg as csa
+    import fednet.codes.secagg as csa
 
     real = csa.decode_aggregate
 

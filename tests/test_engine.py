@@ -16,8 +16,8 @@ from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponenti
 from fednet.sim.network import Message, transmission_time
 from fednet.sim.rng import Streams, negative_binomial_from_uniform
 from fednet.sim.simulation import Simulation
-from protocols.conventional import minibatch_gradient
-from topologies.lte import lte_star
+from fednet.protocols.conventional import minibatch_gradient
+from fednet.topologies.lte import lte_star
 
 D, d, c, n_i = 3, 20, 3, 10
 RATES = [1e6, 2e6, 4e6]

@@ -40,8 +40,33 @@ params = { z = 2, U = 7, mode = "timing" }
 
 def test_fig7_study_file_validates():
     study = load_study(Path(__file__).parents[1] / "studies" / "fig7_mnist.toml")
-    assert study.network.n_devices == 120 and study.baseline == "LightSecAgg z=1 U=120"
+    assert study.network.n_devices == 120 and study.baseline == "LightSecAgg z=1 U=96"
     assert {r.params["z"] for r in study.runs if r.protocol == "codedsecagg"} == {1, 12, 30, 60}
+    # like for like: every CodedSecAgg / CodedPaddedFL setting under both schedules and both accountings,
+    # one LightSecAgg U grid for every z, every feasible N for CodedSecAgg (N | D, D / N > z)
+    coded = [r for r in study.runs if r.protocol in ("codedsecagg", "codedpaddedfl")]
+    settings = {(r.protocol, r.params.get("z"), r.params["groups"], r.params.get("alpha")) for r in coded}
+    for s in settings:
+        got = {(r.params["sharing_schedule"], r.accounting) for r in coded
+               if (r.protocol, r.params.get("z"), r.params["groups"], r.params.get("alpha")) == s}
+        assert got == {(a, b) for a in ("relay_steps", "relay_asap") for b in ("fednet", "paper")}, s
+    lsa = {(r.params["z"], r.params["U"]) for r in study.runs if r.protocol == "lightsecagg"}
+    assert lsa == {(z, U) for z in (1, 12, 30, 60) for U in (120, 108, 96, 84, 72)}
+    for z in (1, 12, 30, 60):
+        want = {N for N in range(1, 121) if 120 % N == 0 and 120 // N > z}
+        assert {r.params["groups"] for r in coded if r.params.get("z") == z} == want
+
+
+def test_fig6_study_sweeps_every_group_count():
+    study = load_study(Path(__file__).parents[1] / "studies" / "fig6_mnist.toml")
+    cpfl = [r for r in study.runs if r.protocol == "codedpaddedfl"]
+    assert {r.params["groups"] for r in cpfl} == {N for N in range(1, 121) if 120 % N == 0}
+    assert {(8, 15), (6, 20)} <= {(r.params["groups"], r.params["alpha"]) for r in cpfl}
+    assert all(r.params["alpha"] <= 120 // r.params["groups"] for r in cpfl)
+    for N in (8, 6):
+        assert {(r.params["sharing_schedule"], r.accounting) for r in cpfl if r.params["groups"] == N
+                and r.params["alpha"] == 120 // N} == {(a, b) for a in ("relay_steps", "relay_asap")
+                                                        for b in ("fednet", "paper")}
 
 
 def test_mini_fig7_runs(tmp_path):

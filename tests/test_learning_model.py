@@ -210,3 +210,18 @@ def test_sgd_equals_the_real_protocol_step() -> None:
         theta = task.optimizer.step(theta, G, 23, epoch)
         assert np.array_equal(proto.theta, theta)
         assert proto.evaluate() == task.model.evaluate(theta, task.x_test, task.y_test)
+
+
+def test_check_model_accepts_the_ridge_model_and_catches_a_breach() -> None:
+    from fednet.learning.model import check_model
+
+    task = _task()
+    p = check_model(task.model, task.X[0], task.Y[0])
+    assert np.array_equal(p["theta"], np.zeros((task.d, task.c)))
+
+    class FreeForward(RidgeModel):
+        def forward(self, params, x):
+            return np.asarray(x) @ self.as_params(params)["theta"]  # plain numpy: charged nothing
+
+    with pytest.raises(AssertionError, match="forward charged no MACs"):
+        check_model(FreeForward(task.d, task.c), task.X[0], task.Y[0])

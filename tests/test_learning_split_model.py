@@ -93,3 +93,11 @@ def test_vertical_split_model_trains_on_mnist(data_dir) -> None:
         params = opt.step(params, model.gradient(params, x[rows], y[rows]), 64, step)
     acc, loss = model.evaluate(params, ds.x_test[:2000], ds.y_test[:2000])
     assert acc0 < 0.3 and acc > 0.8, (acc0, acc, loss)
+
+
+def test_split_model_keeps_the_model_conventions() -> None:
+    from fednet.learning.model import check_model
+
+    model, _ = _split_model()
+    rng = np.random.default_rng(0)
+    check_model(model, rng.normal(size=(8, 10)), rng.integers(0, 3, 8), rtol=1e-10)

@@ -10,7 +10,7 @@ from torch import nn
 from fednet.algebra.meter import MacMeter
 from fednet.learning.datasets import load_dataset
 from fednet.learning.model import SGD, ConstantSchedule, RidgeModel, flatten
-from fednet.learning.torch_models import MLPModel, Square, TorchModel, count_macs, mlp
+from fednet.learning.torch_models import MLPModel, PolynomialLayer, Square, TorchModel, count_macs, mlp
 
 torch.set_num_threads(1)
 
@@ -175,3 +175,14 @@ def test_count_macs_and_argument_errors() -> None:
         model.forward({"0.weight": np.zeros((2, 2)), "0.bias": np.zeros(3)}, np.zeros((2, 4)))
     with pytest.raises(ValueError, match="labels"):
         model.gradient(p, np.zeros((2, 4)), np.array([0, 3]))
+
+
+@pytest.mark.parametrize("loss", ["cross_entropy", "mse"])
+def test_torch_models_keep_the_model_conventions(loss: str) -> None:
+    from fednet.learning.model import check_model
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(10, 6)), rng.integers(0, 3, 10)
+    check_model(MLPModel((6, 5, 3), "relu", loss=loss, dtype=torch.float64), x, y, rtol=1e-10)
+    check_model(MLPModel((6, 5, 3), "quadratic", loss=loss), x, y, rtol=1e-4)
+    check_model(TorchModel(PolynomialLayer(6, 3, 3), 6, 3, loss=loss, dtype=torch.float64), x, y, rtol=1e-10)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from protocols.lightsecagg import LightSecAgg, LightSecAggConfig, mask_upload, unmask_aggregate
+from fednet.protocols.lightsecagg import LightSecAgg, LightSecAggConfig, mask_upload, unmask_aggregate
 from fednet.algebra.fields import uniform
 from fednet.codes.lightsecagg import default_lsa_points, lsa_aggregate_encoded, lsa_encode_mask
 from factories import make_sim, make_task

@@ -70,7 +70,7 @@ def test_protocol_server_reads_no_encoded_mask():
     """On the engine, the bundles of encoded masks the server stores and forwards are encrypted:
     they are in its ``relayed`` list, never in its view; each user's view holds the shares addressed to it."""
     from factories import make_sim, make_task
-    from protocols.lightsecagg import LightSecAgg
+    from fednet.protocols.lightsecagg import LightSecAgg
 
     sim = make_sim(D=5, seed=0)
     task = make_task(D=5, n=10, d=6, c=2, lr=0.01)
@@ -78,3 +78,27 @@ def test_protocol_server_reads_no_encoded_mask():
     assert sim.server.relayed and all(m.kind == "encoded_mask_relay" for m in sim.server.relayed)
     assert not [m for m in sim.server.view if m.kind.startswith("encoded_mask")]
     assert all(any(m.kind == "encoded_mask_relay" for m in dev.view) for dev in sim.devices)
+
+
+def masked_uploads_seen_by_server(seed: int = 0) -> np.ndarray:
+    """Top 4 bits of every masked upload element in the server's view (a small full-mode run, p = 2**32 - 5)."""
+    from factories import make_sim, make_task
+    from fednet.protocols.lightsecagg import LightSecAgg
+
+    sim = make_sim(D=5, seed=seed)
+    task = make_task(D=5, n=10, d=10, c=3, lr=0.01)
+    proto = LightSecAgg(sim, task, dict(z=1, U=4, mode="full"))
+    proto.run(4)
+    vals = [np.asarray(m.payload, dtype=np.int64) for m in sim.server.view if m.kind == "masked_model"]
+    assert vals, "no masked upload reached the server"
+    return np.concatenate(vals) >> 28                 # 32-bit elements: the top 4 bits
+
+
+def test_protocol_masked_uploads_are_uniform_for_the_server():
+    """The server's view of each masked upload ``Q(G_i) + z_i`` is uniform over GF(p) (a one-time pad)."""
+    from scipy.stats import chi2
+
+    h = np.bincount(masked_uploads_seen_by_server(), minlength=16)
+    assert h.sum() >= 400
+    e = h.sum() / 16
+    assert chi2.sf(((h - e) ** 2 / e).sum(), 15) > ALPHA

@@ -34,8 +34,8 @@ def write(tmp_path: Path, text: str, name: str = "s.toml") -> Path:
 
 
 @pytest.mark.parametrize("edit,needle", [
-    (("[network]", "[network]\nuplink_bps = -5.0"), "network.uplink_bps: Input should be greater than 0 (got -5.0)"),
-    (("[network]", "[network]\nloss = 1.0"), "network.loss: Input should be less than 1 (got 1.0)"),
+    (("[network]", "[network]\nuplink_bps = -5.0"), "network.uplink_bps: Input should be greater than or equal to 1 (got -5.0)"),
+    (("[network]", "[network]\nloss = 1.0"), "network.loss: Input should be less than or equal to 0.999 (got 1.0)"),
     (("[network]", "[network]\nlos = 0.1"), "network.los: Extra inputs are not permitted"),
     (('protocol = "conventional"', 'protocol = "conventional"\nparams = { drop_slowest = 5 }'),
      "drop_slowest must be less than the number of devices (5), got 5"),

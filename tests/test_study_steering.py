@@ -77,7 +77,7 @@ def test_set_with_a_bad_value_names_the_key_and_value(tmp_path, capsys) -> None:
     out = tmp_path / "out"
     assert main(["run", str(path), "--out", str(out), "--quiet", "--set", "network.loss=2.5"]) == 2
     err = capsys.readouterr().err
-    assert "network.loss: Input should be less than 1 (got 2.5)" in err and "--set network.loss=2.5" in err
+    assert "network.loss: Input should be less than or equal to 0.999 (got 2.5)" in err and "--set network.loss=2.5" in err
     assert main(["run", str(path), "--out", str(out), "--quiet", "--set", "runs.1.params.drop_slowest=-3"]) == 2
     err = capsys.readouterr().err
     assert "runs[1] (drop1).params.drop_slowest: Input should be greater than or equal to 0 (got -3)" in err
@@ -92,10 +92,13 @@ def test_set_with_a_bad_value_names_the_key_and_value(tmp_path, capsys) -> None:
 
 def test_set_values_and_python_overrides_merge_deeply(tmp_path) -> None:
     path = write(tmp_path, MINI)
+    # (a dropout needs drop_slowest >= ceil(D * dropout) in every conventional run: issue 14's cross-check)
     s = load_study(path, sets=["network.dropout=0.2", "runs.drop1.params.drop_slowest=2",
+                               "runs.conv.params.drop_slowest=1",
                                'runs.*.params.element_bits=16', "data.feature_seed=per_seed"])
     assert s.network.dropout == 0.2 and s.network.n_devices == 5
-    assert s.runs[1].params == {"drop_slowest": 2, "element_bits": 16} and s.runs[0].params == {"element_bits": 16}
+    assert s.runs[1].params == {"drop_slowest": 2, "element_bits": 16}
+    assert s.runs[0].params == {"drop_slowest": 1, "element_bits": 16}
     assert s.data.feature_seed == "per_seed"
     s = load_study(path, sets=['runs."drop1".params={ drop_slowest = 3, minibatch_fraction = 0.5 }'])
     assert s.runs[1].params == {"drop_slowest": 3, "minibatch_fraction": 0.5}
@@ -103,7 +106,8 @@ def test_set_values_and_python_overrides_merge_deeply(tmp_path) -> None:
     s = load_study(write(tmp_path, labelled, "l.toml"), sets=['runs."drop a=1.5".params.drop_slowest=2'])
     assert s.runs[1].params == {"drop_slowest": 2}
     # Python overrides merge tables key by key (n_devices and n_components survive)
-    s = load_study(path, network={"dropout": 0.1}, data={"partition": "iid"}, seeds=[7])
+    s = load_study(path, network={"dropout": 0.1}, data={"partition": "iid"}, seeds=[7],
+                   sets=["runs.conv.params.drop_slowest=1"])
     assert (s.network.dropout, s.network.n_devices, s.data.n_components, s.data.partition, s.seeds) == (
         0.1, 5, 100, "iid", [7])
 
@@ -154,10 +158,11 @@ def test_every_problem_of_a_file_is_reported_at_once_one_per_line(tmp_path) -> N
         load_study(write(tmp_path, text))
     lines = str(err.value).splitlines()[1:]
     assert lines == [
-        "  network.uplink_bps: Input should be greater than 0 (got -1)",
+        "  network.uplink_bps: Input should be greater than or equal to 1 (got -1)",
         "  network.los: Extra inputs are not permitted (did you mean 'loss'?)",
         "  runs[0] (conv): unknown protocol 'conventonal'; registered: "
-        f"{', '.join(__import__('fednet.protocol.registry', fromlist=['names']).names())} (did you mean 'conventional'?)",
+        f"{', '.join(__import__('fednet.protocol.registry', fromlist=['names']).names())} "
+        "(or name a class as 'package.module:Class') (did you mean 'conventional'?)",
         "  runs[1] (drop1).params.drop_slowst: Extra inputs are not permitted (did you mean 'drop_slowest'?)",
     ]
 

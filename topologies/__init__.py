@@ -1,9 +1,41 @@
-"""Network builders: LTE star, groups, hierarchical group trees.
+"""Network builders, device groups, per-device values, and the group tree (installed as ``fednet.topologies``).
 
-``TOPOLOGIES`` maps the names that study files use to builders returning a networkx graph
-(see :mod:`fednet.sim.simulation` for the attributes a builder must set).
+A builder returns the networkx graph a :class:`~fednet.sim.simulation.Simulation` runs on (see
+:mod:`fednet.sim.simulation` for the attributes: ``role``, ``mac_rate``, link rates and loss per
+device, ``group``, and optional device-to-device edges). ``TOPOLOGIES`` maps the names study files
+use in ``network.kind`` to builders; a study may instead name its own builder as
+``"package.module:function"`` (:func:`builder`), called as ``function(n_devices, rng=..., **params)``.
+
+Modules: :mod:`.lte` (the LTE star of the papers), :mod:`.groups` (grouping rules and membership),
+:mod:`.distributions` (per-device values), :mod:`.secagg_tree` (CodedSecAgg's group tree as a DiGraph).
 """
+
+from collections.abc import Callable
 
 from .lte import lte_star
 
-TOPOLOGIES = {"lte_star": lte_star}
+__all__ = ["TOPOLOGIES", "builder"]
+
+TOPOLOGIES: dict[str, Callable] = {"lte_star": lte_star}
+
+
+def builder(kind: str) -> Callable:
+    """The network builder named ``kind``: a key of :data:`TOPOLOGIES` or ``"package.module:function"``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown name that is not of the ``module:function`` form (naming the known ones).
+    ImportError, TypeError
+        If the function cannot be imported or is not callable.
+    """
+    if kind in TOPOLOGIES:
+        return TOPOLOGIES[kind]
+    from fednet.plugins import import_object, is_object_path
+
+    if not is_object_path(kind):
+        raise ValueError(f"network kind must be one of {sorted(TOPOLOGIES)} or 'package.module:function', got {kind!r}")
+    fn = import_object(kind, "network builder")
+    if not callable(fn):
+        raise TypeError(f"network builder {kind!r} is not callable (got {fn!r})")
+    return fn

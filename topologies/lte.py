@@ -46,7 +46,19 @@ def paper_mac_rates(n_devices: int, rng: np.random.Generator | None = None) -> l
     return [float(x) for x in rng.choice(MAC_RATE_LEVELS, size=n_devices)]
 
 
-def lte_star(n_devices: int, *, uplink_bps: float = 5e6, downlink_bps: float = 10e6, loss: float = 0.1,
+def _per_device(value: float | Sequence[float], n_devices: int, name: str, ok, need: str) -> list[float]:
+    vals = [float(value)] * n_devices if not isinstance(value, Sequence) else [float(v) for v in value]
+    if len(vals) != n_devices:
+        raise ValueError(f"{name} has {len(vals)} entries for {n_devices} devices")
+    for i, v in enumerate(vals):
+        if not ok(v):
+            raise ValueError(f"{name} must be {need}, got {v}" if not isinstance(value, Sequence)
+                             else f"{name}[{i}] must be {need}, got {v}")
+    return vals
+
+
+def lte_star(n_devices: int, *, uplink_bps: float | Sequence[float] = 5e6,
+             downlink_bps: float | Sequence[float] = 10e6, loss: float | Sequence[float] = 0.1,
              header_overhead: float = 0.1, packet_bits: int | None = None, server_mac_rate: float = 8.24e12,
              device_mac_rates: Sequence[float] | None = None, rng: np.random.Generator | None = None) -> nx.Graph:
     """A star of ``n_devices`` devices around one server (the paper's defaults).
@@ -55,10 +67,10 @@ def lte_star(n_devices: int, *, uplink_bps: float = 5e6, downlink_bps: float = 1
     ----------
     n_devices : int
         D.
-    uplink_bps, downlink_bps : float
-        Link rates in bit/s (LTE Cat 1: 5e6 and 10e6).
-    loss : float
-        Per-packet loss probability in [0, 1) (0.1).
+    uplink_bps, downlink_bps : float or sequence of float
+        Link rates in bit/s (LTE Cat 1: 5e6 and 10e6), for every device or one per device.
+    loss : float or sequence of float
+        Per-packet loss probability in [0, 1) (0.1), for every device or one per device.
     header_overhead : float
         Header bits as a fraction of the payload (0.1).
     packet_bits : int or None
@@ -85,11 +97,11 @@ def lte_star(n_devices: int, *, uplink_bps: float = 5e6, downlink_bps: float = 1
     """
     if n_devices < 1:
         raise ValueError(f"n_devices must be positive, got {n_devices}")
-    for name, v in (("uplink_bps", uplink_bps), ("downlink_bps", downlink_bps), ("server_mac_rate", server_mac_rate)):
-        if not v > 0:
-            raise ValueError(f"{name} must be positive, got {v}")
-    if not 0.0 <= loss < 1.0:
-        raise ValueError(f"loss must be in [0, 1), got {loss}")
+    if not server_mac_rate > 0:
+        raise ValueError(f"server_mac_rate must be positive, got {server_mac_rate}")
+    ups = _per_device(uplink_bps, n_devices, "uplink_bps", lambda v: v > 0, "positive")
+    downs = _per_device(downlink_bps, n_devices, "downlink_bps", lambda v: v > 0, "positive")
+    losses = _per_device(loss, n_devices, "loss", lambda v: 0.0 <= v < 1.0, "in [0, 1)")
     if not header_overhead >= 0:
         raise ValueError(f"header_overhead must be >= 0, got {header_overhead}")
     if packet_bits is not None and packet_bits <= 0:
@@ -104,5 +116,5 @@ def lte_star(n_devices: int, *, uplink_bps: float = 5e6, downlink_bps: float = 1
     g.add_node(SERVER, role="server", mac_rate=float(server_mac_rate))
     for i, r in enumerate(rates):
         g.add_node(i, role="device", mac_rate=float(r))
-        g.add_edge(i, SERVER, uplink_bps=float(uplink_bps), downlink_bps=float(downlink_bps), loss=float(loss))
+        g.add_edge(i, SERVER, uplink_bps=ups[i], downlink_bps=downs[i], loss=losses[i])
     return g

@@ -15,6 +15,11 @@ Hot matrix products never run on these arrays element by element: they go throug
 arrays (sums of shares, public-scalar products) is linear in the size and is done on the small
 (d, c) gradients of each round, or once at set-up.
 
+Lagrange and Vandermonde matrices are computed with Python integers (exact for any q): no galois
+field is built on the hot path, because ``galois.GF(q)`` factors ``q - 1`` to find a primitive
+element, which takes tens of seconds for DReS-FL's ``2**200 - 75``.  Huge-prime products run in
+:mod:`fednet.algebra.rns`.
+
 Signed integers are mapped as in Schlegel et al., "CodedPaddedFL and CodedSecAgg", Remark 3:
 ``0 .. (q-1)/2`` map to themselves and ``-1 -> q-1, -2 -> q-2, ...``; the inverse map reads a
 value above ``(q-1)/2`` as negative.
@@ -28,11 +33,14 @@ from typing import Iterable
 import galois
 import numpy as np
 
+from fednet.errors import CapacityError
+
 __all__ = [
     "INT64_FIELD_LIMIT",
     "next_prime_above",
     "prime_field",
     "fixed_point_field",
+    "paper_field",
     "field_dtype",
     "check_prime",
     "check_field_capacity",
@@ -134,12 +142,37 @@ def fixed_point_field(k: int, f: int) -> int:
     return next_prime_above(2 ** (int(k) + int(f)))
 
 
+def paper_field(k: int, f: int) -> int:
+    """Largest prime ``q < 2**(k+f)``: a ``(k+f)``-bit field, the width Schlegel et al. count (Remark 3).
+
+    For ``Q<48,24>`` this is ``q = 2**72 - 93`` (72 bits).  Unlike :func:`fixed_point_field` it
+    cannot carry every signed ``(k+f)``-bit integer: its signed map (Remark 3) covers
+    ``[-(q-1)/2, (q-1)/2]``, missing the ``(2**(k+f) - q + 1) / 2`` values nearest each end of
+    ``Z_<k+f>``; callers check the values they share (:func:`check_field_capacity`).
+
+    Parameters
+    ----------
+    k, f : int
+        Total bits and fractional bits of the fixed-point type, ``0 <= f < k``.
+
+    Raises
+    ------
+    ValueError
+        If ``k`` or ``f`` is out of range.
+    """
+    if not isinstance(k, (int, np.integer)) or k < 2:
+        raise ValueError(f"k must be an integer >= 2, got {k!r}")
+    if not isinstance(f, (int, np.integer)) or not 0 <= f < k:
+        raise ValueError(f"f must satisfy 0 <= f < k = {k}, got {f!r}")
+    return int(galois.prev_prime(2 ** (int(k) + int(f)) - 1))
+
+
 def field_dtype(q: int) -> np.dtype:
     """Storage dtype of canonical elements of GF(q): int64 below 2**62, object above."""
     return np.dtype(np.int64) if int(q) < INT64_FIELD_LIMIT else np.dtype(object)
 
 
-def check_field_capacity(q: int, max_abs: int, *, what: str = "values") -> None:
+def check_field_capacity(q: int, max_abs: int, *, what: str = "values", param: str = "q") -> None:
     """Refuse a field too small to carry signed integers of magnitude up to ``max_abs``.
 
     The signed map of Remark 3 is a bijection on ``[-(q-1)/2, (q-1)/2]``; a decoded value outside it
@@ -154,20 +187,25 @@ def check_field_capacity(q: int, max_abs: int, *, what: str = "values") -> None:
         ``D * max|x| * 2**b`` for a quantised sum).
     what : str
         Name of the carried quantity, used in the error message.
+    param : str
+        Name of the configuration parameter that sets the field (``q``, ``p``, ...), for the message.
 
     Raises
     ------
-    ValueError
-        If ``2 * max_abs + 1 > q``.
+    fednet.errors.CapacityError
+        (a ``ValueError``) If ``2 * max_abs + 1 > q``; the message names ``param``, the bound and the
+        smallest prime that works.
     """
     q = int(q)
     max_abs = int(max_abs)
     if max_abs < 0:
         raise ValueError(f"max_abs must be non-negative, got {max_abs}")
     if 2 * max_abs + 1 > q:
-        raise ValueError(
-            f"field too small: q = {q} ({q.bit_length()} bits) cannot carry {what} of magnitude up to "
-            f"{max_abs} ({max_abs.bit_length()} bits); need q > 2*max_abs = {2 * max_abs}"
+        smallest = int(galois.next_prime(2 * max_abs))
+        raise CapacityError(
+            f"field too small: {param} = {q} ({q.bit_length()} bits) cannot carry {what} of magnitude up to "
+            f"{max_abs} ({max_abs.bit_length()} bits); need {param} > 2*max_abs = {2 * max_abs}: the smallest "
+            f"prime that works is {param} = {smallest} ({smallest.bit_length()} bits)"
         )
 
 

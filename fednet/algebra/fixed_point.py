@@ -449,7 +449,10 @@ class FixedPoint:
             raise ValueError("x must be finite")
         scaled = np.rint(np.ldexp(x, self.f))
         if not wrap:
-            if x.size and (scaled.max() > self.hi or scaled.min() < self.lo):
+            # compare with exact float64 powers of two: self.hi = 2^(k-1) - 1 rounds up to 2^(k-1) as a
+            # float64 for k >= 54, which would let 2^(k-1) through (and wrap)
+            bound = math.ldexp(1.0, self.k - 1)
+            if x.size and (scaled.max() >= bound or scaled.min() < -bound):
                 raise ValueError(
                     f"x out of range for Q<{self.k},{self.f}>: values in "
                     f"[{x.min()!r}, {x.max()!r}] exceed [-2^{self.k - self.f - 1}, "

@@ -31,11 +31,13 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["MacMeter", "charge", "matmul", "axpy", "active_meters", "macs_of"]
+__all__ = ["MacMeter", "charge", "recharged", "matmul", "axpy", "active_meters", "macs_of"]
 
 _ACTIVE: contextvars.ContextVar[tuple["MacMeter", ...]] = contextvars.ContextVar(
     "fednet_active_meters", default=()
@@ -95,6 +97,43 @@ def charge(macs: int) -> None:
         raise ValueError(f"macs must be non-negative, got {macs}")
     for meter in _ACTIVE.get():
         meter.macs += macs
+
+
+@contextlib.contextmanager
+def recharged(rule: Callable[[int], int]) -> Iterator[MacMeter]:
+    """Charge ``rule(metered)`` to the open meters in place of the ``metered`` MACs of the block.
+
+    For accounting conventions that count a step differently from its kernels, e.g. a paper's
+    complexity count (Schlegel et al., Sec. V-D: ``alpha - 1`` MACs per element for an encoding
+    the kernel executes with ``alpha``; Remark 3: integer work in ``Z_<k+f>`` costs ``(k + f)/k``
+    times the ``k``-bit work).  The block runs with only an inner meter open (meters opened
+    inside it nest as usual); when it ends, ``rule`` of its count is charged to the meters that
+    were open around it.
+
+    Parameters
+    ----------
+    rule : callable(int) -> int
+        Maps the block's metered MACs to the MACs charged; must return a non-negative int.
+
+    Yields
+    ------
+    MacMeter
+        The inner meter (its ``macs`` is the block's own count).
+
+    Raises
+    ------
+    ValueError
+        If ``rule`` returns a negative count.
+    """
+    inner = MacMeter()
+    token = _ACTIVE.set((inner,))
+    inner._token = token
+    try:
+        yield inner
+    finally:
+        _ACTIVE.reset(token)
+        inner._token = None
+    charge(rule(inner.macs))
 
 
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:

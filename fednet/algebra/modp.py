@@ -259,6 +259,8 @@ def _limbs(bal: np.ndarray, w: int, n_limbs: int | None = None) -> tuple[np.ndar
 
     Returns float64 array of shape ``(L, *bal.shape)`` and ``L``.
     """
+    if bal.dtype != object and bal.size and int(bal.min()) == -(2**63):
+        bal = bal.astype(object)        # -(-2**63) does not exist in int64: negate exactly
     neg = bal < 0
     mag = np.where(neg, -bal, bal)
     words = _words(mag)

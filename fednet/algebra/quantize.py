@@ -32,12 +32,19 @@ def quantize(x: np.ndarray, b: int, q: int, *, n_summands: int = 1) -> np.ndarra
     Raises
     ------
     ValueError
-        If ``n_summands * max|round(x 2**b)|`` does not fit the signed range of GF(q) (needs
-        ``|sum x| 2**b < q / 2``).
+        If ``x`` holds a non-finite number.
+    fednet.errors.CapacityError
+        (a ``ValueError``) If ``n_summands * max|round(x 2**b)|`` does not fit the signed range of
+        GF(q) (needs ``|sum x| 2**b < q / 2``); the message gives the smallest prime that works.
+        Values beyond int64 are quantised exactly (Python ints).
     """
     v = np.rint(np.asarray(x, dtype=np.float64) * 2.0**b)
+    if v.size and not np.all(np.isfinite(v)):
+        raise ValueError("quantize: x must be finite")
     m = int(np.max(np.abs(v))) if v.size else 0
     check_field_capacity(q, m * int(n_summands), what=f"sums of {n_summands} quantised values")
+    if m >= 2**62:                       # beyond int64: exact Python ints (every float64 here is an integer)
+        return to_field(np.array([int(t) for t in v.ravel()], dtype=object).reshape(v.shape), q)
     return to_field(v.astype(np.int64), q)
 
 

@@ -32,6 +32,9 @@ as float64 balanced residues ``x mod m_i`` of shape ``(n_moduli, *shape)``, toge
   conversion back (CRT) uses the same ``sigma, alpha`` and a digit-level carry pass.
 
 Every capacity condition is checked before computing (:class:`RnsCapacityError` names the numbers).
+The element-wise parts of a base extension (residue reduction, ``sigma``, ``alpha``, the final
+reduction) run as two fused single-pass numba kernels when numba is importable (it ships with galois),
+else as NumPy expressions computing the same values; the ``L' x L`` extension itself is a float64 GEMM.
 
 MAC metering follows :mod:`fednet.algebra.meter` and :mod:`fednet.algebra.modp`: an ``(m, k) @ (k, n)``
 product charges ``m k n`` MACs, an element-wise product or scaled addition one MAC per element;
@@ -85,6 +88,45 @@ def _is_prime(n: int) -> bool:
         else:
             return False
     return True
+
+
+try:  # fused single-pass kernels (numba ships with galois); NumPy fallbacks below compute the same values
+    import numba as _numba
+except ImportError:  # pragma: no cover
+    _numba = None
+
+_RND = 6755399441055744.0  # 1.5 * 2**52: (x + _RND) - _RND rounds |x| < 2**51 to the nearest integer
+
+if _numba is not None:
+    @_numba.njit(cache=True)
+    def _nb_sigma_alpha(C, m, minv, inv, sigma, alpha):  # pragma: no cover - compiled
+        Lp, n = C.shape
+        for e in range(n):
+            alpha[e] = 0.0
+        for i in range(Lp):
+            mi = m[i]
+            mii = minv[i]
+            ii = inv[i]
+            for e in range(n):
+                c = C[i, e]
+                r = c - mi * ((c * mii + _RND) - _RND)  # exact: |c| < 2**53
+                s = r * ii  # |r ii| < 2**45
+                s = s - mi * ((s * mii + _RND) - _RND)
+                sigma[i, e] = s
+                alpha[e] += s * mii
+        for e in range(n):
+            alpha[e] = (alpha[e] + _RND) - _RND
+
+    @_numba.njit(cache=True)
+    def _nb_finish(r, elast, alpha, m, minv):  # pragma: no cover - compiled
+        L, n = r.shape
+        for j in range(L):
+            mj = m[j]
+            mji = minv[j]
+            ej = elast[j]
+            for e in range(n):
+                v = r[j, e] + ej * alpha[e]
+                r[j, e] = v - mj * ((v * mji + _RND) - _RND)
 
 
 def _mod_balanced(x: np.ndarray, m: np.ndarray, minv: np.ndarray) -> np.ndarray:
@@ -176,8 +218,11 @@ class RnsContext:
             raise ValueError(f"max_inner must be an integer in [1, 2**30], got {max_inner!r}")
         self.q = int(q)
         self.max_inner = int(max_inner)
-        # largest m with max_inner * (m // 2 + 1)**2 < 2**53, and also (m/2 + 1)**2 * 2 < 2**53
-        half = math.isqrt((_EXACT - 1) // max(self.max_inner, 2)) - 1
+        # largest m with max_inner * (m // 2 + 1)**2 <= 2**53 - 2**25: a dot product of balanced residues
+        # is an exact float64 integer, and so is m * rint(c / m) in its reduction (|c| + m < 2**53);
+        # max_inner is taken >= 64 so that every base-extension sum of up to 64 terms
+        # sigma_i E_ij (|.| <= (m/2 + 1)**2 each) stays below 2**53 as well.
+        half = math.isqrt((_EXACT - 2**25) // max(self.max_inner, 64)) - 1
         top = 2 * half
         self._half_cap = half
         moduli: list[int] = []
@@ -195,8 +240,11 @@ class RnsContext:
             moduli.append(cand)
             M *= cand
             cand -= 2
+        if len(moduli) + 1 > 64:
+            raise ValueError(f"q = {self.q.bit_length()} bits needs {len(moduli)} moduli; at most 63 are supported")
         self.moduli = np.array(moduli, dtype=np.int64)
         self.L = len(moduli)
+        self._small = min(moduli) // 2
         self._mf = self.moduli.astype(np.float64)
         self._minv = 1.0 / self._mf
         self._prefix_M = [1]
@@ -323,6 +371,12 @@ class RnsContext:
             raise ValueError("x holds -2**63, whose magnitude does not fit int64")
         if mx > half:
             raise ValueError(f"x has magnitude {mx} above (q-1)/2 = {half}")
+        if mx <= self._small:  # already a balanced residue for every modulus
+            return RnsArray(np.broadcast_to(x.astype(np.float64), (self.L,) + x.shape), mx, self)
+        if mx < 2**53:  # exact in float64: one balanced float reduction per modulus
+            mf, minv = self._col(self.L, x.ndim)
+            return RnsArray(_mod_balanced(np.broadcast_to(x.astype(np.float64), (self.L,) + x.shape), mf, minv),
+                            mx, self)
         m = self.moduli.reshape((self.L,) + (1,) * x.ndim)
         r = x[None] % m
         r = np.where(r > m // 2, r - m, r).astype(np.float64)
@@ -348,11 +402,26 @@ class RnsContext:
                 f"value bound of {x.bound.bit_length()} bits does not fit the {Lp} moduli it is stored on"
             )
         ext = self._extension(Lp, exact)
-        mf, minv = self._col(Lp, x.res.ndim - 1)
-        inv = ext["inv"].reshape(mf.shape)
-        sigma = _mod_balanced(x.res * inv, mf, minv)  # |res inv| < 2**22 * 2**22
-        alpha = np.rint(np.sum(sigma * minv, axis=0))
+        sigma, alpha = self._sigma_alpha_raw(x.res, ext["inv"])
         return sigma, alpha, ext
+
+    def _sigma_alpha_raw(self, res: np.ndarray, inv: np.ndarray):
+        """``sigma_i = (res_i mod m_i) inv_i mod m_i`` (balanced) and ``alpha = rint(sum sigma_i / m_i)``.
+
+        ``res`` may be unreduced (exact integers below 2**53, e.g. GEMM outputs).
+        """
+        Lp = res.shape[0]
+        C = np.ascontiguousarray(res.reshape(Lp, -1))
+        if _numba is not None:
+            sigma = np.empty_like(C)
+            alpha = np.empty(C.shape[1])
+            _nb_sigma_alpha(C, self._mf[:Lp], self._minv[:Lp], inv, sigma, alpha)
+            return sigma, alpha
+        mf, minv = self._col(Lp, 1)
+        r = _mod_balanced(C, mf, minv)
+        sigma = _mod_balanced(r * inv[:, None], mf, minv)  # |r inv| < 2**22 * 2**23
+        alpha = np.rint(self._minv[:Lp] @ sigma)  # sum_i sigma_i / m_i = alpha + C / M', |C / M'| < 1/4
+        return sigma, alpha
 
     def _extension(self, Lp: int, exact: bool = False) -> dict:
         if (Lp, exact) in self._ext_cache:
@@ -405,17 +474,35 @@ class RnsContext:
         exact = x.bound <= self.reduced_bound
         if exact and x.n_moduli == self.L:
             return x
-        sigma, alpha, ext = self._sigma_alpha(x, exact)
-        Lp = x.n_moduli
-        shape = x.shape
-        S = np.concatenate([sigma.reshape(Lp, -1), alpha.reshape(1, -1)], axis=0)  # (Lp+1, n)
-        r = ext["E"].T @ S  # (L, n): |.| < (Lp+1) 2**21 2**21 < 2**53
-        mf, minv = self._col(self.L, 1)
-        r = _mod_balanced(r, mf, minv)
-        return RnsArray(r.reshape((self.L,) + shape), x.bound if exact else ext["bound"], self)
+        return self._reduce_raw(x.res, x.bound)
 
-    def to_field(self, x: RnsArray) -> np.ndarray:
+    def _reduce_raw(self, res: np.ndarray, bound: int) -> RnsArray:
+        """:meth:`reduce` of residues that may be unreduced (exact integers below 2**53)."""
+        Lp = res.shape[0]
+        shape = res.shape[1:]
+        if 4 * bound >= self._prefix_M[Lp]:
+            raise RnsCapacityError(
+                f"value bound of {int(bound).bit_length()} bits does not fit the {Lp} moduli it is stored on"
+            )
+        exact = bound <= self.reduced_bound
+        ext = self._extension(Lp, exact)
+        sigma, alpha = self._sigma_alpha_raw(res, ext["inv"])
+        E = ext["E"]
+        r = E[:Lp].T @ sigma  # (L, n): |.| < (Lp+1) 2**22 2**22 < 2**53 with the alpha term
+        if _numba is not None:
+            _nb_finish(r, np.ascontiguousarray(E[Lp]), alpha, self._mf, self._minv)
+        else:
+            r += np.outer(E[Lp], alpha)
+            mf, minv = self._col(self.L, 1)
+            r = _mod_balanced(r, mf, minv)
+        return RnsArray(r.reshape((self.L,) + shape), bound if exact else ext["bound"], self)
+
+    def to_field(self, x: RnsArray, _signed: bool = False) -> np.ndarray:
         """Canonical elements ``x mod q`` in ``[0, q)`` (exact CRT).
+
+        A value with a small bound is reconstructed exactly from the shortest prefix of moduli that
+        holds it (fewer digits); otherwise the CRT is taken modulo q.  Big integers are assembled from
+        48-bit words with vectorised object operations.
 
         Returns
         -------
@@ -428,15 +515,36 @@ class RnsContext:
         RnsCapacityError
             If ``x.bound`` does not fit the moduli ``x`` is stored on.
         """
-        sigma, alpha, ext = self._sigma_alpha(x)
         Lp = x.n_moduli
-        n = int(np.prod(x.shape, dtype=np.int64))
-        S = np.concatenate([sigma.reshape(Lp, -1), alpha.reshape(1, -1)], axis=0)  # (Lp+1, n)
-        dig = (S.T @ ext["D"]).astype(np.int64)  # (n, nd), |.| < (Lp+1) 2**21 2**16
-        # add the offset ext["bound"] (a multiple of q above |y|) so that the integer is non-negative,
-        # then carry to 16-bit digits
-        off = ext["bound"]
-        nd = ext["nd"] + (off.bit_length() - self.q.bit_length()) // _DIGIT + 4
+        if 4 * x.bound >= self._prefix_M[Lp]:
+            raise RnsCapacityError(
+                f"value bound of {x.bound.bit_length()} bits does not fit the {Lp} moduli it is stored on"
+            )
+        q = self.q
+        exact = x.bound <= self.reduced_bound
+        if exact:
+            Lp = min(Lp, self.moduli_for(x.bound))
+            off = self._prefix_M[Lp]  # > 4 |x|: x + off > 0
+        ext = self._extension(Lp, exact)
+        sigma, alpha = self._sigma_alpha_raw(x.res[:Lp], ext["inv"])
+        n = sigma.shape[1]
+        if exact:
+            D = ext.get("Dx")
+            if D is None:
+                M = self._prefix_M[Lp]
+                h = [M // int(m) for m in self.moduli[:Lp]] + [M * (2 ** (_DIGIT * 0))]
+                nd0 = -(-M.bit_length() // _DIGIT)
+                # y = sum sigma_i M_i - alpha M: rows M_i and -M (negative digits are fine before carrying)
+                D = np.array([[(hv >> (_DIGIT * d)) & 0xFFFF for d in range(nd0)] for hv in h], dtype=np.float64)
+                D[-1] *= -1
+                ext["Dx"] = D
+        else:
+            D = ext["D"]
+            off = ext["bound"]
+        S = np.concatenate([sigma, alpha.reshape(1, -1)], axis=0)  # (Lp+1, n)
+        dig = (S.T @ D).astype(np.int64)  # (n, nd): |.| < (Lp+1) 2**22 2**16, exact
+        nd = max(D.shape[1], -(-off.bit_length() // _DIGIT)) + 2
+        nd += (-nd) % 3
         full = np.zeros((n, nd), dtype=np.int64)
         full[:, : dig.shape[1]] = dig
         for d in range(nd):
@@ -446,25 +554,39 @@ class RnsContext:
             full[:, d] &= 0xFFFF
         if n and ((full[:, -1] >= 2**_DIGIT).any() or (full[:, -1] < 0).any()):
             raise AssertionError("to_field: carry pass overflowed (internal error)")
-        raw = full.astype("<u2").tobytes()
-        step = 2 * nd
-        q = self.q
-        vals = [int.from_bytes(raw[i * step:(i + 1) * step], "little") % q for i in range(n)]
+        words = full[:, 0::3] | (full[:, 1::3] << 16) | (full[:, 2::3] << 32)  # 48-bit words, low first
+        top = words.shape[1] - 1
+        while top > 0 and not words[:, top].any():
+            top -= 1
+        signed = _signed and exact and 2 * x.bound <= q - 1
+        if top == 0 and q < 2**62:
+            val = words[:, 0] - off if exact else words[:, 0]
+            return (val if signed else val % q).astype(np.int64).reshape(x.shape)
+        out = words[:, top].astype(object)
+        for w in range(top - 1, -1, -1):
+            out = (out << 48) + words[:, w]
+        if signed:
+            out = out - off
+        else:
+            out = (out - off) % q if exact else out % q
         if q < 2**62:
-            return np.array(vals, dtype=np.int64).reshape(x.shape)
-        out = np.empty(n, dtype=object)
-        out[:] = vals
+            return out.astype(np.int64).reshape(x.shape)
         return out.reshape(x.shape)
 
     def to_signed(self, x: RnsArray) -> np.ndarray:
-        """``psi`` of DReS-FL eq. (6): canonical values above ``(q-1)/2`` become ``v - q``.
+        """Balanced representatives in ``[-(q-1)/2, (q-1)/2]`` (the symmetric signed map).
+
+        When ``x.bound <= (q-1)/2`` the integer is reconstructed directly (no reduction modulo q).
+        It agrees with DReS-FL's ``psi`` (eq. 6) except at ``(q-1)/2`` itself.
 
         Returns
         -------
         ndarray, shape ``x.shape``, of Python ints (object) for ``q >= 2**62``, else int64.
         """
-        v = self.to_field(x)
         half = (self.q - 1) // 2
+        if x.bound <= half:
+            return self.to_field(x, _signed=True)
+        v = self.to_field(x)
         return np.where(v > half, v - self.q, v)
 
     # ------------------------------------------------------------------ arithmetic
@@ -507,10 +629,11 @@ class RnsContext:
         bound = k * a.bound * b.bound
         Lp = self.moduli_for(bound)
         charge(m * k * n)
-        c = np.matmul(a.res[:Lp], b.res[:Lp])
+        c = np.matmul(a.res[:Lp], b.res[:Lp])  # exact integers below 2**53
+        if reduce:
+            return self._reduce_raw(c, bound)
         mf, minv = self._col(Lp, 2)
-        c = RnsArray(_mod_balanced(c, mf, minv), bound, self)
-        return self.reduce(c) if reduce else c
+        return RnsArray(_mod_balanced(c, mf, minv), bound, self)
 
     def multiply(self, a: RnsArray, b: RnsArray, *, reduce: bool = True) -> RnsArray:
         """Exact element-wise ``a * b`` modulo q (same shapes); charges one MAC per element.
@@ -526,9 +649,11 @@ class RnsContext:
         bound = a.bound * b.bound
         Lp = self.moduli_for(bound)
         charge(int(np.prod(a.shape, dtype=np.int64)))
+        c = a.res[:Lp] * b.res[:Lp]  # |.| <= (m/2 + 1)**2 < 2**53
+        if reduce:
+            return self._reduce_raw(c, bound)
         mf, minv = self._col(Lp, len(a.shape))
-        c = RnsArray(_mod_balanced(a.res[:Lp] * b.res[:Lp], mf, minv), bound, self)
-        return self.reduce(c) if reduce else c
+        return RnsArray(_mod_balanced(c, mf, minv), bound, self)
 
     def square(self, a: RnsArray) -> RnsArray:
         """Element-wise ``a**2`` modulo q (the quadratic activation); charges one MAC per element."""
@@ -563,8 +688,9 @@ class RnsContext:
         if count:
             charge(int(np.prod(out_shape, dtype=np.int64)))
         mf, minv = self._col(self.L, len(out_shape))
+        ares = a.res.reshape((self.L,) + (1,) * (len(out_shape) - len(a.shape)) + a.shape)
         bres = b.res.reshape((self.L,) + (1,) * (len(out_shape) - len(b.shape)) + b.shape)
-        r = _mod_balanced(a.res + scale_b * bres, mf, minv)
+        r = _mod_balanced(ares + scale_b * bres, mf, minv)  # |.| <= (m/2 + 1)(1 + 2**20) < 2**53
         return RnsArray(r, bound, self)
 
     def scale(self, c: int, a: RnsArray) -> RnsArray:

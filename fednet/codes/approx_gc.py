@@ -20,7 +20,11 @@ It is unbiased, ``E g_hat = sum_j g_j``, with covariance trace
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+
+from fednet.algebra.meter import axpy
 
 __all__ = [
     "PLACEMENTS",
@@ -31,6 +35,7 @@ __all__ = [
     "draw_responders",
     "estimator_coefficients",
     "estimate_gradient",
+    "sum_responses",
     "received_counts",
     "shared_proportions",
     "theorem1_expected_distance",
@@ -387,3 +392,25 @@ def estimator_second_moment(holders: np.ndarray, gram: np.ndarray, p: float) -> 
     """
     gram = np.asarray(gram)
     return gram.sum(axis=(-1, -2)) + estimator_variance(holders, gram, p)
+
+
+def sum_responses(responses: Sequence[np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """The server's estimate ``g_hat = sum_i I_i f_i`` (eq. 11) from the responses that arrived.
+
+    Parameters
+    ----------
+    responses : sequence of ndarray, each of shape ``shape``
+        The present clients' weighted sums ``f_i`` (eq. 10), in order of arrival.
+    shape : tuple of int
+        Shape of the model (``(F, L)``).
+
+    Returns
+    -------
+    ndarray, ``shape``, float64
+        Zeros plus every response in the given order; charges one MAC per element and response
+        (:func:`fednet.algebra.meter.axpy`).
+    """
+    total = np.zeros(shape)
+    for f in responses:
+        total = axpy(1.0, f, total)
+    return total

@@ -14,6 +14,8 @@ import numpy as np
 
 from fednet.algebra.fields import (
     as_field,
+    check_field_capacity,
+    check_prime,
     distinct_points,
     field_dtype,
     lagrange_coefficients,
@@ -32,14 +34,41 @@ def default_lsa_points(N: int, U: int) -> tuple[list[int], list[int]]:
     return list(range(U + 1, U + N + 1)), list(range(1, U + 1))
 
 
-def check_lsa_parameters(N: int, U: int, T: int, q: int) -> None:
-    """Validate LightSecAgg parameters: ``0 <= T < U <= N`` and ``q > N + U`` (distinct points).
+def check_lsa_parameters(N: int, U: int, T: int, q: int, *, quant_bits: int | None = None,
+                         param: str = "q") -> None:
+    """Validate LightSecAgg parameters: ``0 <= T < U <= N``, ``q`` an odd prime, ``q > N + U``
+    (distinct points) and, with ``quant_bits`` = b, room for the sum of ``U`` quantised values of
+    magnitude ``2^b`` (one unit of gradient each: ``q > 2 U 2^b``; the data-dependent sums are
+    checked again by :func:`fednet.algebra.quantize.quantize` as they are formed).
+
+    Parameters
+    ----------
+    N : int
+        Number of users.
+    U : int
+        Target number of survivors.
+    T : int
+        Privacy threshold (colluding users).
+    q : int
+        The field's prime.
+    quant_bits : int, optional
+        Fractional bits ``b`` of the quantisation.
+    param : str
+        Name of the configuration parameter holding the prime (the protocol's ``p``), for messages.
 
     Raises
     ------
     ValueError
         Naming the violated parameter and its value.
+    fednet.errors.CapacityError
+        If the field cannot carry ``U`` quantised units (with the smallest prime that works).
     """
+    try:
+        check_prime(q)
+    except ValueError as e:
+        raise ValueError(str(e).replace("q must", f"{param} must", 1)) from None
+    if int(q) == 2:
+        raise ValueError(f"{param} must be an odd prime (the signed map needs {param} > 2), got 2")
     if not isinstance(N, (int, np.integer)) or N < 1:
         raise ValueError(f"N must be a positive integer, got {N!r}")
     if not isinstance(T, (int, np.integer)) or T < 0:
@@ -47,7 +76,10 @@ def check_lsa_parameters(N: int, U: int, T: int, q: int) -> None:
     if not isinstance(U, (int, np.integer)) or not T < U <= N:
         raise ValueError(f"U must satisfy T = {T} < U <= N = {N}, got {U!r}")
     if int(q) <= N + U:
-        raise ValueError(f"q = {q} too small for N + U = {N + U} distinct points")
+        raise ValueError(f"{param} = {q} too small for N + U = {N + U} distinct points")
+    if quant_bits is not None:
+        check_field_capacity(q, int(U) << int(quant_bits),
+                             what=f"the sum of U = {U} quantised units 2^quant_bits = 2^{quant_bits}", param=param)
 
 
 def lsa_piece_length(d: int, U: int, T: int) -> int:

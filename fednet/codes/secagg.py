@@ -3,6 +3,16 @@
 Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: Straggler mitigation
 and secure aggregation in federated learning", Sec. VI (eq. 13, Remark 3), Sec. VI-D (the inter-group
 tree, eqs. 14-15, Fig. 3).  The protocol (``protocols/codedsecagg.py``) moves these values around.
+
+Number system (Remark 3)
+    Data are ``Q<k,f>`` integers; all share arithmetic is over GF(q) with q the smallest prime
+    above ``2**(k+f)`` (``2**72 + 15`` for ``Q<48,24>``), signed integers mapped ``-x -> q - x``.
+    Scaling is postponed until after decoding: ``X_i^T X_i`` is shared at scale ``2**f`` and the
+    first gradient at scale ``2**(2f)`` (``G_i^(1)`` multiplied by ``2**f`` before encoding), so
+    ``Psi + Phi epsilon`` is an exact integer at scale ``2**(2f)`` and the decoded aggregate equals
+    ``sum_i (2**f G_i^(1) + M_i epsilon)`` *exactly* in the field.  A decoded value outside
+    ``Z_<k+f>`` raises (never wraps silently).  Field elements travel as ``share_element_bits``
+    bits (default ``q.bit_length()`` = 73; the paper counts ``k + f`` = 72).
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ from collections.abc import Sequence
 import networkx as nx
 import numpy as np
 
+from fednet.algebra.capacity import check_fixed_point_holds
 from fednet.algebra.fields import check_field_capacity, from_field, to_field
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.algebra.modp import PreparedMatrix, add_mod, sum_mod
@@ -54,9 +65,16 @@ def share_secrets(fp: FixedPoint, q: int, M: np.ndarray, G1: np.ndarray) -> tupl
     Raises
     ------
     ValueError
-        If ``q`` cannot hold ``Z_<k+f>`` integers.
+        If ``q`` cannot hold ``Z_<k+f>`` integers (``q > 2**(k+f)``), or, for a smaller field such
+        as the 72-bit :func:`fednet.algebra.fields.paper_field`, the secrets themselves (a
+        capacity message naming the largest magnitude).
     """
-    check_field_capacity(q, 2 ** (fp.k + fp.f - 1), what=f"Z_<k+f> integers (Q<{fp.k},{fp.f}>, Remark 3)")
+    if q > 2 ** (fp.k + fp.f):
+        check_field_capacity(q, 2 ** (fp.k + fp.f - 1), what=f"Z_<k+f> integers (Q<{fp.k},{fp.f}>, Remark 3)")
+    else:                                   # a (k+f)-bit field: check the values actually shared
+        top = max([0] + [int(abs(int(v))) for v in (M.min(), M.max())] +
+                  [int(abs(int(v))) << fp.f for v in (G1.min(), G1.max())])
+        check_field_capacity(q, top, what=f"the secrets X_i^T X_i and 2**f G_i^(1) (Q<{fp.k},{fp.f}>, Remark 3)")
     phi = to_field(pack_upper(M), q, name="M")
     psi = to_field(G1.astype(object) * (1 << fp.f), q, name="G1 * 2**f")
     return phi, psi
@@ -187,12 +205,16 @@ def column_tree(groups: Sequence[Sequence[int]], steps: Sequence[Sequence[tuple[
 
 
 def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], G1s: Sequence[np.ndarray],
-                    eps: np.ndarray, f: int) -> float:
+                    eps: np.ndarray, f: int, *, fp: FixedPoint | None = None,
+                    what: str = "the aggregate gradient") -> float:
     """The observer's check of a decoded aggregate against an independent computation (not charged).
 
     ``d <= 256``: Python-int arithmetic, exact.  Larger ``d``: the same identity modulo the
     independent prime ``2**61 - 1`` (sum of the ``M_i`` in int64, then one exact modular product),
-    which a wrong entry passes with probability about ``2**-61``.
+    which a wrong entry passes with probability about ``2**-61``.  With ``fp``, the plain
+    aggregate is first checked to fit ``Q<k,f>`` (:func:`fednet.algebra.capacity.check_fixed_point_holds`):
+    an aggregate beyond ``q / 2`` wraps *into* ``Z_<k+f>`` modulo ``q`` and would otherwise be
+    reported as a wrong decoding rather than a too-narrow format.
 
     Parameters
     ----------
@@ -204,6 +226,10 @@ def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], 
         Every device's ``X_i^T X_i`` and ``G_i^(1)`` in ``Q<k,f>``.
     eps : ndarray, (d, c) int64
     f : int
+    fp : FixedPoint, optional
+        The format ``Q<k,f>`` the aggregate must fit (Remark 3).
+    what : str
+        The aggregate, for the capacity message (e.g. ``"the aggregate gradient of round 3"``).
 
     Returns
     -------
@@ -212,6 +238,9 @@ def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], 
 
     Raises
     ------
+    fednet.errors.CapacityError
+        With ``fp``, if the plain aggregate does not fit ``Q<k,f>`` (naming ``k``, the bound and
+        the smallest ``k``).
     AssertionError
         If the decoded integers differ from the exact aggregate.
     """
@@ -220,6 +249,10 @@ def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], 
     for M in Ms:                            # |M_i| < 2**(k-1), D < 2**14: no int64 overflow
         M_total += M
     G1_total = sum(g.astype(object) for g in G1s) * (1 << f)
+    plain = (M_total.astype(np.float64) @ (eps.astype(np.float64) * 2.0**-f) * 2.0**-f
+             + np.array([float(v) for v in G1_total.ravel()]).reshape(G.shape) * 2.0 ** (-2 * f))
+    if fp is not None:
+        check_fixed_point_holds(fp, float(np.abs(plain).max()), what)
     if d <= 256:
         want = M_total.astype(object).dot(eps.astype(object)) + G1_total
         ok = np.array_equal(exact, want)
@@ -231,6 +264,4 @@ def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], 
         ok = np.array_equal(lhs.astype(object), rhs)
     if not ok:
         raise AssertionError("decoded CodedSecAgg aggregate differs from the exact fixed-point aggregate")
-    plain = (M_total.astype(np.float64) @ (eps.astype(np.float64) * 2.0**-f) * 2.0**-f
-             + np.array([float(v) for v in G1_total.ravel()]).reshape(G.shape) * 2.0 ** (-2 * f))
     return float(np.abs(G - plain).max())

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from fednet.errors import DataError
+
 __all__ = [
     "Dataset",
     "DatasetError",
@@ -89,8 +91,11 @@ DIGITS_TEST_FRACTION = 0.25
 DIGITS_SPLIT_SEED = 0
 
 
-class DatasetError(RuntimeError):
-    """A data file is missing, cannot be downloaded, is corrupted or is not valid IDX."""
+class DatasetError(DataError):
+    """A data file is missing, cannot be downloaded, is corrupted or is not valid IDX.
+
+    A :class:`fednet.errors.DataError` (hence a ``RuntimeError``).
+    """
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,7 @@ __all__ = [
     "unflatten",
     "as_targets",
     "unmetered",
+    "check_model",
 ]
 
 #: Parameters of a model: name -> array (float64/float32 for real models, integers in
@@ -675,3 +676,81 @@ class RidgeModel(Model):
         r = pred - np.eye(self.n_outputs)[labels.astype(np.int64)]
         loss = float(0.5 * np.sum(r * r) / len(labels) + 0.5 * self.weight_decay * np.sum(theta * theta))
         return acc, loss
+
+
+# -- conformance --------------------------------------------------------------------------------
+def check_model(model: Model, x: np.ndarray, y: np.ndarray, *, seed: int = 0, additive: bool = True,
+                rtol: float = 1e-5) -> Params:
+    """Check that ``model`` keeps the :class:`Model` conventions on a batch; raise on the first breach.
+
+    Checked: ``init_params`` names and shapes match ``param_shapes`` and repeat under a seed;
+    ``forward`` returns ``(b, n_outputs)`` and charges MACs; ``loss`` is a finite float;
+    ``gradient`` returns the parameters' names and shapes and charges MACs; ``predict`` returns
+    ``(b,)`` int64 classes; ``evaluate`` returns ``(accuracy in [0, 1], float)`` and charges
+    nothing; with ``additive``, the gradient of the whole batch equals the sum of the gradients
+    of its two halves (the summed-data-term convention), to ``rtol`` (real models; a field model
+    checks additivity mod p itself and passes ``additive=False``).
+
+    Parameters
+    ----------
+    model : Model
+    x : ndarray, (b, n_inputs), b >= 2
+    y : ndarray, (b,) labels or (b, n_outputs) targets
+    seed : int
+        Seed of ``init_params``.
+    additive : bool
+        Check additivity of ``gradient`` over a split batch (float comparison).
+    rtol : float
+        Relative tolerance of the additivity check (scaled by the largest gradient entry).
+
+    Returns
+    -------
+    Params
+        The initial parameters used.
+
+    Raises
+    ------
+    AssertionError
+        Naming the convention broken.
+    """
+    from fednet.algebra.meter import MacMeter
+
+    shapes = model.param_shapes()
+    p = model.init_params(seed)
+    assert list(p) == list(shapes), f"init_params names {list(p)} != param_shapes {list(shapes)}"
+    for k, s in shapes.items():
+        assert np.shape(p[k]) == tuple(s), f"init_params[{k!r}] has shape {np.shape(p[k])}, expected {s}"
+    q = model.init_params(seed)
+    assert all(np.array_equal(p[k], q[k]) for k in p), "init_params is not a function of the seed"
+    b = np.shape(x)[0]
+    assert b >= 2, f"check_model needs at least 2 rows, got {b}"
+    with MacMeter() as m:
+        out = model.forward(p, x)
+    assert np.shape(out) == (b, model.n_outputs), f"forward returned {np.shape(out)}, expected {(b, model.n_outputs)}"
+    assert m.macs > 0, "forward charged no MACs"
+    val = model.loss(p, x, y)
+    assert isinstance(val, float) and np.isfinite(val), f"loss returned {val!r}, expected a finite float"
+    with MacMeter() as m:
+        g = model.gradient(p, x, y)
+    assert m.macs > 0, "gradient charged no MACs"
+    assert list(g) == list(shapes), f"gradient names {list(g)} != param_shapes {list(shapes)}"
+    for k, s in shapes.items():
+        assert np.shape(g[k]) == tuple(s), f"gradient[{k!r}] has shape {np.shape(g[k])}, expected {s}"
+    with MacMeter() as m:
+        pred = model.predict(p, x)
+        acc, loss = model.evaluate(p, x, y)
+    assert m.macs == 0, f"predict/evaluate charged {m.macs} MACs (the observer's work is free)"
+    pred = np.asarray(pred)
+    assert pred.shape == (b,) and pred.dtype == np.int64, f"predict returned {pred.shape} {pred.dtype}"
+    assert pred.min() >= 0 and pred.max() < model.n_outputs, "predict returned a class out of range"
+    assert isinstance(acc, float) and 0.0 <= acc <= 1.0 and isinstance(loss, float), \
+        f"evaluate returned ({acc!r}, {loss!r})"
+    if additive:
+        h = b // 2
+        g1, g2 = model.gradient(p, x[:h], y[:h]), model.gradient(p, x[h:], y[h:])
+        for k in shapes:
+            ref = np.asarray(g[k], dtype=np.float64)
+            err = np.max(np.abs(ref - (np.asarray(g1[k], np.float64) + np.asarray(g2[k], np.float64))))
+            scale = max(1.0, float(np.max(np.abs(ref))))
+            assert err <= rtol * scale, f"gradient[{k!r}] is not additive over rows (error {err:.3g})"
+    return p

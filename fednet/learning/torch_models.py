@@ -204,9 +204,10 @@ class TorchModel(Model):
     Parameters
     ----------
     module : nn.Module
-        Maps a ``(b, *input_shape)`` tensor to ``(b, n_outputs)`` scores. It serves as an
-        architecture template: its own parameter values are never used by the metered calls
-        (buffers, e.g. batch-norm statistics, are read from it unchanged).
+        Maps a ``(b, *input_shape)`` tensor to ``(b, n_outputs)`` scores. A copy serves as an
+        architecture template: its parameter values are never used by the metered calls
+        (buffers, e.g. batch-norm statistics, are read from it unchanged; keep such modules in
+        ``eval()`` mode or free of buffers, since the calls do not update them).
     n_inputs : int
         Number of input features ``d``: ``x`` arrives as ``(b, d)`` rows.
     n_outputs : int
@@ -250,7 +251,7 @@ class TorchModel(Model):
         self.input_shape = (self.n_inputs,) if input_shape is None else tuple(int(s) for s in input_shape)
         if int(np.prod(self.input_shape)) != self.n_inputs:
             raise ValueError(f"input_shape {self.input_shape} does not hold n_inputs = {self.n_inputs} features")
-        self.module = module.to(dtype)
+        self.module = copy.deepcopy(module).to(dtype)  # a private copy: the caller's module is not touched
         self.loss_name = loss
         self.weight_decay = weight_decay
         self.dtype = dtype
@@ -272,6 +273,10 @@ class TorchModel(Model):
 
     def init_params(self, seed: int | np.random.Generator | None = None) -> Params:
         """Torch's default initialisation of every layer under ``torch.manual_seed(seed)``.
+
+        Every submodule with a ``reset_parameters`` method is reset, in ``modules()`` order;
+        a parameter of a module without one keeps the value it had in the module given to the
+        constructor.
 
         Parameters
         ----------

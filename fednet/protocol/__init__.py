@@ -1,11 +1,69 @@
-"""fednet.protocol — the ``Protocol`` base class, its primitives, modes, trace, and the registry by name."""
+"""fednet.protocol — the ``Protocol`` base class, its primitives, modes, trace, and the registry by name.
 
-from .base import NodeState, Outgoing, Protocol, ProtocolConfig, ServerState, StragglerShortfall, payload_size
+Writing a protocol
+------------------
+One module, one class: a pydantic ``Config`` (unknown keys rejected), a per-node ``State`` dataclass
+(subclass of :class:`NodeState`; ``node.state`` is a fresh one per device), ``setup()`` (round 0)
+and ``round(epoch)``, both generators that read like the paper's algorithm box::
+
+    @dataclass
+    class MyState(NodeState):
+        batch: int = 0
+
+    class MyFL(Protocol):
+        name = "myfl"                         # registry key
+        Config = MyConfig
+        State = MyState
+
+        def round(self, epoch):
+            replies = yield from self.gather(self.devices, self.local_gradient, kind="gradient",
+                                             first=self.sim.n_devices - 2, download=self.theta)
+            G = yield from self.server_compute(sum_gradients, replies.values)      # eq. (3)
+            self.used = [dev.index for dev in replies.nodes]
+            self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in self.used))
+
+How MACs are charged.  Simulated compute time is ``MACs / MAC rate`` (plus the compute model's
+random part) for the MACs that the *metered kernels* of :mod:`fednet.algebra.meter`
+(``matmul``, ``axpy``, :mod:`fednet.algebra.modp`, :mod:`fednet.algebra.fixed_point`, the codes) charge
+while the step's function runs on the node (``compute``, ``compute_each``, ``gather``,
+``tree_aggregate``, ``server_compute``).  Plain numpy is not metered: a step that runs but charges
+zero MACs raises :class:`UnchargedCompute` naming it; pass ``free=True`` for a step that is free
+on purpose (bookkeeping).  Work done outside those primitives (offline set-up the paper does not
+time, the observer's accuracy) is not charged.
+
+One code path, two modes.  Put the math of a step in a pure function (``fednet.codes`` /
+``fednet.algebra``) and call it through ``self.mode.run(fn, *args, ...)``: in ``full`` mode it runs;
+in ``timing`` mode it charges the MACs the same kernels meter at the same shapes and returns
+:class:`Shape` stand-ins (``macs=`` gives a closed form -- checked against the kernel in full mode --
+or a cheaper measuring closure; ``stand_in=`` gives the host's value of the output).  Offline
+host work goes through ``self.mode.offline``, observer checks through ``self.mode.observe``, the
+update through ``self.mode.update``.  A protocol whose decoded update equals the plain full-batch
+gradient sets ``exact_trajectory = True`` and timing mode follows the task's cached trajectory.
+
+Failures are results.  ``gather``/``first_k``/``tree_aggregate`` return a :class:`GatherResult`
+(``results`` in arrival order, ``dropped``, ``cancelled``, ``missed_deadline``, ``pending``); the
+round's unavailable devices reach the trace's ``dropped`` column.  ``self.available(node)`` asks
+the engine, which draws each device's availability once per round (and once per setup attempt).
+
+Setup-phase dropouts.  A protocol declares its reaction to devices absent in the setup phase in
+``setup_dropouts`` (``"none"``, ``"offline"``, ``"reshare"`` -- the default -- or ``"fail"``;
+:mod:`fednet.protocol.base`); a setup that cannot complete raises :class:`SetupFailure`.
+
+Paired draws.  A protocol's steps of the same kind as another protocol's (the model download, the
+training step, the gradient upload) use the shared keyed draws; a step only it has (mask
+encoding, mask messages) names its own ``timing_key``, and minibatches come from
+``self.minibatch_rows`` (keyed by device and round), so two protocols at one seed are compared on
+the same stragglers and minibatches.  Secrets (pads, masks, Shamir coefficients) come from
+``self.sim.secret_rng(...)``, never from the public ``self.sim.rng(...)``.
+"""
+
+from .base import (NodeState, Outgoing, Protocol, ProtocolConfig, ServerState, SetupFailure, StragglerShortfall,
+                   payload_size)
 from .modes import Full, Mode, Shape, Timing, make_mode
-from .primitives import GatherResult, UnchargedCompute, cyclic_steps
+from .primitives import GatherResult, Mailbox, UnchargedCompute, cyclic_steps
 from .registry import get, names, register
 from .trace import COLUMNS, TraceRow
 
-__all__ = ["Outgoing", "Protocol", "ProtocolConfig", "NodeState", "ServerState", "StragglerShortfall",
-           "UnchargedCompute", "GatherResult", "cyclic_steps", "payload_size", "Mode", "Full", "Timing", "Shape",
+__all__ = ["Outgoing", "Protocol", "ProtocolConfig", "NodeState", "ServerState", "SetupFailure", "StragglerShortfall",
+           "UnchargedCompute", "GatherResult", "Mailbox", "cyclic_steps", "payload_size", "Mode", "Full", "Timing", "Shape",
            "make_mode", "TraceRow", "COLUMNS", "get", "names", "register"]

@@ -17,6 +17,30 @@ messages it received; every message a node receives is appended to its ``view`` 
 Each finished round appends a :class:`~fednet.protocol.trace.TraceRow` to the trace (simulated
 time, accuracy, loss, bits up and down, MACs per role, the devices used and dropped); round 0 is
 the setup phase.
+
+Dropouts in the setup phase: the availability model is consulted for the setup phase too (round 0,
+one draw per device and setup attempt, by :meth:`fednet.sim.Simulation.available`), and each
+protocol declares its reaction in :attr:`Protocol.setup_dropouts`:
+
+``"none"``
+    The setup exchanges nothing (conventional FL, LightSecAgg: masks are drawn each round);
+    absent devices are only recorded (``setup_absent``, and round 0's ``dropped``).
+``"offline"``
+    The setup's exchange happens offline, before training, where the paper's straggler model does
+    not apply (approximate gradient coding's data sharing, Makkonen et al. Sec. III-A); recorded
+    only, as for ``"none"``.
+``"reshare"`` (default)
+    The setup needs every device (pads or shares along the code, Shamir shares, parity uploads):
+    if devices are absent, the setup phase is run again until every device has been present in
+    at least one attempt (the server stores the encrypted shares addressed to an absent device
+    until it returns), at most :attr:`Protocol.max_setup_attempts` attempts; then
+    :class:`~fednet.errors.SetupFailure`.  Each further attempt is charged a full setup phase
+    (time and traffic: a conservative bound, the absentees being detected when a phase ends).
+    Attempt ``a >= 1`` draws availability under the purpose ``"dropout-setup-a"``, round 0; the
+    number of attempts is recorded (``setup_attempts`` on the round-0 trace row whenever an
+    availability model is set).
+``"fail"``
+    Any absent device fails the setup with :class:`~fednet.errors.SetupFailure`.
 """
 
 from __future__ import annotations
@@ -27,9 +51,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 import simpy
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fednet.errors import ConfigError, FednetError, SetupFailure
 from fednet.learning.task import LearningTask
+from fednet.sim.compute import AlwaysAvailable
 from fednet.sim.simulation import Node, Simulation
 
 from . import registry
@@ -45,7 +71,10 @@ from .primitives import (
 from .trace import TraceRow
 
 __all__ = ["Protocol", "ProtocolConfig", "NodeState", "ServerState", "Outgoing", "StragglerShortfall",
-           "UnchargedCompute", "GatherResult", "payload_size"]
+           "SetupFailure", "UnchargedCompute", "GatherResult", "payload_size", "SETUP_DROPOUT_REACTIONS"]
+
+#: The reactions a protocol may declare to devices absent in the setup phase (module docstring).
+SETUP_DROPOUT_REACTIONS = ("none", "offline", "reshare", "fail")
 
 
 class ProtocolConfig(BaseModel):
@@ -54,12 +83,15 @@ class ProtocolConfig(BaseModel):
     Attributes
     ----------
     element_bits : int
-        Width in bits of one transmitted number (32: float32 as in Sec. VII for the baselines).
+        Width in bits of one transmitted number (32: float32 as in Sec. VII for the baselines),
+        in [1, 4096].
+
+    Non-finite floats (``inf``, ``nan``) are refused in every field of every subclass.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    element_bits: int = 32
+    element_bits: int = Field(32, ge=1, le=4096)
 
 
 @dataclass
@@ -97,12 +129,32 @@ class Protocol(Primitives):
     label : str, optional
         Name of this run in traces (defaults to ``name``).
 
+    Raises
+    ------
+    fednet.errors.ConfigError
+        When ``config`` does not validate or :meth:`validate` refuses it against the network
+        and data (a ``ValueError`` raised there is re-raised as a ``ConfigError``, a
+        ``ValueError`` too, naming the protocol).
+
     Attributes
     ----------
     theta : ndarray, (d, c)
         The global model, held by the server.
     used : list of int or None
         Devices whose results the current round used (set by the protocol).
+    mode : Mode
+        How steps execute (:mod:`fednet.protocol.modes`), from the config's ``mode`` (default full).
+    round_dropped : set of int
+        Devices found unavailable by a primitive this round (the trace's ``dropped``).
+    decode_failed : bool
+        Set by a protocol whose server could not decode this round (the trace's ``decode_failed``).
+    trace : list of dict
+        The rows recorded so far (:class:`~fednet.protocol.trace.TraceRow` columns, then
+        :meth:`round_metrics`).
+    setup_absent : list of list of int
+        Devices absent in each setup attempt (module docstring).
+    setup_attempts : int
+        Setup attempts made (more than one only under ``setup_dropouts = "reshare"``).
     """
 
     name: ClassVar[str] = ""
@@ -114,6 +166,11 @@ class Protocol(Primitives):
     #: Whether the decoded update equals the plain full-batch gradient (Prop. 3 of Schlegel et
     #: al.), so that timing mode may follow the task's cached full-batch trajectory.
     exact_trajectory: ClassVar[bool] = False
+    #: Reaction to devices absent in the setup phase (module docstring): "none", "offline",
+    #: "reshare" or "fail".
+    setup_dropouts: ClassVar[str] = "reshare"
+    #: Most setup attempts under ``setup_dropouts = "reshare"`` before :class:`SetupFailure`.
+    max_setup_attempts: ClassVar[int] = 100
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -122,13 +179,23 @@ class Protocol(Primitives):
 
     def __init__(self, sim: Simulation, task: LearningTask, config: ProtocolConfig | dict | None = None,
                  *, label: str | None = None) -> None:
+        if self.setup_dropouts not in SETUP_DROPOUT_REACTIONS:
+            raise ConfigError(f"{type(self).__name__}.setup_dropouts must be one of {SETUP_DROPOUT_REACTIONS}, "
+                              f"got {self.setup_dropouts!r}")
         if task.n_devices != sim.n_devices:
-            raise ValueError(f"the task has data for {task.n_devices} devices but the network has {sim.n_devices}")
-        if config is None:
-            config = self.Config()
-        elif isinstance(config, dict):
-            config = self.Config.model_validate(config)
-        elif not isinstance(config, self.Config):
+            raise ConfigError(f"the task has data for {task.n_devices} devices but the network has {sim.n_devices}")
+        try:
+            if config is None:
+                config = self.Config()
+            elif isinstance(config, dict):
+                config = self.Config.model_validate(config)
+        except ValidationError as e:
+            raise ConfigError("; ".join(
+                f"{self.name} {'.'.join(str(p) for p in err['loc']) or 'config'}: "
+                f"{err['msg'].removeprefix('Value error, ')}"
+                + ("" if err["type"] == "value_error" or isinstance(err.get("input"), dict)
+                   else f" (got {err.get('input')!r})") for err in e.errors())) from None
+        if not isinstance(config, self.Config):
             raise TypeError(f"config must be a {self.Config.__name__} or a dict, got {type(config).__name__}")
         self.sim = sim
         self.task = task
@@ -140,13 +207,20 @@ class Protocol(Primitives):
         self.round_dropped: set[int] = set()
         self.decode_failed = False
         self.trace: list[dict[str, Any]] = []
+        self.setup_absent: list[list[int]] = []
+        self.setup_attempts = 0
         self.mode: Mode = make_mode(getattr(config, "mode", "full"))
         if self.State is not None:
             for dev in sim.devices:
                 dev.state = self.State()
         if self.ServerStateType is not None:
             sim.server.state = self.ServerStateType()
-        self.validate()
+        try:
+            self.validate()
+        except FednetError:
+            raise
+        except ValueError as e:
+            raise ConfigError(f"{self.name}: {e}") from e
 
     # -- to override ----------------------------------------------------------------------
     @classmethod
@@ -155,6 +229,18 @@ class Protocol(Primitives):
 
         Called when a study is loaded (so a bad study fails before any output is written) and
         again when the protocol is built. Raise ``ValueError`` naming the parameter and value.
+        """
+
+    @classmethod
+    def check_dropout(cls, config: ProtocolConfig, n_devices: int, dropout: float) -> None:
+        """Refuse a per-round dropout probability that leaves too few devices on average.
+
+        Called when a study with ``network.dropout > 0`` is loaded. A round that happens to lose
+        too many devices is recorded as skipped (or raises in strict mode); this check refuses
+        the configurations where that is the expected case: fewer devices available on average
+        (``n_devices * (1 - dropout)``) than one round needs. The default accepts everything
+        (protocols that proceed with whoever is present). Raise ``ValueError`` naming
+        ``network.dropout``, the parameter it conflicts with, and a setting that works.
         """
 
     def validate(self) -> None:
@@ -207,6 +293,28 @@ class Protocol(Primitives):
         """Wire width in bits of one number (the config's ``element_bits``)."""
         return self.config.element_bits
 
+    def minibatch_rows(self, dev: Node, batch: int, epoch: int | None = None) -> np.ndarray:
+        """Device ``dev``'s minibatch of ``batch`` of its points in round ``epoch`` (default: the current one).
+
+        Drawn without replacement from the public stream keyed ``(device, "minibatch", epoch)``, so
+        every protocol that samples minibatches sees the same rows at a seed (paired comparisons),
+        whichever earlier rounds the device took part in.
+
+        Parameters
+        ----------
+        dev : Node
+        batch : int
+            Minibatch size ``b_i``, at most the device's number of points.
+        epoch : int, optional
+
+        Returns
+        -------
+        ndarray of int, (batch,)
+        """
+        n = self.task.X[dev.index].shape[0]
+        e = self.epoch if epoch is None else epoch
+        return self.sim.rng(dev, "minibatch", e).choice(n, size=batch, replace=False)
+
     def step(self, gradient_sum: np.ndarray, m_used: int) -> None:
         """The update of eqs. (4)-(5): ``theta -= mu (G / m_used + lambda theta)``.
 
@@ -216,12 +324,66 @@ class Protocol(Primitives):
             ``G = sum_i G_i`` of eq. (3) over the devices used.
         m_used : int
             Number of training points behind ``G`` (``m`` when every device contributed).
+
+        The task's optimizer (:class:`fednet.learning.model.SGD` with the task's schedule and
+        weight decay) does the arithmetic, outside any MAC meter (the update is not charged, as in
+        the papers' timing).
         """
-        mu = self.task.step_size(self.epoch)
-        self.theta = self.theta - mu * (gradient_sum / m_used + self.task.weight_decay * self.theta)
+        self.theta = self.task.optimizer.step(self.theta, gradient_sum, m_used, self.epoch)
 
     # -- the run loop --------------------------------------------------------------------
-    def _record(self, round: int) -> dict[str, Any]:
+    def record(self, event: str = "update") -> dict[str, Any]:
+        """Append a trace row now, e.g. after each update of an asynchronous protocol; returns it.
+
+        The row's bits and MACs are those since the previous row (the counters restart), so the
+        rows of a round add up to its totals; the run loop still records the round's last row.
+
+        Raises
+        ------
+        ValueError
+            For an event not in :data:`fednet.protocol.trace.EVENTS`.
+        """
+        return self._record(self.epoch, event)
+
+    def _setup_absent(self, attempt: int) -> list[int]:
+        """Devices absent in setup attempt ``attempt`` (one draw per device and attempt)."""
+        return [dev.index for dev in self.devices if not self.sim.available(dev, 0, phase=attempt)]
+
+    def _setup_phase(self) -> Generator:
+        """Run :meth:`setup` under the protocol's reaction to setup dropouts (module docstring).
+
+        Raises
+        ------
+        fednet.errors.SetupFailure
+            Under ``"fail"`` if a device is absent; under ``"reshare"`` if some device is absent in
+            each of ``max_setup_attempts`` attempts.
+        """
+        reaction = self.setup_dropouts
+        self.setup_absent = [self._setup_absent(0)]
+        self.setup_attempts = 1
+        if reaction == "fail" and self.setup_absent[0]:
+            raise SetupFailure(f"{self.label}: devices {self.setup_absent[0]} are absent in the setup phase "
+                               f"and {type(self).__name__} fails its setup without them")
+        yield from self.setup()
+        if reaction != "reshare":
+            self.round_dropped.update(self.setup_absent[0])     # recorded only (round 0's dropped)
+            return
+        pending = set(self.setup_absent[0])          # devices not yet present in any attempt
+        while pending:
+            if self.setup_attempts >= self.max_setup_attempts:
+                raise SetupFailure(
+                    f"{self.label}: devices {sorted(pending)} were absent in each of {self.setup_attempts} setup "
+                    f"attempts; max_setup_attempts = {self.max_setup_attempts}")
+            self.setup_absent.append(self._setup_absent(self.setup_attempts))
+            self.sim.phase = self.setup_attempts      # steps of this attempt read its availability draw
+            self.setup_attempts += 1
+            pending &= set(self.setup_absent[-1])
+            try:
+                yield from self.setup()               # a further attempt, charged as a full phase
+            finally:
+                self.sim.phase = 0
+
+    def _record(self, round: int, event: str | None = None, failure: str | None = None) -> dict[str, Any]:
         acc, loss = self.evaluate()
         c = self.sim.take_counters()
         row = TraceRow(
@@ -229,15 +391,21 @@ class Protocol(Primitives):
             accuracy=acc, loss=loss, bits_up=c.bits_up, bits_down=c.bits_down,
             device_macs=c.device_macs, server_macs=c.server_macs, retransmissions=c.retransmissions,
             used="" if self.used is None else " ".join(map(str, sorted(self.used))),
-            event="phase" if round == 0 else "round",
+            event=event or ("phase" if round == 0 else "round"),
             dropped=" ".join(map(str, sorted(self.round_dropped))), decode_failed=self.decode_failed,
         ).as_dict()
-        row.update(self.round_metrics(round))
+        if round == 0 and self.setup_dropouts == "reshare" and not isinstance(self.sim.availability, AlwaysAvailable):
+            row["setup_attempts"] = self.setup_attempts
+        if failure is None:
+            row.update(self.round_metrics(round))
+        else:   # a round that could not complete: its protocol metrics would be stale
+            row["skip_reason"] = failure
         self.trace.append(row)
         return row
 
     def run(self, epochs: int, *, stop_at: float | None = None,
-            on_round: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+            on_round: Callable[[dict[str, Any]], None] | None = None,
+            strict: bool = True) -> list[dict[str, Any]]:
         """Run the setup phase and up to ``epochs`` rounds; returns the trace rows.
 
         Parameters
@@ -248,13 +416,26 @@ class Protocol(Primitives):
             Stop after the first round whose test accuracy reaches this value.
         on_round : callable(row), optional
             Called after each round (progress bars).
+        strict : bool
+            True (default): a round that cannot complete raises. False: a training round that
+            raises :class:`StragglerShortfall` (too few devices available or finishing) is
+            recorded with ``decode_failed = True`` and its reason in the extra column
+            ``skip_reason``, the model is left as it was, and the next round starts (the
+            papers' "decoding failed" rounds). The setup phase (round 0) always raises.
+
+        Raises
+        ------
+        StragglerShortfall
+            With ``strict=True``, from the first round that cannot complete.
+        fednet.errors.SetupFailure
+            If the setup phase cannot complete under the protocol's :attr:`setup_dropouts`.
         """
         if epochs < 0:
-            raise ValueError(f"epochs must be >= 0, got {epochs}")
+            raise ConfigError(f"epochs must be >= 0, got {epochs}")
 
         def main() -> Generator:
             self.sim.round = self.epoch = 0
-            yield from self.setup()
+            yield from self._setup_phase()
             row = self._record(0)
             if on_round:
                 on_round(row)
@@ -263,8 +444,16 @@ class Protocol(Primitives):
                 self.used = None
                 self.round_dropped = set()
                 self.decode_failed = False
-                yield from self.round(e)
-                row = self._record(e)
+                try:
+                    yield from self.round(e)
+                except StragglerShortfall as failure:
+                    if strict:
+                        raise
+                    self.used = None
+                    self.decode_failed = True
+                    row = self._record(e, failure=str(failure))
+                else:
+                    row = self._record(e)
                 if on_round:
                     on_round(row)
                 if stop_at is not None and row["accuracy"] >= stop_at:

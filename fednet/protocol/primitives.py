@@ -25,6 +25,13 @@ order of arrival *and* the failures (who was unavailable, who was cancelled, who
 deadline). Failures are never silent: the run loop writes the round's unavailable devices to the
 trace's ``dropped`` column.
 
+Paired draws: every primitive takes a ``timing_key``.  The default (``""``) draws a message's losses
+from the shared keyed streams ``(device, "uplink" / "downlink", round)`` and a computation's random
+delay from ``(node, "compute", round)``; a step that only some protocols have (LightSecAgg's mask
+encoding and mask messages, say) names its own key, so that the steps every protocol shares (the
+model download, the training step, the gradient upload) take the same draws in each of them
+(:class:`fednet.sim.network.Message`, :meth:`fednet.sim.Simulation.compute`).
+
 Charged compute is never silently free: a computation run by ``compute_each``, ``server_compute``,
 ``gather`` or ``tree_aggregate`` that executes but meters zero MACs raises
 :class:`UnchargedCompute` naming the step, unless the call says ``free=True``.
@@ -40,19 +47,24 @@ import networkx as nx
 import numpy as np
 import simpy
 
+from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter
 from fednet.sim.network import Message
 from fednet.sim.simulation import Node
 
 __all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
-           "payload_size", "SCHEDULES", "cyclic_steps"]
+           "payload_size", "SCHEDULES", "cyclic_steps", "compute_key"]
 
 #: The sharing schedules of :meth:`Primitives.exchange`.
 SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
 
 
-class StragglerShortfall(RuntimeError):
-    """Fewer nodes responded than a :meth:`Primitives.gather` (or ``first_k``, ``tree_aggregate``) needed."""
+class StragglerShortfall(DecodeFailure):
+    """Fewer nodes responded than a :meth:`Primitives.gather` (or ``first_k``, ``tree_aggregate``) needed.
+
+    A :class:`fednet.errors.DecodeFailure` (hence a ``RuntimeError``): in a study the round is
+    recorded with ``decode_failed = True`` unless the study sets ``strict = true``.
+    """
 
 
 class UnchargedCompute(RuntimeError):
@@ -97,6 +109,8 @@ class Outgoing:
         Defaults to the protocol's ``element_bits``.
     encrypted : bool
         A message to the server that it only stores and forwards (see :meth:`Primitives.send`).
+    timing_key : str
+        Key of the message's loss draws (see :meth:`Primitives.send`).
     """
 
     src: Node
@@ -106,6 +120,7 @@ class Outgoing:
     n_elements: int | None = None
     element_bits: int | None = None
     encrypted: bool = False
+    timing_key: str = ""
 
 
 @dataclass
@@ -222,6 +237,11 @@ def cyclic_steps(groups: Sequence[Sequence[Node]]) -> list[list[tuple[Node, Node
     return [[(members[i], members[(i + r) % n]) for members in groups for i in range(n)] for r in range(1, n)]
 
 
+def compute_key(timing_key: str) -> str:
+    """The engine's compute-draw key for a primitive's ``timing_key``: ``"compute"`` or ``"compute-<key>"``."""
+    return f"compute-{timing_key}" if timing_key else "compute"
+
+
 class Primitives:
     """SimPy sub-generators that move messages and charge time (module docstring)."""
 
@@ -230,6 +250,15 @@ class Primitives:
     epoch: int
 
     # -- bookkeeping -----------------------------------------------------------------------
+    def available(self, node: Node) -> bool:
+        """Whether ``node`` takes part in the current round (availability model).
+
+        A shorthand for :meth:`fednet.sim.Simulation.available`, which draws each device's
+        availability once per round and answers every later question from that draw, so every
+        primitive, protocol and the setup-phase reaction see the same set of present devices.
+        """
+        return self.sim.available(node)
+
     def _note_failures(self, result: GatherResult) -> None:
         """Add the unavailable nodes of a step to this round's ``dropped`` set."""
         dropped = getattr(self, "round_dropped", None)
@@ -253,13 +282,15 @@ class Primitives:
 
     # -- messages --------------------------------------------------------------------------
     def _message(self, src: Node, dst: Node, payload: Any, kind: str, n_elements: int | None,
-                 element_bits: int | None, encrypted: bool = False) -> Message:
+                 element_bits: int | None, encrypted: bool = False, timing_key: str = "") -> Message:
         return Message(src.index, dst.index, kind, payload,
                        payload_size(payload) if n_elements is None else int(n_elements),
-                       element_bits or self.element_bits, round=self.sim.round, encrypted=encrypted)
+                       element_bits or self.element_bits, round=self.sim.round, encrypted=encrypted,
+                       timing_key=timing_key)
 
     def send(self, src: Node, dst: Node, payload: Any, *, kind: str, n_elements: int | None = None,
-             element_bits: int | None = None, encrypted: bool = False) -> Generator[Any, Any, Message]:
+             element_bits: int | None = None, encrypted: bool = False,
+             timing_key: str = "") -> Generator[Any, Any, Message]:
         """Send one message and wait until it is delivered; returns the :class:`Message`.
 
         Parameters
@@ -276,8 +307,13 @@ class Primitives:
             Marks a message to the server that the server only stores and forwards (end-to-end
             encrypted for other devices): it goes to the server's ``relayed`` list, not its view.
             Device-to-device messages are always encrypted.
+        timing_key : str
+            ``""`` (default): the message's losses come from the shared keyed draws of
+            ``(device, "uplink" / "downlink", round)``; a message only this protocol sends (mask
+            shares, say) names its own key and draws from ``"uplink:<key>"`` / ``"downlink:<key>"``,
+            leaving the shared draws to the messages every protocol sends (module docstring).
         """
-        msg = self._message(src, dst, payload, kind, n_elements, element_bits, encrypted)
+        msg = self._message(src, dst, payload, kind, n_elements, element_bits, encrypted, timing_key)
         return (yield from self.sim.transfer(msg))
 
     def broadcast(self, payload: Any, *, kind: str, to: Iterable[Node] | None = None,
@@ -296,7 +332,8 @@ class Primitives:
 
     def _launch(self, o: Outgoing) -> simpy.Process:
         return self.sim.env.process(self.send(o.src, o.dst, o.payload, kind=o.kind, n_elements=o.n_elements,
-                                              element_bits=o.element_bits, encrypted=o.encrypted))
+                                              element_bits=o.element_bits, encrypted=o.encrypted,
+                                              timing_key=o.timing_key))
 
     def send_all(self, steps: Sequence[Sequence[Outgoing]], *, barrier: bool = True) -> Generator:
         """Send messages in steps.
@@ -344,7 +381,8 @@ class Primitives:
     def exchange(self, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Callable[[Node, Node], Any], *,
                  kind: str, schedule: Literal["relay_steps", "relay_asap", "upload_once", "bundled"] = "relay_steps",
                  n_elements: int | None = None, element_bits: int | None = None,
-                 prepare: Callable[[Node], Generator] | None = None, mailbox: Mailbox | None = None) -> Generator:
+                 prepare: Callable[[Node], Generator] | None = None, mailbox: Mailbox | None = None,
+                 timing_key: str = "") -> Generator:
         """Device-to-device exchange of shares, relayed through the server, on a sharing schedule.
 
         Parameters
@@ -374,6 +412,8 @@ class Primitives:
             formed, e.g. its encoding on its processor.
         mailbox : Mailbox, optional
             Every delivered share is also posted here as it arrives.
+        timing_key : str
+            Key of the messages' loss draws (:meth:`send`); ``prepare`` names its own compute key.
 
         Returns
         -------
@@ -417,7 +457,8 @@ class Primitives:
                 mailbox.put(src.index, dst.index, value)
 
         def relay(src: Node, dst: Node, value: Any) -> Generator:
-            msg = yield from self.send(src, dst, value, kind=kind, n_elements=n_elements, element_bits=element_bits)
+            msg = yield from self.send(src, dst, value, kind=kind, n_elements=n_elements, element_bits=element_bits,
+                                       timing_key=timing_key)
             post(src, dst, msg.payload)
 
         def upload(src: Node) -> Generator:
@@ -430,19 +471,19 @@ class Primitives:
                 value = payload(src, dsts[src.index][0])
                 size = n_elements
             msg = yield from self.send(src, self.sim.server, value, kind=kind, n_elements=size,
-                                       element_bits=element_bits, encrypted=True)
+                                       element_bits=element_bits, encrypted=True, timing_key=timing_key)
             return msg.payload
 
         def forward(dst: Node, parts: list[tuple[Node, Any]]) -> Generator:
             size = None if n_elements is None else n_elements * len(parts)
             msg = yield from self.send(self.sim.server, dst, [v for _, v in parts], kind=kind, n_elements=size,
-                                       element_bits=element_bits)
+                                       element_bits=element_bits, timing_key=timing_key)
             for (src, _), value in zip(parts, msg.payload):
                 post(src, dst, value)
 
         def forward_copy(src: Node, dst: Node, value: Any) -> Generator:
             msg = yield from self.send(self.sim.server, dst, value, kind=kind, n_elements=n_elements,
-                                       element_bits=element_bits)
+                                       element_bits=element_bits, timing_key=timing_key)
             post(src, dst, msg.payload)
 
         def prepared_sends(src: Node) -> Generator:
@@ -476,7 +517,7 @@ class Primitives:
                             by_dst.setdefault(dst.index, []).append((senders[i], ups[i].value[dst.index]))
                             dst_nodes[dst.index] = dst
                     yield env.all_of([spawn(forward(dst_nodes[j], by_dst[j])) for j in sorted(by_dst)
-                                      if self.sim.available(dst_nodes[j])])
+                                      if self.available(dst_nodes[j])])
         except simpy.Interrupt:
             for p in children:
                 if p.is_alive:
@@ -489,7 +530,7 @@ class Primitives:
     # -- computation -----------------------------------------------------------------------
     def compute_each(self, nodes: Iterable[Node], fn: Callable[[Node], Any] | None, *,
                      macs: Callable[[Node], int] | None = None, free: bool = False,
-                     step: str | None = None) -> Generator:
+                     step: str | None = None, timing_key: str = "") -> Generator:
         """Run ``fn(node)`` on every node in parallel (each on its own processor); wait for all.
 
         Parameters
@@ -503,6 +544,9 @@ class Primitives:
             The step deliberately charges nothing (otherwise zero metered MACs raise).
         step : str, optional
             Name of the step in errors (default ``fn``'s name).
+        timing_key : str
+            ``""``: the random delay is the shared ``(node, "compute", round)`` draw; a step only
+            this protocol has names its own key (drawn as ``"compute-<key>"``).
 
         Returns
         -------
@@ -518,13 +562,16 @@ class Primitives:
         nodes = list(nodes)
         run = None if fn is None else self._charged(fn, step or getattr(fn, "__name__", "compute_each"),
                                                      free or macs is not None)
-        procs = [env.process(self.sim.compute(n, run, n, macs=None if macs is None else macs(n))) for n in nodes]
+        procs = [env.process(self.sim.compute(n, run, n, macs=None if macs is None else macs(n),
+                                              timing_key=compute_key(timing_key))) for n in nodes]
         yield env.all_of(procs)
         return {n.index: p.value for n, p in zip(nodes, procs)}
 
     def compute(self, node: Node, fn: Callable[..., Any], *args: Any, free: bool = False, step: str | None = None,
-                **kwargs: Any) -> Generator:
+                timing_key: str = "", **kwargs: Any) -> Generator:
         """Run ``fn(*args, **kwargs)`` on ``node``'s processor (metered); returns its result.
+
+        ``timing_key`` names the step's own compute draw (see :meth:`compute_each`).
 
         Raises
         ------
@@ -532,7 +579,7 @@ class Primitives:
             If ``fn`` metered no MAC and ``free`` is False.
         """
         run = self._charged(fn, step or getattr(fn, "__name__", "compute"), free)
-        return (yield from self.sim.compute(node, run, *args, **kwargs))
+        return (yield from self.sim.compute(node, run, *args, timing_key=compute_key(timing_key), **kwargs))
 
     def server_compute(self, fn: Callable[..., Any] | None, *args: Any, macs: int | None = None,
                        free: bool = False, step: str | None = None, **kwargs: Any) -> Generator:
@@ -645,12 +692,13 @@ class Primitives:
                upload_elements: int | Callable[[Any], int] | None = None, upload_bits: int | None = None,
                macs: Callable[[Node], int] | None = None, deadline: float | None = None,
                free: bool = False, cancel: bool = True,
-               wait: Callable[[Node], simpy.Event] | None = None) -> Generator:
+               wait: Callable[[Node], simpy.Event] | None = None, timing_key: str = "") -> Generator:
         """Each node: receive ``download`` (if given), compute ``fn(node)``, upload the result.
 
         Nodes work in parallel, each starting its computation as soon as its own download
         arrives; the downloaded payload is in ``node.state.received`` when ``fn`` runs.
-        Devices that the availability model marks absent this round take no part (``dropped``).
+        Devices that the availability model marks absent this round (:meth:`available`) take no part
+        (``dropped``).
         When ``first`` results have reached the server the remaining nodes are cancelled (their
         partial transfers and computations end; the round does not wait for them).
 
@@ -681,6 +729,10 @@ class Primitives:
         wait : callable(Node) -> simpy.Event, optional
             An event a node waits for after its download and before computing (e.g. the shares
             it needs, :meth:`Mailbox.wait`).
+        timing_key : str
+            ``""`` (default): the download, computation and upload take the shared keyed draws; a
+            gather only this protocol has (LightSecAgg's aggregated masks) names its own key, used
+            for its messages (:meth:`send`) and its computation (:meth:`compute_each`).
 
         Returns
         -------
@@ -695,25 +747,28 @@ class Primitives:
             If ``fn`` ran and metered no MAC, with neither ``macs`` nor ``free``.
         """
         nodes = list(nodes)
-        up = [n for n in nodes if self.sim.available(n)]
-        absent = [n for n in nodes if not self.sim.available(n)]
+        up = [n for n in nodes if self.available(n)]
+        absent = [n for n in nodes if not self.available(n)]
         run = None if fn is None else self._charged(fn, f"gather {kind!r}", free or macs is not None)
 
         def work(node: Node) -> Generator:
             if download is not None:
                 msg = yield from self.send(self.sim.server, node, download, kind=download_kind,
-                                           n_elements=download_elements, element_bits=download_bits)
+                                           n_elements=download_elements, element_bits=download_bits,
+                                           timing_key=timing_key)
                 node.state.received = msg.payload
             if wait is not None:
                 yield wait(node)
-            result = yield from self.sim.compute(node, run, node, macs=None if macs is None else macs(node))
+            result = yield from self.sim.compute(node, run, node, macs=None if macs is None else macs(node),
+                                                 timing_key=compute_key(timing_key))
             if callable(upload_elements):
                 size = upload_elements(result)
             elif upload_elements is not None:
                 size = upload_elements
             else:
                 size = payload_size(result)
-            yield from self.send(node, self.sim.server, result, kind=kind, n_elements=size, element_bits=upload_bits)
+            yield from self.send(node, self.sim.server, result, kind=kind, n_elements=size, element_bits=upload_bits,
+                                 timing_key=timing_key)
             return result
 
         return (yield from self.first_k([(n, work(n)) for n in up], first, deadline=deadline, dropped=absent,
@@ -776,7 +831,7 @@ class Primitives:
         devs = self.sim.devices
         roots = [v for v in tree.nodes if tree.out_degree(v) == 0]
         complete = {r for r in roots
-                    if all(self.sim.available(devs[u]) for u in nx.ancestors(tree, r) | {r})}
+                    if all(self.available(devs[u]) for u in nx.ancestors(tree, r) | {r})}
         root_of = {u: r for r in roots for u in nx.ancestors(tree, r) | {r}}
         taking_part = [v for v in tree.nodes if root_of[v] in complete]
         absent = [devs[v] for v in tree.nodes if root_of[v] not in complete]

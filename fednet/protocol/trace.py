@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-__all__ = ["TraceRow", "COLUMNS", "EVENTS"]
+__all__ = ["TraceRow", "COLUMNS", "TEXT_COLUMNS", "EVENTS"]
 
 #: The kinds of trace events.
 EVENTS = ("phase", "round", "update")
@@ -43,7 +43,9 @@ class TraceRow:
     event : {"phase", "round", "update"}
         What the row records.
     dropped : str
-        Space-separated indices of the devices that were unavailable in a step of this event (sorted).
+        Space-separated indices (sorted) of the devices that took no part in a step of this event because
+        they were unavailable (availability model) or, in a ``tree_aggregate``, a member of their
+        root's subtree was.
     decode_failed : bool
         Whether the server failed to decode this event's aggregate (the update was skipped).
     """
@@ -75,3 +77,7 @@ class TraceRow:
 
 #: The standard columns, in order.
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRow))
+
+#: The standard columns that hold text (an empty string is a value, not a missing one).
+TEXT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRow)
+                                      if f.type == "str" or str(f.type).startswith("Literal"))

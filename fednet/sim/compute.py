@@ -11,8 +11,11 @@ Lambda`` with ``Lambda`` exponential, and Sec. VII: ``E[Lambda] = rho / (2 tau)`
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+
+from fednet.errors import ConfigError
 
 __all__ = [
     "ComputeModel",
@@ -53,8 +56,8 @@ class ShiftedExponential(ComputeModel):
     """
 
     def __init__(self, setup_fraction: float = 0.5) -> None:
-        if not setup_fraction >= 0:
-            raise ValueError(f"setup_fraction must be >= 0, got {setup_fraction}")
+        if not (setup_fraction >= 0 and math.isfinite(setup_fraction)):
+            raise ConfigError(f"setup_fraction must be a finite number >= 0, got {setup_fraction!r}")
         self.setup_fraction = float(setup_fraction)
 
     def duration(self, node: int, round: int, macs: int, mac_rate: float, draw: ExpDraw) -> float:
@@ -91,8 +94,8 @@ class TraceCompute(ComputeModel):
 
     def __init__(self, delays: Mapping[int, Sequence[float]]) -> None:
         for node, seq in delays.items():
-            if len(seq) == 0 or min(seq) < 0:
-                raise ValueError(f"delays[{node}] must be a non-empty sequence of seconds >= 0")
+            if len(seq) == 0 or not all(x >= 0 and math.isfinite(x) for x in seq):
+                raise ConfigError(f"delays[{node}] must be a non-empty sequence of finite seconds >= 0, got {list(seq)!r}")
         self.delays = {int(k): [float(x) for x in v] for k, v in delays.items()}
 
     def duration(self, node: int, round: int, macs: int, mac_rate: float, draw: ExpDraw) -> float:
@@ -135,7 +138,7 @@ class BernoulliDropout(Availability):
 
     def __init__(self, p: float) -> None:
         if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout probability p must be in [0, 1), got {p}")
+            raise ConfigError(f"dropout probability p must be in [0, 1), got {p!r}")
         self.p = float(p)
 
     def available(self, node: int, round: int, draw: UniformDraw) -> bool:

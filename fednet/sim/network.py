@@ -12,7 +12,9 @@ ceil(b (1 + h) / packet_bits)`` packets (one packet when ``packet_bits`` is None
 paper's per-message geometric model ``T = N b / gamma``) and ``X ~ NegBin(n, 1 - p)`` the
 retransmissions (a sum of ``n`` geometric tries minus ``n``), sampled in one draw from the keyed
 uniform of (node, "uplink"/"downlink", round). Device-to-device messages are relayed through the
-server: the whole message is uploaded, then downloaded (store and forward).
+server: the whole message is uploaded, then downloaded (store and forward) -- unless the topology
+has a direct device-to-device edge between the two, whose link then carries it in one hop (keyed
+uniform of (sender, "d2d", round); :mod:`fednet.sim.simulation`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ class Message:
         and endpoints (it lands in the server's ``relayed`` list, not its ``view``). Every
         device-to-device message is encrypted (Schlegel et al., Sec. III-B); a protocol may also
         mark messages it sends to the server for forwarding.
+    timing_key : str
+        Suffix of the keyed draws deciding the message's losses: ``""`` (default) uses
+        ``(device, "uplink" / "downlink", round)``; a message only some protocols send (mask shares,
+        say) names its own key, drawing from ``"uplink:<key>"`` / ``"downlink:<key>"``, so that the
+        model download and the gradient upload of every protocol take the same draws (paired).
     """
 
     src: int
@@ -61,6 +68,7 @@ class Message:
     element_bits: int
     round: int = 0
     encrypted: bool = False
+    timing_key: str = ""
     sent_at: float = math.nan
     delivered_at: float = math.nan
     hops: list[tuple[str, int, float, float]] = field(default_factory=list)
@@ -113,7 +121,7 @@ def transmission_time(bits: int, rate_bps: float, overhead: float, loss: float,
 
 @dataclass
 class Link:
-    """One direction of a device's link to the server.
+    """One direction of a device's link to the server (or of a direct device-to-device link).
 
     Attributes
     ----------

@@ -1,6 +1,6 @@
 """Random streams: one root seed, independent streams per node and purpose, keyed timing draws.
 
-Two kinds of randomness live here (DESIGN.md, "Randomness"):
+Three kinds of randomness live here (DESIGN.md, "Randomness"):
 
 * **Keyed timing draws** decide stragglers and losses. The ``index``-th draw of node ``node``
   for purpose ``purpose`` in round ``round`` is a fixed function of ``(seed, n_nodes, node,
@@ -10,9 +10,17 @@ Two kinds of randomness live here (DESIGN.md, "Randomness"):
   comparison), even when they make different numbers of draws. A compute time uses a standard
   exponential (``-log1p(-U)``) scaled by the step's mean; a message's retransmissions invert the
   negative-binomial CDF at one uniform.
-* **Sequential streams** (:meth:`Streams.generator`) for protocol secrets (pads, masks, shares)
-  and data sampling, one independent ``numpy.random.Generator`` per (node, purpose, ...) key,
-  spawned from the root ``SeedSequence``.
+* **Sequential streams** (:meth:`Streams.generator`) for public randomness (data sampling,
+  code matrices, topologies), one independent ``numpy.random.Generator`` per (node, purpose, ...)
+  key, spawned from the root ``SeedSequence``.
+* **Secret streams** (:meth:`Streams.secret`) for protocol secrets: one-time pads, masks, mask
+  noise, Shamir / polynomial coefficients.  They never derive from the public seed: their root is
+  128 bits of OS entropy (:func:`secrets.randbits`), or a ``secret_seed`` that the experimenter
+  keeps apart from the study file (reproducible experiments), and the generator is Philox
+  (a keyed counter-based generator, Salmon et al., SC 2011) rather than PCG64.  Anyone holding the
+  study file regenerates every public draw but no secret.  Because masks and Shamir coefficients
+  cancel exactly, the secret draws do not change a trace; CodedPaddedFL's full mode rounds each
+  padded value within one unit of ``2^-f`` depending on its pad (README, "Threat model").
 
 Implementation: for each ``(purpose, round)`` a block of uniforms of shape
 ``(n_nodes, width)`` is drawn from its own ``SeedSequence(seed, spawn_key=(0, purpose_id,
@@ -24,16 +32,25 @@ number of nodes, so comparisons must use one network size (they always do).
 from __future__ import annotations
 
 import math
+import os
+import secrets
 import zlib
+from collections.abc import Mapping
 from collections import OrderedDict
 
 import numpy as np
 from scipy import special
 
-__all__ = ["Streams", "purpose_id", "negative_binomial_from_uniform"]
+from fednet.errors import ConfigError
+
+__all__ = ["Streams", "purpose_id", "negative_binomial_from_uniform", "secret_seed_from_env", "SECRET_SEED_ENV"]
+
+#: Environment variable holding a study's ``secret_seed`` (kept out of the public study file).
+SECRET_SEED_ENV = "FEDNET_SECRET_SEED"
 
 _KEYED = 0
 _SEQUENTIAL = 1
+_SECRET = 2
 
 
 def purpose_id(purpose: str) -> int:
@@ -49,6 +66,30 @@ def _key_part(part: object) -> int:
     if isinstance(part, (int, np.integer)) and not isinstance(part, bool) and part >= 0:
         return int(part)
     raise ValueError(f"stream key parts must be strings or non-negative ints, got {part!r}")
+
+
+def secret_seed_from_env(environ: Mapping[str, str] | None = None) -> int | None:
+    """The ``secret_seed`` of reproducible experiments, from ``$FEDNET_SECRET_SEED`` (None if unset).
+
+    The secret seed lives outside the study file on purpose: the study file (and its public
+    ``seeds``) may be published; whoever knows the secret seed can regenerate every pad and mask.
+
+    Raises
+    ------
+    fednet.errors.ConfigError
+        If the variable is set but is not a non-negative integer.
+    """
+    env = os.environ if environ is None else environ
+    raw = env.get(SECRET_SEED_ENV)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw.strip(), 0)
+    except ValueError:
+        raise ConfigError(f"{SECRET_SEED_ENV} must be a non-negative integer, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"{SECRET_SEED_ENV} must be a non-negative integer, got {raw!r}")
+    return value
 
 
 def negative_binomial_from_uniform(u: float, n: int, p: float) -> int:
@@ -100,16 +141,32 @@ class Streams:
     cache_rounds : int, optional
         How many (purpose, round) entries are kept (a few per round); an evicted round cannot be drawn
         again (an error, never a silent repeat of draws).
+    secret_seed : int, optional
+        Root of the secret streams (:meth:`secret`) for reproducible experiments; must differ from
+        ``seed``.  Default: 128 bits of OS entropy drawn once per ``Streams`` (secrets differ from
+        run to run, traces do not).
 
     Raises
     ------
     ValueError
         For a negative seed or a non-positive ``n_nodes``.
+    fednet.errors.ConfigError
+        For a negative ``secret_seed`` or one equal to ``seed``.
     """
 
-    def __init__(self, seed: int, n_nodes: int, *, width: int = 8, cache_rounds: int = 256) -> None:
+    def __init__(self, seed: int, n_nodes: int, *, width: int = 8, cache_rounds: int = 256,
+                 secret_seed: int | None = None) -> None:
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        if secret_seed is not None:
+            if isinstance(secret_seed, bool) or not isinstance(secret_seed, (int, np.integer)) or secret_seed < 0:
+                raise ConfigError(f"secret_seed must be a non-negative integer, got {secret_seed!r}")
+            if int(secret_seed) == int(seed):
+                raise ConfigError(f"secret_seed must differ from the public seed {seed}: secrets derived "
+                                  "from the public seed can be regenerated by anyone holding the study file")
+        self.secret_seed = None if secret_seed is None else int(secret_seed)
+        # the public seed is mixed in so that one secret_seed serves a whole study of several seeds
+        self._secret_entropy = secrets.randbits(128) if secret_seed is None else [int(secret_seed), int(seed)]
         if n_nodes < 1:
             raise ValueError(f"n_nodes must be positive, got {n_nodes}")
         self.seed = int(seed)
@@ -184,3 +241,26 @@ class Streams:
             raise ValueError("generator() needs a key, e.g. (node, 'pads')")
         spawn_key = (_SEQUENTIAL,) + tuple(_key_part(p) for p in key)
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(self.seed, spawn_key=spawn_key)))
+
+    # -- secret streams ---------------------------------------------------------------------
+    def secret(self, *key: str | int) -> np.random.Generator:
+        """An independent secret generator for a key such as ``(node, "pads")`` or ``(node, "masks", round)``.
+
+        Seeded from the secret root (OS entropy, or ``secret_seed``), never from the public seed;
+        the bit generator is Philox.  The same key gives the same stream within one ``Streams``
+        (and across runs only with a fixed ``secret_seed``).
+
+        Parameters
+        ----------
+        *key : str or non-negative int
+            Node index, purpose, round, ... (at least one part).
+
+        Returns
+        -------
+        numpy.random.Generator
+        """
+        if not key:
+            raise ValueError("secret() needs a key, e.g. (node, 'pads')")
+        spawn_key = (_SECRET,) + tuple(_key_part(p) for p in key)
+        ss = np.random.SeedSequence(self._secret_entropy, spawn_key=spawn_key)
+        return np.random.Generator(np.random.Philox(ss))

@@ -1,17 +1,26 @@
 """The simulation: SimPy environment, nodes, links, random streams, accounting.
 
-A :class:`Simulation` is built from a networkx graph (see :mod:`topologies`): one node with
+A :class:`Simulation` is built from a networkx graph (see :mod:`fednet.topologies`): one node with
 ``role="server"`` and devices with ``role="device"``, each device joined to the server by an
 edge carrying ``uplink_bps``, ``downlink_bps`` and ``loss`` (or ``uplink_loss`` /
-``downlink_loss``); nodes carry ``mac_rate`` (MAC/s) and optionally ``compute`` (a
-:class:`~fednet.sim.compute.ComputeModel`); the graph carries ``header_overhead`` and
-``packet_bits``. Devices get indices ``0..D-1`` in graph order and the server index ``D``.
+``downlink_loss``) -- a link parameter missing on the edge is read from the device's node
+attributes, so a builder may keep per-device link rates and loss on the nodes; nodes carry
+``mac_rate`` (MAC/s), optionally ``compute`` (a :class:`~fednet.sim.compute.ComputeModel`) and
+``group``; the graph carries ``header_overhead`` and ``packet_bits``. Devices get indices ``0..D-1``
+in graph order and the server index ``D``.
+
+Device-to-device edges (both ends ``role="device"``, with ``rate_bps`` and optionally ``loss``)
+are direct links: a message between their ends takes that link (full duplex: one FIFO link per
+direction; one direction only in a ``DiGraph``) instead of being relayed through the server.
+Topologies without such edges -- every bundled one, and the papers' model -- relay through the
+server.
 
 The engine moves messages and advances time; it does no protocol math. Its two timed
 operations are SimPy sub-generators used with ``yield from``:
 
 * :meth:`Simulation.transfer` sends a :class:`~fednet.sim.network.Message` over the device's
-  uplink, downlink, or both (device to device, relayed through the server);
+  uplink, downlink, or both (device to device, relayed through the server), or over a direct
+  device-to-device link where the topology has one;
 * :meth:`Simulation.compute` runs a pure function under a MAC meter on a node and holds the
   node's processor for the time the compute model gives for the MACs that really ran.
 """
@@ -29,12 +38,16 @@ import numpy as np
 import simpy
 
 from fednet.algebra.meter import MacMeter
+from fednet.errors import ConfigError
 
 from .compute import AlwaysAvailable, Availability, ComputeModel, Deterministic, ShiftedExponential
 from .network import Link, Message, transmission_time
 from .rng import Streams
 
 __all__ = ["Node", "Simulation", "Counters"]
+
+#: Link parameters a device's node may carry instead of its edge to the server.
+_LINK_KEYS = ("uplink_bps", "downlink_bps", "loss", "uplink_loss", "downlink_loss")
 
 
 @dataclass
@@ -45,6 +58,8 @@ class Counters:
     ----------
     bits_up, bits_down : int
         Payload bits carried on uplinks / downlinks (a relayed message counts on both).
+    bits_d2d : int
+        Payload bits carried on direct device-to-device links.
     device_macs, server_macs : int
         MACs executed by devices / the server.
     messages : int
@@ -55,6 +70,7 @@ class Counters:
 
     bits_up: int = 0
     bits_down: int = 0
+    bits_d2d: int = 0
     device_macs: int = 0
     server_macs: int = 0
     messages: int = 0
@@ -118,16 +134,19 @@ def _positive(value: Any, what: str) -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise ValueError(f"{what} must be a positive number, got {value!r}") from None
+        raise ConfigError(f"{what} must be a positive number, got {value!r}") from None
     if not (v > 0 and math.isfinite(v)):
-        raise ValueError(f"{what} must be a positive number, got {value!r}")
+        raise ConfigError(f"{what} must be a finite positive number, got {value!r}")
     return v
 
 
 def _probability(value: Any, what: str) -> float:
-    v = float(value)
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{what} must be a probability in [0, 1), got {value!r}") from None
     if not 0.0 <= v < 1.0:
-        raise ValueError(f"{what} must be in [0, 1), got {value!r}")
+        raise ConfigError(f"{what} must be in [0, 1), got {value!r}")
     return v
 
 
@@ -149,6 +168,10 @@ class Simulation:
         Dropout model of devices (every device always available).
     record_views : bool, optional
         Keep every received message in the receiver's ``view``.
+    secret_seed : int, optional
+        Root of the secret streams (:meth:`secret_rng`: pads, masks, Shamir coefficients) for a
+        reproducible experiment; must differ from ``seed``.  Default: OS entropy
+        (:class:`~fednet.sim.rng.Streams`).
 
     Raises
     ------
@@ -159,14 +182,14 @@ class Simulation:
 
     def __init__(self, graph: nx.Graph, seed: int, *, device_compute: ComputeModel | None = None,
                  server_compute: ComputeModel | None = None, availability: Availability | None = None,
-                 record_views: bool = True) -> None:
+                 record_views: bool = True, secret_seed: int | None = None) -> None:
         self.env = simpy.Environment()
         self.graph = graph
         self.record_views = record_views
         self.availability = availability or AlwaysAvailable()
         self.overhead = float(graph.graph.get("header_overhead", 0.0))
-        if not self.overhead >= 0:
-            raise ValueError(f"header_overhead must be >= 0, got {self.overhead}")
+        if not (self.overhead >= 0 and math.isfinite(self.overhead)):
+            raise ConfigError(f"header_overhead must be a finite fraction >= 0, got {self.overhead!r}")
         pb = graph.graph.get("packet_bits")
         self.packet_bits = None if pb is None else int(_positive(pb, "packet_bits"))
 
@@ -179,7 +202,7 @@ class Simulation:
             raise ValueError(f"nodes {others[:5]} have a role other than 'device' or 'server'")
         if not device_keys:
             raise ValueError("the topology has no devices")
-        self.streams = Streams(seed, len(device_keys) + 1)
+        self.streams = Streams(seed, len(device_keys) + 1, secret_seed=secret_seed)
         self.seed = self.streams.seed
 
         dev_default = device_compute or ShiftedExponential(0.5)
@@ -189,7 +212,9 @@ class Simulation:
             attrs = dict(graph.nodes[key])
             if not graph.has_edge(key, servers[0]):
                 raise ValueError(f"device {key!r} has no link to the server")
-            e = graph.edges[key, servers[0]]
+            e = {**{k: attrs[k] for k in _LINK_KEYS if k in attrs}, **graph.edges[key, servers[0]]}
+            for k in _LINK_KEYS:
+                attrs.pop(k, None)
             loss = e.get("loss", 0.0)
             up = Link(_positive(e.get("uplink_bps"), f"uplink_bps of device {key!r}"),
                       _probability(e.get("uplink_loss", loss), f"uplink loss of device {key!r}"),
@@ -211,8 +236,24 @@ class Simulation:
             cpu=simpy.Resource(self.env, capacity=1),
             attrs={k: v for k, v in sattrs.items() if k != "role"})
         self.nodes: list[Node] = [*self.devices, self.server]
+        index = {d.name: d.index for d in self.devices}
+        #: Direct device-to-device links by (sender index, receiver index).
+        self.d2d: dict[tuple[int, int], Link] = {}
+        for u, v, e in graph.edges(data=True):
+            if u in index and v in index:
+                what = f"device-to-device link {u!r}-{v!r}"
+                rate = _positive(e.get("rate_bps"), f"rate_bps of the {what}")
+                loss_ = _probability(e.get("loss", 0.0), f"loss of the {what}")
+                pairs = [(u, v)] if graph.is_directed() else [(u, v), (v, u)]
+                for a, b in pairs:
+                    self.d2d[index[a], index[b]] = Link(rate, loss_, simpy.Resource(self.env, capacity=1))
         self.counters = Counters()
         self.round = 0
+        #: Repetition of the current round's phase (a setup attempt, set by the protocol's run loop):
+        #: the default ``phase`` of :meth:`available`.
+        self.phase = 0
+        # availability of each device, drawn once per round (round 0: the setup phase); -1 = not drawn
+        self._available: dict[tuple[int, int], np.ndarray] = {}
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -235,24 +276,70 @@ class Simulation:
         return c
 
     def rng(self, node: Node | int, purpose: str, *more: int | str) -> np.random.Generator:
-        """An independent sequential stream for (node, purpose, ...): pads, masks, sampling."""
+        """An independent *public* sequential stream for (node, purpose, ...): data sampling, codes.
+
+        Derived from the public seed: never use it for secrets (pads, masks, shares); see
+        :meth:`secret_rng`.
+        """
         idx = node.index if isinstance(node, Node) else int(node)
         return self.streams.generator(idx, purpose, *more)
 
-    def available(self, node: Node, round: int | None = None) -> bool:
-        """Whether a device takes part in a round under the availability model (server: always)."""
+    def secret_rng(self, node: Node | int, purpose: str, *more: int | str) -> np.random.Generator:
+        """An independent *secret* stream for (node, purpose, ...): pads, masks, noise, Shamir coefficients.
+
+        Rooted in OS entropy or the ``secret_seed`` (never the public seed); see
+        :meth:`fednet.sim.rng.Streams.secret`.
+        """
+        idx = node.index if isinstance(node, Node) else int(node)
+        return self.streams.secret(idx, purpose, *more)
+
+    def available(self, node: Node, round: int | None = None, *, phase: int | None = None) -> bool:
+        """Whether a device takes part in a round under the availability model (server: always).
+
+        The availability of a device in a round is drawn once -- the first keyed uniform of
+        ``(device, "dropout", round)`` -- and every later question about the same device and round
+        reads the same answer.  Round 0 is the setup phase; ``phase = a >= 1`` asks about the
+        ``a``-th repetition of a phase of that round (a setup attempt), drawn under the purpose
+        ``"dropout-setup-a"``, also once.  ``round`` and ``phase`` default to the current ones
+        (:attr:`round`, :attr:`phase`), so a step of a repeated setup attempt reads that attempt's draw.
+
+        Raises
+        ------
+        ValueError
+            For a negative ``round`` or ``phase``.
+        """
         if node.is_server:
             return True
-        r = self.round if round is None else round
-        return self.availability.available(
-            node.index, r, lambda: self.streams.uniform(node.index, "dropout", r))
+        phase = self.phase if phase is None else int(phase)
+        r = self.round if round is None else int(round)
+        if r < 0:
+            raise ValueError(f"round must be non-negative, got {r}")
+        if phase < 0:
+            raise ValueError(f"phase must be non-negative, got {phase}")
+        key = (r, int(phase))
+        flags = self._available.get(key)
+        if flags is None:
+            flags = self._available[key] = np.full(self.n_devices, -1, dtype=np.int8)
+        i = node.index
+        if flags[i] < 0:
+            purpose = "dropout" if phase == 0 else f"dropout-setup-{phase}"
+            flags[i] = bool(self.availability.available(
+                i, r, lambda: self.streams.uniform(i, purpose, r)))
+        return bool(flags[i])
+
+    def absent(self, round: int | None = None, *, phase: int | None = None) -> list[int]:
+        """Indices of the devices absent in ``round`` and ``phase`` (default: the current ones), drawn as in
+        :meth:`available`."""
+        return [dev.index for dev in self.devices if not self.available(dev, round, phase=phase)]
 
     # -- timed operations -----------------------------------------------------------------
     def _hop(self, msg: Message, device: Node, direction: str) -> Generator:
         link = device.uplink if direction == "up" else device.downlink
         with link.resource.request() as req:
             yield req
-            u = self.streams.uniform(device.index, "uplink" if direction == "up" else "downlink", msg.round)
+            purpose = "uplink" if direction == "up" else "downlink"
+            u = self.streams.uniform(device.index, f"{purpose}:{msg.timing_key}" if msg.timing_key else purpose,
+                                     msg.round)
             seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
                                                    self.packet_bits, u)
             start = self.now
@@ -265,17 +352,40 @@ class Simulation:
         self.counters.retransmissions += extra
         msg.hops.append((direction, device.index, start, self.now))
 
+    def _direct_hop(self, msg: Message, link: Link, src: Node) -> Generator:
+        with link.resource.request() as req:
+            yield req
+            u = self.streams.uniform(src.index, "d2d", msg.round)
+            seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
+                                                   self.packet_bits, u)
+            start = self.now
+            yield self.env.timeout(seconds)
+        self.counters.bits_d2d += msg.bits
+        self.counters.messages += 1
+        self.counters.retransmissions += extra
+        msg.hops.append(("d2d", src.index, start, self.now))
+
     def transfer(self, msg: Message) -> Generator[Any, Any, Message]:
         """Move a message to its destination (``yield from``); returns it once delivered.
 
         Device to server uses the device's uplink, server to device its downlink, and device to
         device both in turn (relayed through the server; such messages are end-to-end encrypted,
-        Sec. III-B, so the server records them in ``relayed``, not in its ``view``).
+        Sec. III-B, so the server records them in ``relayed``, not in its ``view``) -- or, where the
+        topology has a device-to-device edge between them, that direct link (keyed draw ``"d2d"``
+        of the sender; the server sees nothing).
         """
         if msg.src == msg.dst:
             raise ValueError(f"message {msg.kind!r} from node {msg.src} to itself")
         src, dst = self.nodes[msg.src], self.nodes[msg.dst]
         msg.sent_at = self.now
+        direct = self.d2d.get((src.index, dst.index)) if self.d2d else None
+        if direct is not None:
+            msg.encrypted = True
+            yield from self._direct_hop(msg, direct, src)
+            msg.delivered_at = self.now
+            if self.record_views:
+                dst.view.append(msg)
+            return msg
         if not src.is_server:
             yield from self._hop(msg, src, "up")
             if not dst.is_server:
@@ -290,11 +400,16 @@ class Simulation:
         return msg
 
     def compute(self, node: Node, fn: Callable[..., Any] | None, *args: Any,
-                macs: int | None = None, round: int | None = None, **kwargs: Any) -> Generator:
+                macs: int | None = None, round: int | None = None, timing_key: str = "compute",
+                **kwargs: Any) -> Generator:
         """Run ``fn(*args, **kwargs)`` on ``node`` and hold its processor for the charged time.
 
         The MACs are those counted by the meter while ``fn`` ran; ``macs=`` adds a known count
         instead (timing-only mode replays counts metered in a real run). Returns ``fn``'s result.
+        The random part of the time is the next keyed draw of ``(node, timing_key, round)``: the
+        training step of every protocol uses the default key ``"compute"``, and steps that only
+        some protocols have (mask encoding, say) use their own key, so that the training steps of
+        two protocols at one seed straggle alike (a paired comparison).
         """
         r = self.round if round is None else round
         with node.cpu.request() as req:
@@ -307,7 +422,7 @@ class Simulation:
             total = meter.macs + (int(macs) if macs is not None else 0)
             seconds = node.compute_model.duration(
                 node.index, r, total, node.mac_rate,
-                lambda: self.streams.standard_exponential(node.index, "compute", r))
+                lambda: self.streams.standard_exponential(node.index, timing_key, r))
             if node.is_server:
                 self.counters.server_macs += total
             else:

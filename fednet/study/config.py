@@ -14,11 +14,14 @@ accuracies and a list of runs (a protocol with its parameters). Example::
 
     [network]
     n_devices = 25
+    loss = { dist = "uniform", low = 0.05, high = 0.15 }   # or 0.1, or one value per device
+    groups = { rule = "random", count = 5 }                # optional (NetworkSpec, GroupSpec)
 
     [[runs]]
     label = "Conventional FL"
-    protocol = "conventional"
+    protocol = "conventional"                # or "package.module:Class", or an installed plugin's name
     params = { drop_slowest = 0 }
+    network = { loss = 0.2 }                 # optional per-run overrides of [network]
 
 A run entry may sweep a parameter grid, expanded into one labelled run per combination
 (:func:`expand_sweeps`)::
@@ -45,27 +48,51 @@ from __future__ import annotations
 import copy
 import difflib
 import itertools
+import math
 import os
+import re
 import tomllib
 import typing
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from fednet.errors import ConfigError
+from fednet.plugins import search_path
 from fednet.protocol import registry
 
-__all__ = ["Study", "DataSpec", "NetworkSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError",
-           "expand_sweeps", "run_problems", "deep_merge", "parse_assignment", "apply_assignment", "select_runs"]
+__all__ = ["Study", "DataSpec", "NetworkSpec", "GroupSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError",
+           "expand_sweeps", "run_problems", "deep_merge", "parse_assignment", "apply_assignment", "select_runs",
+           "slug", "RESERVED_NAMES"]
+
+#: File and folder names a study's output folder holds besides the run folders (a run label must
+#: not map to one of them).
+RESERVED_NAMES = frozenset({"summary.json", "study.json", "timing.json", "provenance.json", "accuracy_vs_time.png",
+                            ".fednet-output"})
+
+#: Largest seed accepted (seeds feed ``numpy.random.SeedSequence``; kept to 63 bits so they also fit int64).
+MAX_SEED = 2**63 - 1
 
 
-class StudyError(ValueError):
-    """A study file that cannot be read or does not validate (the message names every problem)."""
+class StudyError(ConfigError):
+    """A study file that cannot be read or does not validate (the message names every problem).
+
+    A :class:`fednet.errors.ConfigError` (hence a ``ValueError``).
+    """
+
+
+def slug(label: str) -> str:
+    """A file-system-safe directory name for a run label (runs of other characters become ``_``)."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
+    return s if s and s not in {".", ".."} else "run"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Non-finite floats (inf, nan: TOML has both) are refused in every field at load time.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class DataSpec(_Strict):
@@ -92,8 +119,8 @@ class DataSpec(_Strict):
 
     dataset: Literal["digits", "mnist", "fashion-mnist"] = "digits"
     rbf_gamma: float | None = Field(None, gt=0)
-    n_components: int = Field(2000, ge=1)
-    feature_seed: Annotated[int, Field(ge=0)] | Literal["per_seed"] = 0
+    n_components: int = Field(2000, ge=1, le=100_000)
+    feature_seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | Literal["per_seed"] = 0
     partition: Literal["noniid", "dirichlet", "iid"] = "noniid"
     dirichlet_alpha: float | None = Field(None, gt=0)
 
@@ -113,70 +140,214 @@ class DataSpec(_Strict):
         return 0 if self.feature_seed == "per_seed" else self.feature_seed
 
 
-class NetworkSpec(_Strict):
-    """The LTE star of Sec. VII and the compute/dropout models.
+_RATE = TypeAdapter(Annotated[float, Field(ge=1, allow_inf_nan=False)])
+_LOSS = TypeAdapter(Annotated[float, Field(ge=0, le=0.999, allow_inf_nan=False)])
+_RATES = TypeAdapter(list[Annotated[float, Field(ge=1, allow_inf_nan=False)]])
+_LOSSES = TypeAdapter(list[Annotated[float, Field(ge=0, le=0.999, allow_inf_nan=False)]])
+
+
+def _first_error(adapter: TypeAdapter, value: Any) -> Any:
+    """Validate with ``adapter``; re-raise its first error with the type and message pydantic gave it."""
+    try:
+        return adapter.validate_python(value)
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = "".join(f"[{p}]" for p in err["loc"])
+        msg = (f"entry {where}: " if where else "") + err["msg"]
+        raise PydanticCustomError(err["type"], msg.replace("{", "(").replace("}", ")")) from None
+
+
+def _per_device_value(value: Any, kind: str) -> Any:
+    """A per-device field: a number, a list (one per device) or a distribution table."""
+    if isinstance(value, dict):
+        from fednet.topologies.distributions import check_distribution, support
+
+        spec = check_distribution(value, "distribution")
+        lo, hi, hi_open = support(spec)
+        if kind == "rate" and not lo > 0:
+            raise ValueError(f"draws of {spec['dist']} can be {lo} (rates must be positive)")
+        if kind == "loss" and not (lo >= 0 and (hi < 1 or (hi == 1 and hi_open))):
+            raise ValueError(f"draws of {spec['dist']} range over [{lo}, {hi}] (loss must be in [0, 1))")
+        return spec
+    if isinstance(value, list):
+        return _first_error(_RATES if kind == "rate" else _LOSSES, value)
+    return _first_error(_RATE if kind == "rate" else _LOSS, value)
+
+
+class GroupSpec(_Strict):
+    """Group membership of the devices (written on the topology as node attribute ``group``).
 
     Attributes
     ----------
-    kind : {"lte_star"}
+    rule : {"consecutive", "random", "mac_balanced"}
+        How ``count`` groups are formed (:mod:`fednet.topologies.groups`): consecutive runs of
+        devices (the papers' grouping), a random permutation cut into balanced groups, or devices
+        dealt by MAC rate so every group has a similar mix.
+    count : int, optional
+        N. A protocol with a ``groups`` parameter takes it when its run does not set one.
+    membership : list of list of int, optional
+        Explicit groups (a partition of ``0..D-1``), instead of ``rule`` and ``count``.
+    seed : int, optional
+        Fixes the ``random`` rule's permutation across the study's seeds (default: the run's seed).
+
+    TOML: ``groups = 4`` (four consecutive groups), ``groups = { rule = "random", count = 4 }`` or
+    ``groups = { membership = [[0, 1, 2], [3, 4]] }``.
+    """
+
+    rule: Literal["consecutive", "random", "mac_balanced"] = "consecutive"
+    count: int | None = Field(None, ge=1)
+    membership: list[list[int]] | None = None
+    seed: int | None = Field(None, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, v: Any) -> Any:
+        return {"count": v} if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @model_validator(mode="after")
+    def _one_way(self) -> "GroupSpec":
+        if (self.count is None) == (self.membership is None):
+            raise ValueError("groups needs exactly one of count (with a rule) or membership")
+        return self
+
+    @property
+    def n_groups(self) -> int:
+        """N."""
+        return self.count if self.membership is None else len(self.membership)
+
+
+class NetworkSpec(_Strict):
+    """The network: a topology builder with its per-device parameters, groups, compute and dropout models.
+
+    Attributes
+    ----------
+    kind : str
+        ``"lte_star"`` (the LTE star of Sec. VII; the fields below) or a user builder
+        ``"package.module:function"``, called as ``function(n_devices, rng=..., **params)`` and
+        returning a networkx graph (:mod:`fednet.topologies`).
     n_devices : int
-        D.
-    uplink_bps, downlink_bps : float
-        bit/s (5e6 and 10e6).
-    loss : float
-        Per-packet loss probability in [0, 1) (0.1).
+        D, in [1, 10000].
+    uplink_bps, downlink_bps : float, list of float, or distribution table
+        bit/s (5e6 and 10e6), finite and at least 1 bit/s: one value, one per device, or a named
+        distribution (:mod:`fednet.topologies.distributions`, e.g. ``{ dist = "uniform", low = 2e6, high = 8e6 }``).
+    loss : float, list of float, or distribution table
+        Per-packet loss probability in [0, 0.999] (0.1; 1 would never deliver), likewise.
     header_overhead : float
-        Fraction (0.1).
+        Fraction (0.1), in [0, 100].
     packet_bits : int, optional
-        Packet size on the air; omitted: each message is one packet (the paper's reading).
+        Packet size on the air, in [1, 2**40] bits; omitted: each message is one packet (the
+        paper's reading).
     server_mac_rate : float
-        MAC/s (8.24e12).
-    device_mac_rates : "paper" or list of float
-        "paper": the mixes of Sec. VII (fixed for D = 25, drawn per seed otherwise).
+        MAC/s (8.24e12), finite and at least 1 MAC/s.
+    device_mac_rates : "paper", list of float, or distribution table
+        "paper": the mixes of Sec. VII (fixed for D = 25, drawn per seed otherwise); a list: one
+        finite rate of at least 1 MAC/s per device.
+    groups : GroupSpec, optional
+        Group membership written on the topology (default: none; grouped protocols then cut the
+        devices into their ``groups`` consecutive groups, as in the papers).
+    params : dict
+        Keyword arguments of a user builder (``kind = "module:function"`` only).
     compute : {"shifted_exponential", "deterministic"}
         Device compute-time model.
     setup_fraction : float
-        Mean setup time / deterministic time of the shifted exponential (0.5).
+        Mean setup time / deterministic time of the shifted exponential (0.5), in [0, 1000].
     dropout : float
-        Probability that a device is absent in a round (independent, keyed draws).
+        Probability that a device is absent in a round (independent, keyed draws), in [0, 1).
+
+    Every float must be finite (``inf`` and ``nan`` are refused with the key named). Drawn values
+    (distributions, "paper" rates for D != 25, random groups) come from streams keyed by the run's
+    seed and the field, so changing one field's distribution leaves the others' draws unchanged.
     """
 
-    kind: Literal["lte_star"] = "lte_star"
-    n_devices: int = Field(25, ge=1)
-    uplink_bps: float = Field(5e6, gt=0)
-    downlink_bps: float = Field(10e6, gt=0)
-    loss: float = Field(0.1, ge=0, lt=1)
-    header_overhead: float = Field(0.1, ge=0)
-    packet_bits: int | None = Field(None, gt=0)
+    kind: str = "lte_star"
+    n_devices: int = Field(25, ge=1, le=10_000)
+    uplink_bps: float | list[float] | dict[str, Any] = 5e6
+    downlink_bps: float | list[float] | dict[str, Any] = 10e6
+    loss: float | list[float] | dict[str, Any] = 0.1
+    header_overhead: float = Field(0.1, ge=0, le=100)
+    packet_bits: int | None = Field(None, gt=0, le=2**40)
     server_mac_rate: float = Field(8.24e12, gt=0)
-    device_mac_rates: Literal["paper"] | list[float] = "paper"
+    device_mac_rates: Literal["paper"] | list[float] | dict[str, Any] = "paper"
+    groups: GroupSpec | None = None
+    params: dict[str, Any] = {}
     compute: Literal["shifted_exponential", "deterministic"] = "shifted_exponential"
-    setup_fraction: float = Field(0.5, ge=0)
+    setup_fraction: float = Field(0.5, ge=0, le=1000)
     dropout: float = Field(0.0, ge=0, lt=1)
 
-    @field_validator("device_mac_rates")
+    @field_validator("server_mac_rate")
     @classmethod
-    def _positive_rates(cls, v: Any) -> Any:
+    def _server_at_least_one(cls, v: float) -> float:
+        if v < 1:
+            raise ValueError(f"server_mac_rate must be at least 1 MAC/s, got {v!r}")
+        return v
+
+    @field_validator("uplink_bps", "downlink_bps", mode="wrap")
+    @classmethod
+    def _rates(cls, v: Any, handler: Any) -> Any:
+        return _per_device_value(v, "rate")
+
+    @field_validator("loss", mode="wrap")
+    @classmethod
+    def _loss(cls, v: Any, handler: Any) -> Any:
+        return _per_device_value(v, "loss")
+
+    @field_validator("device_mac_rates", mode="wrap")
+    @classmethod
+    def _mac_rates(cls, v: Any, handler: Any) -> Any:
+        if isinstance(v, str):
+            return handler(v)
         if isinstance(v, list):
-            bad = [(i, r) for i, r in enumerate(v) if not r > 0]
+            bad = [(i, r) for i, r in enumerate(v) if isinstance(r, (int, float)) and not (math.isfinite(r) and r >= 1)]
             if bad:
-                raise ValueError(f"device_mac_rates must be positive; entry {bad[0][0]} is {bad[0][1]}")
+                raise ValueError(f"device_mac_rates must be finite and at least 1 MAC/s; entry {bad[0][0]} is {bad[0][1]!r}")
+        return _per_device_value(v, "rate")
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        from fednet.topologies import builder
+
+        builder(v)  # unknown names and unimportable builders fail when the study is loaded
         return v
 
     @model_validator(mode="after")
-    def _rates_match(self) -> "NetworkSpec":
-        if isinstance(self.device_mac_rates, list) and len(self.device_mac_rates) != self.n_devices:
-            raise ValueError(f"device_mac_rates has {len(self.device_mac_rates)} entries for n_devices = {self.n_devices}")
+    def _per_device_lengths(self) -> "NetworkSpec":
+        for name in ("uplink_bps", "downlink_bps", "loss", "device_mac_rates"):
+            v = getattr(self, name)
+            if isinstance(v, list) and len(v) != self.n_devices:
+                raise ValueError(f"{name} has {len(v)} entries for n_devices = {self.n_devices}")
+        if self.params and self.kind == "lte_star":
+            raise ValueError(f"params are for user builders (kind = 'module:function'); "
+                             f"lte_star takes the network fields, got params {sorted(self.params)}")
+        g = self.groups
+        if g is not None:
+            from fednet.topologies.groups import check_membership
+
+            if g.membership is not None:
+                try:
+                    check_membership(g.membership, self.n_devices)
+                except ValueError as e:
+                    raise ValueError(f"groups.membership: {e}") from None
+            elif g.count > self.n_devices:
+                raise ValueError(f"groups.count must be at most n_devices = {self.n_devices}, got {g.count}")
         return self
 
 
 class TrainingSpec(_Strict):
     """Hyperparameters of eqs. (2)-(5) (Sec. VII: mu = 6.0, x0.8 at 200 and 350, lambda = 9e-6)."""
 
-    learning_rate: float = Field(6.0, gt=0)
+    learning_rate: float = Field(6.0, gt=0, le=1e6)
     lr_milestones: list[int] = [200, 350]
-    lr_decay: float = Field(0.8, gt=0)
-    weight_decay: float = Field(9e-6, ge=0)
+    lr_decay: float = Field(0.8, gt=0, le=1e6)
+    weight_decay: float = Field(9e-6, ge=0, le=1e6)
+
+    @field_validator("lr_milestones")
+    @classmethod
+    def _milestones(cls, v: list[int]) -> list[int]:
+        bad = [m for m in v if not 1 <= m <= 10**7]
+        if bad:
+            raise ValueError(f"lr_milestones must be epochs in [1, 10000000], got {bad}")
+        return v
 
 
 class RunSpec(_Strict):
@@ -185,7 +356,9 @@ class RunSpec(_Strict):
     Attributes
     ----------
     protocol : str
-        Registered protocol name (``fednet list``).
+        Registered protocol name (``fednet list``: built-ins and installed ``fednet.protocols``
+        entry points), or ``"package.module:Class"`` (importable from ``sys.path``, the study
+        file's directory or the working directory; :mod:`fednet.protocol.registry`).
     label : str, optional
         Name in plots and summaries (default: the protocol name); unique within the study.
     params : dict
@@ -197,14 +370,34 @@ class RunSpec(_Strict):
         into one run per combination (Cartesian product, in the order written), each with those
         values merged into ``params``. Labels: ``label`` formatted with the values when it holds
         ``{alpha}``-style fields (sweep keys or params), else ``"<label> alpha=6, groups=1"``. Expanded when the study is
-        loaded (:func:`expand_sweeps`); a validated study holds only expanded runs.
+        loaded (:func:`expand_sweeps`); a validated study holds only expanded runs.  The key
+        ``accounting`` sweeps the run's ``accounting`` (``accounting = ["fednet", "paper"]``).
+    network : dict
+        Overrides of the study's ``[network]`` fields for this run (e.g. ``{ loss = 0.2 }`` or
+        ``{ groups = { rule = "random", count = 4 } }``; a field given here replaces the study's
+        whole value), so one study can sweep groups or loss. ``n_devices`` cannot change (the data
+        are split once per study).
+    accounting : {"fednet", "paper"}, optional
+        Overrides the study's ``accounting`` for this run (so one study can report both).
     """
 
     protocol: str
-    label: str | None = None
+    label: str | None = Field(None, min_length=1, max_length=200)
     params: dict[str, Any] = {}
-    epochs: int | None = Field(None, ge=0)
+    epochs: int | None = Field(None, ge=0, le=10**7)
     sweep: dict[str, list[Any]] = Field({}, description="parameter grid expanded into labelled runs when loaded")
+    network: dict[str, Any] = {}
+    accounting: Literal["fednet", "paper"] | None = None
+
+    @field_validator("network")
+    @classmethod
+    def _network_overrides(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if "n_devices" in v:
+            raise ValueError(f"a run cannot change n_devices (the data are split once per study), got {v['n_devices']}")
+        unknown = sorted(set(v) - set(NetworkSpec.model_fields))
+        if unknown:
+            raise ValueError(f"unknown network fields {unknown}; known: {sorted(NetworkSpec.model_fields)}")
+        return v
 
     @property
     def name(self) -> str:
@@ -236,17 +429,37 @@ class Study(_Strict):
         studies such as the client-drift comparison of Sec. VII-B).
     record_views : bool
         Keep every received message per node (privacy audits; memory-hungry in long runs).
+    strict : bool
+        False (default): a round that cannot complete because too few devices are available or
+        finish is recorded in the trace (``skipped = 1``, ``skip_reason``) and training goes on.
+        True: such a round stops the study with :class:`~fednet.protocol.base.StragglerShortfall`.
+    accounting : {"fednet", "paper"}
+        How set-up and epoch costs are counted where fednet and Schlegel et al. differ.
+        ``"fednet"`` (default): every protocol's own defaults (today's numbers).  ``"paper"``: each
+        protocol whose ``Config`` has a ``paper_accounting`` table gets those parameters unless
+        the run sets them itself (:meth:`run_params`): for CodedSecAgg the Shamir encoding
+        uncharged (Sec. VI-C), ``(k+f)/k`` on the epochs' device work (Remark 3), the 72-bit
+        field (Remark 3) and per-group phase 1 (Sec. VI-D); for CodedPaddedFL 48-bit shares and
+        ``alpha - 1`` encoding MACs (Sec. V-D) and per-group encoding (Sec. V-E).  A run's own
+        ``accounting`` overrides this.
+
+    Cross-checks at load time: run labels are unique as folder names (after :func:`slug`,
+    ignoring case) and are not the name of an output file; a ``network.dropout`` that leaves fewer
+    devices on average than a run needs each round is refused (the protocol's
+    ``check_dropout``).
     """
 
-    name: str = Field(min_length=1)
+    name: str = Field(min_length=1, max_length=200)
     description: str = ""
     seeds: list[int] = Field([0], min_length=1)
     targets: list[float] = []
     baseline: str | None = None
-    epochs: int = Field(100, ge=0)
+    epochs: int = Field(100, ge=0, le=10**7)
     stop_at: float | None = Field(None, gt=0, le=1)
     run_to_end: bool = False
     record_views: bool = False
+    strict: bool = False
+    accounting: Literal["fednet", "paper"] = "fednet"
     data: DataSpec = DataSpec()
     network: NetworkSpec = NetworkSpec()
     training: TrainingSpec = TrainingSpec()
@@ -255,8 +468,8 @@ class Study(_Strict):
     @field_validator("seeds")
     @classmethod
     def _seeds(cls, v: list[int]) -> list[int]:
-        if any(s < 0 for s in v):
-            raise ValueError(f"seeds must be non-negative, got {v}")
+        if any(not 0 <= s <= MAX_SEED for s in v):
+            raise ValueError(f"seeds must be in [0, 2**63 - 1], got {v}")
         if len(set(v)) != len(v):
             raise ValueError(f"seeds must be distinct, got {v}")
         return v
@@ -276,19 +489,92 @@ class Study(_Strict):
             data = {**data, "runs": expand_sweeps(data["runs"])}
         return data
 
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if v.strip() in {"", ".", ".."} or any(ch in v for ch in "/\\\0"):
+            raise ValueError(f"name must be a plain name without '/', backslash or NUL (it names the default "
+                             f"output folder results/<name>), got {v!r}")
+        return v
+
     @model_validator(mode="after")
     def _runs(self) -> "Study":
         labels = [r.name for r in self.runs]
         dup = sorted({x for x in labels if labels.count(x) > 1})
         if dup:
             raise ValueError(f"run labels must be unique; repeated: {dup}")
+        folders: dict[str, str] = {}
+        for label in labels:
+            key = slug(label).lower()
+            if key in folders:
+                raise ValueError(f"run labels {folders[key]!r} and {label!r} map to the same output folder "
+                                 f"{slug(label)!r}; make them differ in letters, digits or '._-'")
+            if key in RESERVED_NAMES:
+                raise ValueError(f"run label {label!r} maps to the folder {slug(label)!r}, the name of an output "
+                                 f"file; choose another label")
+            folders[key] = label
         if self.baseline is not None and self.baseline not in labels:
             raise ValueError(f"baseline {self.baseline!r} is not the label of a run{_did_you_mean(self.baseline, labels)}; "
                              f"labels: {labels}")
-        problems = run_problems([r.model_dump() for r in self.runs], self.network.n_devices)
+        problems: list[str] = []
+        dumped = []
+        for i, run in enumerate(self.runs):
+            d = run.model_dump()
+            try:
+                net = self.run_network(run)
+            except ValidationError as e:
+                problems += [f"runs[{i}] ({run.name}).network.{'.'.join(str(p) for p in err['loc'])}: "
+                             f"{err['msg'].removeprefix('Value error, ')}" for err in e.errors()]
+                net = None
+            try:
+                d["params"] = self.run_params(run)
+            except (KeyError, ValueError, ImportError, TypeError, ValidationError):
+                pass  # run_problems names an unknown protocol; a bad network is named above
+            n_groups = d["params"].get("groups")
+            if (net is not None and net.groups is not None and isinstance(n_groups, int)
+                    and n_groups != net.groups.n_groups):
+                problems.append(f"runs[{i}] ({run.name}).params.groups: groups = {n_groups} but the network "
+                                f"defines {net.groups.n_groups} groups")
+            dumped.append(d)
+        problems += run_problems(dumped, self.network.n_devices, dropout=self.network.dropout)
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def run_network(self, run: RunSpec) -> NetworkSpec:
+        """The network of ``run``: the study's ``[network]`` with the run's ``network`` overrides.
+
+        Raises
+        ------
+        pydantic.ValidationError
+            If the overridden network does not validate.
+        """
+        if not run.network:
+            return self.network
+        return NetworkSpec.model_validate({**self.network.model_dump(exclude_unset=True), **run.network})
+
+    def run_accounting(self, run: RunSpec) -> str:
+        """The accounting of ``run``: its own ``accounting`` or the study's."""
+        return self.accounting if run.accounting is None else run.accounting
+
+    def run_params(self, run: RunSpec) -> dict[str, Any]:
+        """The protocol parameters of ``run``.
+
+        A protocol whose ``Config`` has a ``groups`` field gets the network's number of groups
+        when the run does not set it; under ``accounting = "paper"`` the ``Config``'s
+        ``paper_accounting`` table fills the parameters the run does not set.
+        """
+        net = self.run_network(run)
+        params = dict(run.params)
+        paper = self.run_accounting(run) == "paper"
+        if not paper and (net.groups is None or "groups" in params):
+            return params
+        cls = registry.get(run.protocol)
+        if paper:
+            params = {**dict(getattr(cls.Config, "paper_accounting", {})), **params}
+        if net.groups is not None and "groups" not in params and "groups" in cls.Config.model_fields:
+            params["groups"] = net.groups.n_groups
+        return params
 
     def run_epochs(self, run: RunSpec) -> int:
         """Maximum rounds of ``run`` (its own ``epochs`` or the study's)."""
@@ -357,13 +643,17 @@ def expand_sweeps(runs: list[Any]) -> list[Any]:
                 label = f"{base} " + ", ".join(f"{k}={v}" for k, v in values.items())
             entry = {k: v for k, v in run.items() if k != "sweep"}
             entry["label"] = label
+            if "accounting" in values:                     # a run field, not a protocol parameter
+                entry["accounting"] = values.pop("accounting")
             entry["params"] = {**dict(run.get("params") or {}), **values}
             out.append(entry)
     return out
 
 
-def run_problems(runs: list[Any], n_devices: Any) -> list[str]:
+def run_problems(runs: list[Any], n_devices: Any, *, dropout: float = 0.0) -> list[str]:
     """Every problem of the runs' protocols and parameters, one message per problem.
+
+    Parameters are validated strictly (no ``"5"`` for 5, no ``true`` for 1, no ``inf``/``nan``).
 
     Parameters
     ----------
@@ -371,6 +661,9 @@ def run_problems(runs: list[Any], n_devices: Any) -> list[str]:
         Raw or dumped run entries (``protocol``, ``label``, ``params``).
     n_devices : int or None
         The network size for :meth:`~fednet.protocol.base.Protocol.check` (skipped if not an int).
+    dropout : float
+        The network's per-round dropout probability; when positive, each protocol's
+        ``check_dropout`` refuses a dropout that leaves fewer devices on average than a round needs.
 
     Returns
     -------
@@ -388,11 +681,17 @@ def run_problems(runs: list[Any], n_devices: Any) -> list[str]:
         except KeyError as e:
             problems.append(f"runs[{i}] ({name}): {e.args[0]}{_did_you_mean(run['protocol'], registry.names())}")
             continue
+        except (ValueError, ImportError, TypeError) as e:  # a bad "module:Class" (fednet.plugins)
+            problems.append(f"runs[{i}] ({name}).protocol: {e}")
+            continue
         params = run.get("params") or {}
         try:
-            cfg = cls.Config.model_validate(params)
+            cfg = cls.Config.model_validate(params, strict=True)
             if isinstance(n_devices, int):
                 cls.check(cfg, n_devices)
+                check_dropout = getattr(cls, "check_dropout", None)
+                if check_dropout is not None and dropout > 0:
+                    check_dropout(cfg, n_devices, dropout)
         except ValidationError as e:
             for err in e.errors():
                 loc = ".".join(str(p) for p in err["loc"])
@@ -401,7 +700,9 @@ def run_problems(runs: list[Any], n_devices: Any) -> list[str]:
                     problems.append(f"runs[{i}] ({name}).params.{loc}: {err['msg']}{hint}")
                 else:
                     msg = err["msg"].removeprefix("Value error, ")
-                    problems.append(f"runs[{i}] ({name}).params.{loc}: {msg} (got {err.get('input')!r})")
+                    inp = err.get("input")
+                    shown = "" if err["type"] == "value_error" or isinstance(inp, dict) else f" (got {inp!r})"
+                    problems.append(f"runs[{i}] ({name}).params{'.' + loc if loc else ''}: {msg}{shown}")
         except ValueError as e:
             problems.append(f"runs[{i}] ({name}).params: {e}")
     return problems
@@ -574,8 +875,8 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
     Raises
     ------
     StudyError
-        For a missing file, invalid TOML, a bad assignment, or a study that does not validate;
-        the message lists every problem on its own line, naming each key and value (unknown keys
+        For a missing, unreadable or non-UTF-8 file, invalid TOML, a bad assignment, or a study
+        that does not validate; the message lists every problem on its own line, naming each key and value (unknown keys
         with a "did you mean" suggestion).
     """
     path = Path(path)
@@ -583,6 +884,12 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise StudyError(f"study file not found: {path}") from None
+    except IsADirectoryError:
+        raise StudyError(f"study file {path} is a folder, not a TOML file") from None
+    except OSError as e:
+        raise StudyError(f"cannot read study file {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise StudyError(f"{path}: not UTF-8 text (byte {e.start}): a study is a TOML file") from None
     except tomllib.TOMLDecodeError as e:
         raise StudyError(f"{path}: invalid TOML: {e}") from None
     raw = deep_merge(raw, {k: v for k, v in overrides.items() if v is not None})
@@ -604,7 +911,8 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
         if only_runs:
             raw["runs"] = select_runs(raw["runs"], only_runs, raw.get("baseline"))
     try:
-        return Study.model_validate(raw)
+        with search_path(path.parent):  # "module:Class" protocols and builders may sit beside the study
+            return Study.model_validate(raw, strict=True)
     except ValidationError as e:
         lines = _format_errors(e)
         if not any(err["loc"] == () for err in e.errors()) and isinstance(raw.get("runs"), list):

@@ -34,6 +34,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
+from fednet.protocol.trace import TEXT_COLUMNS
+
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
@@ -440,9 +442,10 @@ def load_results(out_dir: str | Path) -> Results:
         csv_path = out_dir / run.get("trace_csv", "")
         if not csv_path.is_file():
             raise FileNotFoundError(f"{csv_path}: trace of run {label!r} is missing")
-        df = pd.read_csv(csv_path, dtype={"used": str, "protocol": str})
-        if "used" in df:
-            df["used"] = df["used"].fillna("").astype(object)
+        df = pd.read_csv(csv_path, dtype=dict.fromkeys(TEXT_COLUMNS, str))
+        for col in TEXT_COLUMNS:
+            if col in df:
+                df[col] = df[col].fillna("").astype(object)
         frames.append(df.rename(columns={"protocol": "run"}).assign(run=label))
     rounds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     res = Results(rounds, pd.DataFrame(), summary, study)

@@ -1,7 +1,8 @@
 """Running a study: data pipeline, networks, protocols, traces, summary, plot.
 
 Output of :func:`run_study` (written to a temporary sibling directory and renamed into place
-at the end, so a failed or interrupted study leaves no partial result directory)::
+at the end, so a failed or interrupted study leaves no partial result directory; see
+:mod:`fednet.study.output` for the marker, the lock and the clean-up of killed runs)::
 
     OUT/summary.json            time to each target per run and seed, across seeds, speed-ups
                                 (strict JSON, reproducible numbers only: byte-identical at a seed)
@@ -11,6 +12,7 @@ at the end, so a failed or interrupted study leaves no partial result directory)
     OUT/accuracy_vs_time.png    accuracy against simulated time, every run and seed
     OUT/study.json              the validated study, as run
     OUT/<run label>/trace.csv   one row per (seed, round)
+    OUT/.fednet-output          marker: the files fednet wrote (only such folders are replaced)
 
 ``run_study(study, None)`` writes nothing and returns the results in memory (notebooks);
 :meth:`StudyResult.frames` gives them as pandas DataFrames, like
@@ -25,12 +27,9 @@ import json
 import logging
 import os
 import platform
-import re
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ import networkx as nx
 import numpy as np
 from tqdm.auto import tqdm
 
+from fednet.errors import ConfigError, FednetError
 from fednet.learning.datasets import load_dataset
 from fednet.learning.features import rbf_features
 from fednet.learning.models import one_hot
@@ -48,29 +48,29 @@ from fednet.learning.partitions import partition
 from fednet.learning.task import LearningTask
 from fednet.protocol import registry
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
-from fednet.sim.rng import Streams
+from fednet.sim.rng import Streams, secret_seed_from_env
 from fednet.sim.simulation import Simulation
-from topologies.lte import lte_star
+from fednet.topologies import builder
+from fednet.topologies.distributions import per_device
+from fednet.topologies.groups import assign_groups, make_groups
+from fednet.topologies.lte import lte_star
 
-from .config import DataSpec, NetworkSpec, RunSpec, Study
+from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
+from .output import StagedOutput
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
 
 __all__ = ["prepare_task", "build_network", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
            "write_results"]
+
+from fednet.protocol.trace import COLUMNS
 
 log = logging.getLogger(__name__)
 
 #: Packages whose versions :func:`provenance` records.
 PROVENANCE_PACKAGES = ("numpy", "scipy", "torch", "galois", "simpy", "pydantic", "scikit-learn", "networkx")
 
-TRACE_COLUMNS = ["protocol", "seed", "round", "time_s", "accuracy", "loss", "bits_up", "bits_down",
-                 "device_macs", "server_macs", "retransmissions", "used"]
-
-
-def slug(label: str) -> str:
-    """A file-system-safe directory name for a run label."""
-    s = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_")
-    return s or "run"
+#: The standard trace columns, in order (defined once, by :class:`fednet.protocol.trace.TraceRow`).
+TRACE_COLUMNS = list(COLUMNS)
 
 
 def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, feature_seed: int | None = None,
@@ -92,14 +92,25 @@ def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, fea
     ------
     fednet.learning.datasets.DatasetError
         For a missing or corrupted data file (before anything is written).
+    fednet.errors.ConfigError
+        When the partition cannot give every device at least one training point.
     """
     spec: DataSpec = study.data
     if data is None:
         data = load_dataset(spec.dataset, data_dir)
     fs = spec.feature_seed_for(study.seeds[0]) if feature_seed is None else feature_seed
     feats = rbf_features(data, gamma=spec.rbf_gamma, n_components=spec.n_components, seed=fs)
-    parts = partition(data.y_train, study.network.n_devices, kind=spec.partition, alpha=spec.dirichlet_alpha,
-                      rng=np.random.default_rng(spec.partition_seed))
+    try:
+        parts = partition(data.y_train, study.network.n_devices, kind=spec.partition, alpha=spec.dirichlet_alpha,
+                          rng=np.random.default_rng(spec.partition_seed))
+    except ValueError as e:
+        raise ConfigError(f"data.partition = {spec.partition!r} cannot split the {len(data.y_train)} training points "
+                          f"of {spec.dataset!r} over network.n_devices = {study.network.n_devices}: {e}") from e
+    empty = [i for i, idx in enumerate(parts) if len(idx) == 0]
+    if empty:
+        raise ConfigError(f"data.partition = {spec.partition!r} leaves device {empty[0]} (and {len(empty) - 1} more) "
+                          f"without training points over network.n_devices = {study.network.n_devices}; use fewer "
+                          f"devices or another partition")
     y = one_hot(data.y_train, data.n_classes)
     tr = study.training
     return LearningTask(
@@ -110,13 +121,59 @@ def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, fea
         weight_decay=tr.weight_decay)
 
 
+def _stream(seed: int, field: str, value: Any) -> np.random.Generator:
+    """The stream of a drawn network field: keyed by (seed, "topology", field); a table's own seed wins."""
+    own = value.get("seed") if isinstance(value, dict) else None
+    return Streams(seed if own is None else own, 1).generator("topology", field)
+
+
 def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
-    """The topology graph of a network spec for one seed (drawn MAC rates depend on the seed only)."""
-    rates = None if spec.device_mac_rates == "paper" else spec.device_mac_rates
-    return lte_star(spec.n_devices, uplink_bps=spec.uplink_bps, downlink_bps=spec.downlink_bps, loss=spec.loss,
-                    header_overhead=spec.header_overhead, packet_bits=spec.packet_bits,
-                    server_mac_rate=spec.server_mac_rate, device_mac_rates=rates,
-                    rng=Streams(seed, 1).generator("topology"))
+    """The topology graph of a network spec for one seed.
+
+    Dispatches on ``spec.kind``: the built-in ``lte_star`` gets the spec's link, loss and MAC-rate
+    fields (numbers, per-device lists, or distributions drawn here); a user builder
+    ``"module:function"`` is called as ``function(n_devices, rng=..., **spec.params)``. Then
+    ``spec.groups`` is written onto the graph (:func:`fednet.topologies.groups.assign_groups`).
+
+    The "paper" MAC rates keep the stream they always had (``Streams(seed, 1).generator("topology")``),
+    so existing studies draw the same rates; every other drawn field has its own stream
+    (:func:`_stream`).
+
+    Raises
+    ------
+    ValueError
+        If a user builder returns something other than a networkx graph, or a graph whose number
+        of devices differs from ``spec.n_devices``.
+    """
+    D = spec.n_devices
+    topo_rng = Streams(seed, 1).generator("topology")
+    if spec.kind == "lte_star":
+        if spec.device_mac_rates == "paper":
+            rates = None
+        else:
+            rates = per_device(spec.device_mac_rates, D, _stream(seed, "device_mac_rates", spec.device_mac_rates),
+                               "device_mac_rates")
+        link = {name: per_device(getattr(spec, name), D, _stream(seed, name, getattr(spec, name)), name)
+                for name in ("uplink_bps", "downlink_bps", "loss")}
+        g = lte_star(D, **link, header_overhead=spec.header_overhead, packet_bits=spec.packet_bits,
+                     server_mac_rate=spec.server_mac_rate, device_mac_rates=rates, rng=topo_rng)
+    else:
+        g = builder(spec.kind)(D, rng=topo_rng, **spec.params)
+        if not isinstance(g, nx.Graph):
+            raise ValueError(f"network builder {spec.kind!r} returned {type(g).__name__}, not a networkx graph")
+        n = sum(1 for _, a in g.nodes(data=True) if a.get("role") == "device")
+        if n != D:
+            raise ValueError(f"network builder {spec.kind!r} built {n} devices for n_devices = {D}")
+    gs = spec.groups
+    if gs is not None:
+        if gs.membership is not None:
+            members = gs.membership
+        else:
+            macs = [a.get("mac_rate") for _, a in g.nodes(data=True) if a.get("role") == "device"]
+            members = make_groups(gs.rule, D, gs.count, mac_rates=macs,
+                                  rng=Streams(seed if gs.seed is None else gs.seed, 1).generator("topology", "groups"))
+        assign_groups(g, members)
+    return g
 
 
 def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False) -> Simulation:
@@ -125,7 +182,7 @@ def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False
                else Deterministic())
     return Simulation(build_network(spec, seed), seed, device_compute=compute,
                       availability=BernoulliDropout(spec.dropout) if spec.dropout > 0 else None,
-                      record_views=record_views)
+                      record_views=record_views, secret_seed=secret_seed_from_env())
 
 
 def _git_commit() -> tuple[str | None, bool | None]:
@@ -212,12 +269,33 @@ class StudyResult:
                        self.summary, json.loads(self.study.model_dump_json()) if self.study else {})
 
 
+def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -> Any:
+    """The protocol of ``run`` on a fresh simulation of ``seed``.
+
+    Raises
+    ------
+    ConfigError
+        When the protocol refuses its parameters against the data or network (its ``validate``
+        raised ``ValueError``); the message names the run.
+    """
+    cls = registry.get(run.protocol)
+    sim = build_simulation(study.run_network(run), seed, record_views=study.record_views)
+    try:
+        return cls(sim, task, study.run_params(run), label=run.name)
+    except ConfigError as e:
+        i = study.runs.index(run)
+        raise type(e)(f"runs[{i}] ({run.name}).params: {e}") from e
+    except FednetError:
+        raise
+    except ValueError as e:
+        i = study.runs.index(run)
+        raise ConfigError(f"runs[{i}] ({run.name}).params: {e}") from e
+
+
 def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
              on_round: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
-    cls = registry.get(run.protocol)
-    sim = build_simulation(study.network, seed, record_views=study.record_views)
-    proto = cls(sim, task, run.params, label=run.name)
-    return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round)
+    proto = _build_protocol(study, run, seed, task)
+    return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round, strict=study.strict)
 
 
 def _write_trace(path: Path, by_seed: dict[int, list[dict[str, Any]]], seeds: Sequence[int]) -> None:
@@ -276,6 +354,8 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
             data_s[str(fs)] = time.perf_counter() - t0
             log.info("%s: data %s with feature draw %d ready in %.1f s", study.name, study.data.dataset, fs,
                      data_s[str(fs)])
+            for run in study.runs:             # refuse data-dependent misfits before any run
+                _build_protocol(study, run, seeds[0], task)
             for run in study.runs:
                 for seed in seeds:
                     bar.set_postfix_str(f"{run.name} seed {seed}")
@@ -291,6 +371,13 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
                     bar.refresh()
                     log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name, run.name, seed,
                              len(rows) - 1, rows[-1]["time_s"], wall[run.name][seed])
+    return _assemble(study, traces, wall, data_s, {}, t_start, command)
+
+
+def _assemble(study: Study, traces: dict[str, dict[int, list[dict[str, Any]]]], wall: dict[str, dict[int, float]],
+              data_s: dict[str, float], extra_timing: dict[str, Any], t_start: float,
+              command: Sequence[str] | None) -> StudyResult:
+    """Summary, timing and provenance of gathered traces (shared by the serial and parallel paths)."""
     fseeds = {seed: study.data.feature_seed_for(seed) for seed in study.seeds}
     summary = {"study": study.name,
                **summarize(traces, study.targets, study.baseline,
@@ -299,13 +386,25 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
         summary["runs"][run.name]["trace_csv"] = f"{slug(run.name)}/trace.csv"
     timing = {"unit": "host seconds (wall clock; not reproducible)", "data_s": data_s,
               "runs": {label: {str(s): v for s, v in by.items()} for label, by in wall.items()},
-              "total_s": time.perf_counter() - t_start}
+              **extra_timing, "total_s": time.perf_counter() - t_start}
     return StudyResult(None, summary, traces, wall, timing, provenance(command), study)
+
+
+def _simulate_parallel(study: Study, *, jobs: int | None, scheduler: str | None, data_dir: str | os.PathLike | None,
+                       progress: bool, blas_threads: int | None, command: Sequence[str] | None) -> StudyResult:
+    """Run every (run, seed) of ``study`` as Dask tasks (:mod:`fednet.study.parallel`)."""
+    from .parallel import simulate_parallel
+
+    t_start = time.perf_counter()
+    traces, wall, data_s, info = simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir,
+                                                   progress=progress, blas_threads=blas_threads)
+    return _assemble(study, traces, wall, data_s, {"parallel": info}, t_start, command)
 
 
 def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
               data_dir: str | os.PathLike | None = None, progress: bool = True, plot: bool = True,
-              command: Sequence[str] | None = None) -> StudyResult:
+              command: Sequence[str] | None = None, jobs: int | None = None, scheduler: str | None = None,
+              blas_threads: int | None = 1) -> StudyResult:
     """Run every (run, seed) of a study; write its results to ``out_dir`` unless it is None.
 
     Parameters
@@ -322,6 +421,15 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
         Draw ``accuracy_vs_time.png``.
     command : sequence of str, optional
         Command line recorded in ``provenance.json`` (default ``sys.argv``).
+    jobs : int, optional
+        Run the (run, seed) pairs as tasks on a local Dask cluster of this many single-threaded
+        worker processes (:mod:`fednet.study.parallel`); None (and no ``scheduler``): serially,
+        in this process. Same ``trace.csv`` and ``summary.json``, byte for byte.
+    scheduler : str, optional
+        Address of a running Dask scheduler (``tcp://host:8786``) to run the tasks on instead.
+    blas_threads : int or None
+        BLAS/OpenMP threads of each simulation (``threadpoolctl``; default 1: parallelise over
+        runs instead); None leaves the thread pools alone.
 
     Returns
     -------
@@ -329,27 +437,40 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
 
     Raises
     ------
+    fednet.errors.OutputError
+        ``out_dir`` holds files fednet did not write, or is the current folder (checked first,
+        before any simulation).
+    fednet.errors.OutputLocked
+        Another live fednet run writes to ``out_dir`` (its pid is in the message).
     fednet.learning.datasets.DatasetError
-        For missing or corrupted data (before anything is written).
+        For missing or corrupted data (nothing is left behind).
+    fednet.errors.ConfigError
+        A protocol refuses its parameters against the data (before any run starts).
+    fednet.protocol.base.StragglerShortfall
+        With ``study.strict``, from a round that cannot complete.
 
     Notes
     -----
-    Every simulation runs before anything is written; the files then go to a temporary
-    directory renamed to ``out_dir`` (an existing ``out_dir`` is replaced).
+    The output folder is checked and locked first; every simulation runs before anything is
+    written; the files then go to a staging folder renamed to ``out_dir``. An existing
+    ``out_dir`` is replaced only if fednet wrote it (:class:`~fednet.study.output.StagedOutput`).
     """
-    result = _simulate(study, data_dir=data_dir, progress=progress, command=command)
+    def simulate() -> StudyResult:
+        if jobs is not None or scheduler is not None:
+            return _simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir, progress=progress,
+                                      blas_threads=blas_threads, command=command)
+        from .threads import limit_threads
+
+        for run in study.runs:  # import the protocols (and their libraries) before the thread limit
+            registry.get(run.protocol)
+        with limit_threads(blas_threads):
+            return _simulate(study, data_dir=data_dir, progress=progress, command=command)
+
     if out_dir is None:
-        return result
+        return simulate()
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.partial-", dir=out_dir.parent))
-    try:
+    with StagedOutput(out_dir) as tmp:
+        result = simulate()
         write_results(result, study, tmp, plot=plot)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     result.out_dir = out_dir
     return result

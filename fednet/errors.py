@@ -1,0 +1,81 @@
+"""One family of errors for bad input and failed runs.
+
+Every error fednet raises on purpose (a bad study or parameter, a data file it cannot use, an
+output folder it must not touch, a round that cannot be decoded) is a :class:`FednetError`.
+The ``fednet`` command prints any of them as one line-oriented message on stderr and exits with
+status 2; anything else is a bug and keeps its traceback.
+
+The classes keep the built-in bases that existing code catches (``ValueError`` for bad
+configuration, ``RuntimeError`` for data and decoding failures, ``OSError`` for output folders),
+so ``except ValueError`` around a config still works.
+
+==========================  =================================  =============================
+class                        built-in base                       raised for
+==========================  =================================  =============================
+:class:`ConfigError`         ``ValueError``                      a study or parameter that does
+                                                                 not validate (the message names
+                                                                 the key and its value)
+:class:`CapacityError`       ``ValueError`` (via ConfigError)    a ring or field too small for
+                                                                 the values it must carry
+:class:`DataError`           ``RuntimeError``                    a data file that is missing,
+                                                                 corrupted or malformed
+:class:`OutputError`         ``OSError``                         an output folder fednet may not
+                                                                 write or replace (user files,
+                                                                 another run's lock)
+:class:`DecodeFailure`       ``RuntimeError``                    a round that cannot complete
+                                                                 (too few results to decode)
+:class:`SetupFailure`        ``RuntimeError`` (via               a setup phase that cannot
+                             DecodeFailure)                      complete (devices absent under
+                                                                 the protocol's reaction)
+==========================  =================================  =============================
+
+This module imports nothing from fednet, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["FednetError", "ConfigError", "CapacityError", "DataError", "OutputError", "OutputLocked",
+           "DecodeFailure", "SetupFailure"]
+
+
+class FednetError(Exception):
+    """Base of every error fednet raises on purpose (bad input, unusable data or output, failed decoding)."""
+
+
+class ConfigError(FednetError, ValueError):
+    """A configuration (study file, protocol parameters, network) that does not validate.
+
+    The message names the offending key and its value.
+    """
+
+
+class CapacityError(ConfigError):
+    """A fixed-point ring or prime field too small for the values an exact computation forms.
+
+    The message names the parameter, the bound, and the smallest setting that works.
+    """
+
+
+class DataError(FednetError, RuntimeError):
+    """A data file that is missing, cannot be downloaded, is corrupted or is malformed."""
+
+
+class OutputError(FednetError, OSError):
+    """An output folder fednet must not write or replace (it holds files fednet did not create,
+    is the current folder, or is not a folder)."""
+
+
+class OutputLocked(OutputError):
+    """Another live fednet process is writing to the same output folder (the message names its pid)."""
+
+
+class DecodeFailure(FednetError, RuntimeError):
+    """A round that cannot complete: too few results reached the server to decode the aggregate."""
+
+
+class SetupFailure(DecodeFailure):
+    """A setup phase (round 0) that cannot complete: devices were absent and the protocol's reaction
+    (``Protocol.setup_dropouts``: ``"fail"``, or ``"reshare"`` beyond ``max_setup_attempts``) gives up.
+
+    The message names the protocol, the absent devices and the number of attempts.
+    """

@@ -1,0 +1,95 @@
+"""Importing user objects named ``"package.module:Name"`` (protocols, topology builders).
+
+Studies name a protocol class or a network builder that lives outside fednet as
+``"package.module:Name"``. :func:`import_object` imports it from ``sys.path``, else from the
+directories pushed by :func:`search_path` (a study file's directory, see
+:func:`fednet.study.config.load_study`) and the working directory. No other fednet module is imported
+here, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+__all__ = ["import_object", "search_path", "is_object_path"]
+
+_SEARCH: list[Path] = []
+
+
+def is_object_path(spec: str) -> bool:
+    """Whether ``spec`` has the ``"package.module:Name"`` form (a colon; identifiers either side)."""
+    module, sep, attr = spec.partition(":")
+    return bool(sep and module and attr
+                and all(p.isidentifier() for p in module.split(".") + attr.split(".")))
+
+
+@contextlib.contextmanager
+def search_path(*dirs: str | Path | None) -> Iterator[None]:
+    """Extra directories tried (after ``sys.path``) by :func:`import_object` inside the block."""
+    added = [Path(d).resolve() for d in dirs if d is not None]
+    _SEARCH[:0] = added
+    try:
+        yield
+    finally:
+        del _SEARCH[:len(added)]
+
+
+def _missing_is_target(e: ModuleNotFoundError, module: str) -> bool:
+    # True when the module itself (or a parent package) is missing, not an import inside it
+    return e.name is not None and (module == e.name or module.startswith(e.name + "."))
+
+
+def import_object(spec: str, what: str = "object") -> object:
+    """Import ``"package.module:Name"`` (``Name`` may be dotted).
+
+    Parameters
+    ----------
+    spec : str
+        ``"package.module:Name"``.
+    what : str
+        What the object is, for messages (``"protocol"``, ``"network builder"``).
+
+    Returns
+    -------
+    object
+
+    Raises
+    ------
+    ValueError
+        For a spec not of that form.
+    ImportError
+        If the module is found nowhere (naming the directories searched) or lacks ``Name``.
+    """
+    if not is_object_path(spec):
+        raise ValueError(f"{what} {spec!r} is not of the form 'package.module:Name'")
+    module, _, attr = spec.partition(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if not _missing_is_target(e, module):
+            raise
+        extra = [str(p) for p in dict.fromkeys([*_SEARCH, Path.cwd().resolve()]) if str(p) not in sys.path]
+        sys.path[:0] = extra
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e2:
+            if not _missing_is_target(e2, module):
+                raise
+            where = ", ".join(extra) or "nowhere else"
+            raise ImportError(f"{what} {spec!r}: no module named {module!r} on sys.path or in {where}") from None
+        finally:
+            for p in extra:
+                with contextlib.suppress(ValueError):
+                    sys.path.remove(p)
+    obj: object = mod
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ImportError(f"{what} {spec!r}: module {module!r} ({getattr(mod, '__file__', '?')}) "
+                              f"has no attribute {attr!r}") from None
+    return obj

@@ -1,0 +1,441 @@
+"""A study's runs x seeds as independent tasks on ``dask.distributed``; BLAS thread limits.
+
+The (run, seed) pairs of a study share nothing but the prepared data, so :func:`simulate_parallel`
+submits each as one task (:func:`run_task`: the validated study, the run's index, the seed) to a
+``dask.distributed`` cluster: a :class:`~distributed.LocalCluster` of ``jobs`` single-threaded
+worker processes, or an existing cluster at a scheduler address. Each worker process prepares the
+features of a data draw once and keeps them (:func:`cached_task`, keyed by the data spec, the
+device count, the training spec and the feature seed), so a worker that runs several seeds of the
+same draw pays for the random-Fourier embedding once. The client gathers the traces into the same
+dictionaries, in the same order, as the serial runner, so ``trace.csv`` and ``summary.json`` are
+byte-identical to a serial run at the same seeds (``timing.json`` holds host seconds and differs).
+
+Threads: every worker runs one task at a time with one BLAS/OpenMP thread (:func:`limit_threads`,
+through ``threadpoolctl``; a :class:`BlasLimits` worker plugin sets it at worker start-up, and
+each task sets it again for libraries loaded since). On a loaded host the default OpenBLAS thread
+count made runs 4-11x slower (issue 12); parallelism comes from running tasks side by side instead.
+The serial runner uses the same limit, so both paths do their floating-point reductions in the
+same order.
+
+Environment: the variables named in :data:`FORWARDED_ENV` (``FEDNET_SECRET_SEED``, read by the
+simulation when it draws secret pads and masks) are captured in the client and set (or unset)
+in the worker for the duration of each task, so a worker on another host behaves like the serial
+run whatever its own environment holds. The secret then travels inside the task graph: use TLS
+between client and scheduler if the network is not trusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sys
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+try:
+    from distributed.diagnostics.plugin import WorkerPlugin
+except ImportError as e:  # pragma: no cover - dask is a dependency
+    raise ImportError("parallel runs (--jobs, --scheduler) need dask.distributed: "
+                      "pip install 'dask[distributed]'") from e
+
+from .config import Study
+from .threads import limit_threads
+
+__all__ = ["FORWARDED_ENV", "BlasLimits", "limit_threads", "cached_task", "run_task", "open_client",
+           "simulate_parallel", "default_jobs"]
+
+log = logging.getLogger(__name__)
+
+#: Environment variables the client forwards into every task (value, or None for unset).
+FORWARDED_ENV = ("FEDNET_SECRET_SEED",)
+
+#: Prepared tasks kept per worker process (a data draw of MNIST at 2000 features is ~0.5 GB).
+CACHE_SIZE = 2
+
+_TASKS: OrderedDict[str, Any] = OrderedDict()
+_DATA: dict[tuple[str, str | None], Any] = {}
+
+
+def default_jobs() -> int:
+    """The number of worker processes ``--jobs`` without a value starts: the usable CPU cores."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+#: glibc ``mallopt`` parameters (malloc.h) and the values a long-running process reaches by itself.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_MMAP_THRESHOLD, _TRIM_THRESHOLD = 32 * 2**20, 64 * 2**20
+
+
+def _undo_malloc_trim() -> bool:
+    """Give glibc malloc back its large-array reuse when ``MALLOC_TRIM_THRESHOLD_`` is set.
+
+    Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``; any such variable fixes
+    glibc's mmap threshold at 128 KiB, so every array above it is a fresh ``mmap`` whose pages
+    fault in on first touch: measured here, 1.8 M page faults and 2-3x the host time of a
+    quickstart run. Setting the thresholds to the values glibc's dynamic adjustment reaches
+    (32 MiB mmap, 64 MiB trim) restores the serial speed. Returns whether it changed anything.
+    """
+    if "MALLOC_TRIM_THRESHOLD_" not in os.environ or not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
+                    and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
+    except (OSError, AttributeError):  # not glibc
+        return False
+
+
+class BlasLimits(WorkerPlugin):
+    """A ``dask.distributed`` worker plugin: one BLAS/OpenMP pool size and serial-speed malloc.
+
+    Parameters
+    ----------
+    n : int
+        Threads per pool in every worker process (>= 1).
+
+    Raises
+    ------
+    ValueError
+        If ``n`` is below 1.
+    """
+
+    name = "fednet-blas-limits"
+
+    def __init__(self, n: int = 1) -> None:
+        if int(n) < 1:
+            raise ValueError(f"blas_threads must be >= 1, got {n!r}")
+        self.n = int(n)
+        self._limits: Any = None
+
+    def setup(self, worker: Any) -> None:
+        """Load numpy and scipy's BLAS, limit every loaded pool to ``n`` threads, undo the malloc trim.
+
+        BLAS pools are process-wide; OpenMP's thread count is a per-thread setting, which
+        :func:`run_task` sets again in the thread that runs the task. See :func:`_undo_malloc_trim`
+        for the allocator.
+        """
+        import numpy  # noqa: F401
+        import scipy.linalg  # noqa: F401
+        from threadpoolctl import threadpool_limits
+
+        _undo_malloc_trim()
+        self._limits = threadpool_limits(limits=self.n)  # stays in effect for the worker's life
+
+    def teardown(self, worker: Any) -> None:
+        """Restore the pools' original sizes."""
+        if self._limits is not None:
+            self._limits.restore_original_limits()
+
+
+def _features_key(study: Study, feature_seed: int, data_dir: str | os.PathLike | None) -> str:
+    return json.dumps({"data": study.data.model_dump(mode="json"), "n_devices": study.network.n_devices,
+                       "training": study.training.model_dump(mode="json"), "feature_seed": int(feature_seed),
+                       "data_dir": None if data_dir is None else os.fspath(data_dir)}, sort_keys=True)
+
+
+def cached_task(study: Study, feature_seed: int, data_dir: str | os.PathLike | None = None) -> tuple[Any, float]:
+    """The study's prepared :class:`~fednet.learning.task.LearningTask` for a feature draw, cached per process.
+
+    Parameters
+    ----------
+    study : Study
+    feature_seed : int
+        ``random_state`` of the random-Fourier draw.
+    data_dir : path-like, optional
+        Directory with the data sets (default ``$FEDNET_DATA`` of this process).
+
+    Returns
+    -------
+    task : LearningTask
+    seconds : float
+        Host seconds spent loading and preparing (0.0 when it came from the cache).
+
+    Raises
+    ------
+    fednet.learning.datasets.DatasetError
+        For a missing or corrupted data file.
+    """
+    from fednet.learning.datasets import load_dataset
+
+    from .runner import prepare_task
+
+    key = _features_key(study, feature_seed, data_dir)
+    if key in _TASKS:
+        _TASKS.move_to_end(key)
+        return _TASKS[key], 0.0
+    t0 = time.perf_counter()
+    dkey = (study.data.dataset, None if data_dir is None else os.fspath(data_dir))
+    if dkey not in _DATA:
+        _DATA.clear()
+        _DATA[dkey] = load_dataset(study.data.dataset, data_dir)
+    task = prepare_task(study, data_dir, feature_seed=feature_seed, data=_DATA[dkey])
+    _TASKS[key] = task
+    while len(_TASKS) > CACHE_SIZE:
+        _TASKS.popitem(last=False)
+    return task, time.perf_counter() - t0
+
+
+@contextlib.contextmanager
+def _environment(env: Mapping[str, str | None] | None) -> Iterator[None]:
+    if not env:
+        yield
+        return
+    before = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _round_reporter(topic: str | None, tag: str) -> Any:
+    """An ``on_round`` callback that logs the rounds done to ``topic`` (at most every 0.5 s), or None."""
+    if topic is None:
+        return None
+    try:
+        from distributed import get_worker
+
+        worker = get_worker()
+    except (ImportError, ValueError):  # not inside a Dask worker
+        return None
+    state = {"rounds": 0, "last": 0.0}
+
+    def on_round(row: dict[str, Any]) -> None:
+        state["rounds"] += 1
+        now = time.monotonic()
+        if now - state["last"] >= 0.5:
+            state["last"] = now
+            worker.log_event(topic, {"task": tag, "rounds": state["rounds"]})
+
+    return on_round
+
+
+def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLike | None = None,
+             blas_threads: int | None = 1, env: Mapping[str, str | None] | None = None,
+             progress_topic: str | None = None) -> dict[str, Any]:
+    """One (run, seed) of a study, as a worker runs it.
+
+    Parameters
+    ----------
+    study : Study
+        The validated study.
+    run_index : int
+        Index into ``study.runs``.
+    seed : int
+        One of ``study.seeds``.
+    data_dir : path-like, optional
+        Directory with the data sets (default the worker's ``$FEDNET_DATA``).
+    blas_threads : int or None
+        Thread-pool size during the run (:func:`limit_threads`).
+    env : mapping, optional
+        Environment variables to set (None: unset) while the task runs (:data:`FORWARDED_ENV`).
+    progress_topic : str, optional
+        Dask event topic to which the rounds done so far are logged (``{"task": "RUN_INDEX:SEED",
+        "rounds": n}``, at most every 0.5 s) when running inside a worker.
+
+    Returns
+    -------
+    dict
+        ``rows`` (the trace, one dict per round), ``wall_s`` (host seconds of the simulation),
+        ``data_s`` (host seconds spent preparing the features; 0.0 if cached), ``feature_seed``.
+    """
+    from fednet.protocol import registry
+
+    from .runner import _run_one
+
+    run = study.runs[run_index]
+    fs = study.data.feature_seed_for(seed)
+    registry.get(run.protocol)  # import the protocol (and its libraries) before the thread limit
+    with _environment(env), limit_threads(blas_threads):
+        task, data_s = cached_task(study, fs, data_dir)
+        t0 = time.perf_counter()
+        rows = _run_one(study, run, seed, task, _round_reporter(progress_topic, f"{run_index}:{seed}"))
+        wall = time.perf_counter() - t0
+    return {"rows": rows, "wall_s": wall, "data_s": data_s, "feature_seed": fs}
+
+
+def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_threads: int = 1) -> Any:
+    """A ``distributed.Client`` on a new local cluster of ``jobs`` processes or on ``scheduler``.
+
+    Parameters
+    ----------
+    jobs : int, optional
+        Worker processes of a new :class:`~distributed.LocalCluster` (one thread each); default
+        :func:`default_jobs`. Ignored with ``scheduler``.
+    scheduler : str, optional
+        Address of a running scheduler (``tcp://host:8786``).
+    blas_threads : int
+        Thread-pool size of every worker (:class:`BlasLimits`).
+
+    Returns
+    -------
+    distributed.Client
+        Closing it also closes a cluster it started.
+
+    Raises
+    ------
+    ValueError
+        If ``jobs`` is below 1.
+    """
+    from distributed import Client
+
+    if scheduler is not None:
+        client = Client(scheduler)
+    else:
+        n = default_jobs() if jobs is None else int(jobs)
+        if n < 1:
+            raise ValueError(f"jobs must be >= 1, got {jobs!r}")
+        import dask
+
+        # worker processes as fast as the serial run: no MALLOC_TRIM_THRESHOLD_ (see
+        # _undo_malloc_trim), no statistical profiler sampling the simulation's deep stacks every
+        # 10 ms; the client owns this cluster: closing the client closes it
+        environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
+                   if k != "MALLOC_TRIM_THRESHOLD_"}
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
+                              "distributed.worker.profile.enabled": False}):
+            client = Client(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                            silence_logs=logging.ERROR)
+    client.register_plugin(BlasLimits(blas_threads))
+    return client
+
+
+def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str | None = None, client: Any = None,
+                      data_dir: str | os.PathLike | None = None, progress: bool = True,
+                      blas_threads: int | None = 1) -> tuple[dict[str, dict[int, list[dict[str, Any]]]],
+                                                             dict[str, dict[int, float]], dict[str, float],
+                                                             dict[str, Any]]:
+    """Run every (run, seed) of ``study`` as a Dask task and gather the traces in serial order.
+
+    Parameters
+    ----------
+    study : Study
+    jobs, scheduler : optional
+        Where to run (:func:`open_client`); ignored when ``client`` is given.
+    client : distributed.Client, optional
+        An open client to use (left open).
+    data_dir : path-like, optional
+        Directory with the data sets, as the workers see it (default their ``$FEDNET_DATA``).
+    progress : bool
+        One progress bar over all tasks, in rounds (reported by the workers while they run;
+        exact as each task completes).
+    blas_threads : int or None
+        Thread-pool size in every worker.
+
+    Returns
+    -------
+    traces : {label: {seed: rows}}
+        In the serial runner's order (feature draw, then run, then seed).
+    wall : {label: {seed: host seconds}}
+    data_s : {feature seed: host seconds}
+        The longest preparation of each feature draw on any worker.
+    info : dict
+        ``workers`` (how many) and ``scheduler`` (address), for ``timing.json``.
+
+    Raises
+    ------
+    Exception
+        The first task's error (e.g. :class:`~fednet.learning.datasets.DatasetError`), re-raised
+        in the client after the other tasks are cancelled.
+    """
+    from distributed import as_completed
+    from tqdm.auto import tqdm
+
+    own = client is None
+    if own:
+        client = open_client(jobs, scheduler, blas_threads=1 if blas_threads is None else blas_threads)
+    try:
+        env = {k: os.environ.get(k) for k in FORWARDED_ENV}
+        groups: dict[int, list[int]] = {}
+        for seed in study.seeds:
+            groups.setdefault(study.data.feature_seed_for(seed), []).append(seed)
+        order = [(i, seed) for seeds in groups.values() for i in range(len(study.runs)) for seed in seeds]
+        # progress in rounds, as in the serial runner: workers log the rounds done per task to a
+        # topic; a finished task counts its rows, and a run stopped early by stop_at shrinks the
+        # total expected of its remaining seeds
+        expect = {i: study.run_epochs(run) + 1 for i, run in enumerate(study.runs)}
+        left = {i: len(study.seeds) for i in expect}
+        running: dict[str, int] = {}
+        done_rounds = 0
+        lock = threading.Lock()
+        topic = f"fednet-progress-{os.urandom(6).hex()}"
+        bar = tqdm(total=sum(expect[i] * left[i] for i in expect), desc=study.name, unit="round",
+                   disable=not progress, leave=False, mininterval=0.5)
+
+        def refresh() -> None:
+            bar.n = done_rounds + sum(running.values())
+            bar.total = max(bar.n, done_rounds + sum(expect[i] * left[i] for i in expect))
+            bar.refresh()
+
+        def on_event(event: tuple[float, dict[str, Any]]) -> None:
+            msg = event[1]
+            with lock:
+                if msg["task"] in running:
+                    running[msg["task"]] = max(running[msg["task"]], int(msg["rounds"]))
+                    refresh()
+
+        futures = {}
+        for i, seed in order:
+            running[f"{i}:{seed}"] = 0
+            fut = client.submit(run_task, study, i, seed, data_dir, blas_threads, env, topic if progress else None,
+                                pure=False, key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
+            futures[fut] = (i, seed)
+        if progress:
+            client.subscribe_topic(topic, on_event)
+        results: dict[tuple[int, int], dict[str, Any]] = {}
+        with bar:
+            try:
+                for fut in as_completed(list(futures)):
+                    i, seed = futures[fut]
+                    res = fut.result()
+                    results[(i, seed)] = res
+                    with lock:
+                        running.pop(f"{i}:{seed}", None)
+                        done_rounds += len(res["rows"])
+                        left[i] -= 1
+                        expect[i] = min(expect[i], len(res["rows"]))
+                        bar.set_postfix_str(f"{study.runs[i].name} seed {seed} done")
+                        refresh()
+                    rows = res["rows"]
+                    log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name,
+                             study.runs[i].name, seed, len(rows) - 1, rows[-1]["time_s"], res["wall_s"])
+            except BaseException:
+                client.cancel(list(futures))
+                raise
+            finally:
+                if progress:
+                    client.unsubscribe_topic(topic)
+        traces: dict[str, dict[int, list[dict[str, Any]]]] = {run.name: {} for run in study.runs}
+        wall: dict[str, dict[int, float]] = {run.name: {} for run in study.runs}
+        data_s: dict[str, float] = {}
+        for i, seed in order:
+            res = results[(i, seed)]
+            name = study.runs[i].name
+            traces[name][seed] = res["rows"]
+            wall[name][seed] = res["wall_s"]
+            k = str(res["feature_seed"])
+            data_s[k] = max(data_s.get(k, 0.0), res["data_s"])
+        info = {"workers": len(client.scheduler_info().get("workers", {})), "scheduler": client.scheduler.address}
+        return traces, wall, data_s, info
+    finally:
+        if own:
+            client.close()
+

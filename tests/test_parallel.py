@@ -1,0 +1,191 @@
+"""Sweeps on Dask: ``fednet run --jobs 2`` writes the serial run's outputs byte for byte;
+workers run with one BLAS thread (threadpoolctl); task errors and environment reach the client."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from fednet.cli import main
+from fednet.study.config import load_study
+from fednet.study.threads import limit_threads
+
+distributed = pytest.importorskip("distributed")
+
+from fednet.study.parallel import _environment, cached_task  # noqa: E402
+
+SMALL = """
+name = "small"
+seeds = [0, 1]
+targets = [0.5, 0.99]
+baseline = "Conventional FL"
+epochs = 4
+[data]
+dataset = "digits"
+n_components = 200
+feature_seed = "{fs}"
+[network]
+n_devices = 6
+compute = "shifted_exponential"
+[[runs]]
+label = "Conventional FL"
+protocol = "conventional"
+params = {{ minibatch_fraction = 0.5 }}
+[[runs]]
+label = "Conventional FL, drop 1"
+protocol = "conventional"
+params = {{ minibatch_fraction = 0.5, drop_slowest = 1 }}
+"""
+
+
+def _blas_threads(apis: tuple[str, ...] = ("blas", "openmp")) -> list[int]:
+    from threadpoolctl import threadpool_info
+
+    return [d["num_threads"] for d in threadpool_info() if d["user_api"] in apis]
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    from fednet.study.parallel import open_client
+
+    # workers inherit the environment at start-up: no download attempts from them
+    before = os.environ.get("FEDNET_DATA_URL")
+    os.environ["FEDNET_DATA_URL"] = (tmp_path_factory.mktemp("nowhere") / "none").as_uri()
+    try:
+        c = open_client(jobs=2)
+    finally:
+        if before is None:
+            del os.environ["FEDNET_DATA_URL"]
+        else:
+            os.environ["FEDNET_DATA_URL"] = before
+    yield c
+    c.close()
+
+
+def test_jobs_2_outputs_are_byte_identical_to_serial(tmp_path: Path) -> None:
+    study = tmp_path / "small.toml"
+    study.write_text(SMALL.format(fs="per_seed"))
+    serial, par = tmp_path / "serial", tmp_path / "par"
+    assert main(["run", str(study), "--out", str(serial), "--quiet"]) == 0
+    assert main(["run", str(study), "--out", str(par), "--quiet", "--jobs", "2"]) == 0
+    names = ["summary.json", "Conventional_FL/trace.csv", "Conventional_FL_drop_1/trace.csv"]
+    for name in names:
+        a, b = (serial / name).read_bytes(), (par / name).read_bytes()
+        assert a == b, name
+    rows = (serial / "Conventional_FL/trace.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 5  # header, 2 seeds x (round 0 + 4 epochs)
+    timing = json.loads((par / "timing.json").read_text())
+    assert timing["parallel"]["workers"] == 2
+    assert set(timing["runs"]["Conventional FL"]) == {"0", "1"}
+    assert "parallel" not in json.loads((serial / "timing.json").read_text())
+
+
+def test_fixed_feature_draw_gathers_the_serial_traces_in_order(client, tmp_path: Path) -> None:
+    from fednet.study.parallel import simulate_parallel
+    from fednet.study.runner import run_study
+
+    study_path = tmp_path / "s.toml"
+    study_path.write_text(SMALL.format(fs=3).replace('"3"', "3").replace("seeds = [0, 1]", "seeds = [5, 2, 9]"))
+    study = load_study(study_path)
+    serial = run_study(study, None, progress=False)
+    traces, wall, data_s, info = simulate_parallel(study, client=client, progress=True)  # rounds via events
+    assert json.dumps(traces) == json.dumps(serial.traces)  # same rows, same dict order
+    assert list(traces["Conventional FL"]) == [5, 2, 9]
+    assert set(data_s) == {"3"} and data_s["3"] > 0 and info["workers"] == 2
+    assert all(w > 0 for by in wall.values() for w in by.values())
+
+
+def test_worker_thread_pools_follow_the_blas_limit(client) -> None:
+    from fednet.study.parallel import BlasLimits
+
+    for fut in [client.submit(_blas_threads, pure=False, workers=[w]) for w in client.scheduler_info()["workers"]]:
+        threads = fut.result()
+        assert threads and set(threads) == {1}
+    # replacing the plugin changes the (process-wide) BLAS pools of every worker; OpenMP's setting
+    # is per thread, which is why run_task also limits the pools in the task's own thread
+    client.register_plugin(BlasLimits(2))
+    try:
+        threads = client.submit(_blas_threads, ("blas",), pure=False).result()
+        assert set(threads) == {2}
+    finally:
+        client.register_plugin(BlasLimits(1))
+    assert set(client.submit(_blas_threads, pure=False).result()) == {1}
+
+
+def test_task_error_reaches_the_client(client, tmp_path: Path) -> None:
+    from fednet.learning.datasets import DatasetError
+    from fednet.study.parallel import simulate_parallel
+
+    study_path = tmp_path / "s.toml"
+    study_path.write_text(SMALL.format(fs=0).replace('"0"', "0").replace('"digits"', '"mnist"'))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DatasetError, match="mnist"):
+        simulate_parallel(load_study(study_path), client=client, data_dir=empty, progress=False)
+
+
+def test_environment_is_set_and_restored(monkeypatch) -> None:
+    monkeypatch.setenv("FEDNET_SECRET_SEED", "7")
+    with _environment({"FEDNET_SECRET_SEED": None}):
+        assert "FEDNET_SECRET_SEED" not in os.environ
+    assert os.environ["FEDNET_SECRET_SEED"] == "7"
+    with _environment({"FEDNET_SECRET_SEED": "11"}):
+        assert os.environ["FEDNET_SECRET_SEED"] == "11"
+    assert os.environ["FEDNET_SECRET_SEED"] == "7"
+
+
+def test_limit_threads_in_process() -> None:
+    with limit_threads(1):
+        assert set(_blas_threads()) == {1}
+    with pytest.raises(ValueError, match="blas_threads must be >= 1 or None, got 0"):
+        with limit_threads(0):
+            pass
+
+
+def test_prepared_features_are_cached_per_feature_draw(tmp_path: Path) -> None:
+    study_path = tmp_path / "s.toml"
+    study_path.write_text(SMALL.format(fs="per_seed"))
+    study = load_study(study_path)
+    t0, s0 = cached_task(study, 0)
+    t0b, s0b = cached_task(study, 0)
+    t1, _ = cached_task(study, 1)
+    assert t0b is t0 and s0 > 0 and s0b == 0.0
+    assert t1 is not t0 and not (t1.X[0] == t0.X[0]).all()
+
+
+def test_malloc_trim_from_the_nanny_is_undone(monkeypatch) -> None:
+    from fednet.study.parallel import _undo_malloc_trim
+
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    assert _undo_malloc_trim() is False
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+    import sys
+
+    assert _undo_malloc_trim() is sys.platform.startswith("linux")
+
+
+def test_local_cluster_workers_run_without_malloc_trim(client) -> None:
+    def environ() -> tuple[str | None, bool]:
+        import dask
+
+        return os.environ.get("MALLOC_TRIM_THRESHOLD_"), dask.config.get("distributed.worker.profile.enabled")
+
+    assert client.submit(environ, pure=False).result() == (None, False)
+
+
+def test_scheduler_address_runs_on_an_existing_cluster(client, tmp_path: Path) -> None:
+    from fednet.study.results import dumps_strict
+    from fednet.study.runner import run_study
+
+    study_path = tmp_path / "s.toml"
+    study_path.write_text(SMALL.format(fs="per_seed").replace("epochs = 4", "epochs = 2"))
+    study = load_study(study_path)
+    serial = run_study(study, None, progress=False)
+    remote = run_study(study, tmp_path / "out", progress=False, plot=False, scheduler=client.scheduler.address)
+    assert dumps_strict(remote.summary) == dumps_strict(serial.summary)
+    assert (tmp_path / "out" / "summary.json").read_text() == dumps_strict(serial.summary)
+    assert remote.timing["parallel"]["scheduler"] == client.scheduler.address
+    assert len(client.scheduler_info()["workers"]) == 2  # the cluster outlives the run
