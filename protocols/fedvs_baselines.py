@@ -162,7 +162,7 @@ class VAFL(VerticalProtocol):
             g_H = yield from self.server_compute(self.server_update, dev.index, rows, H)
             self.used = [dev.index]
             self.env.process(self._reply(dev, g_H))
-            self._record(epoch)["event"] = "update"
+            self.record("update")
         self.used = None
 
     def _reply(self, dev, g_H: np.ndarray) -> Generator:
