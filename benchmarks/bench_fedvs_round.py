@@ -27,8 +27,8 @@ def main() -> None:
     args = ap.parse_args()
     from fednet.learning.vertical import as_learning_task, load_vertical
     from fednet.sim import Deterministic, Simulation
-    from protocols.fedvs import FedVS
-    from topologies.lte import lte_star
+    from fednet.protocols.fedvs import FedVS
+    from fednet.topologies.lte import lte_star
 
     t0 = time.perf_counter()
     data = load_vertical("fashion-mnist", 28, max_train=args.max_train)

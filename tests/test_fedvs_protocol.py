@@ -8,7 +8,7 @@ from fednet.codes import fedvs as fv
 from fednet.learning.vertical import VerticalData, as_learning_task
 from fednet.protocol import registry
 from fednet.sim import Deterministic, Simulation
-from topologies.lte import lte_star
+from fednet.topologies.lte import lte_star
 
 N = 7
 
