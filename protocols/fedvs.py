@@ -80,7 +80,15 @@ class FedVSConfig(VerticalConfig):
 
 @dataclass
 class FedVSState(NodeState):
-    """A client's secrets: the key of its data masks and its model rounding/mask stream."""
+    """A client's secrets (from ``sim.secret_rng``, never the public seed).
+
+    Attributes
+    ----------
+    data_key : int
+        Key of its data masks (per batch block).
+    model_rng : numpy.random.Generator
+        Its stochastic rounding (eq. 3) and model masks (eq. 4).
+    """
 
     data_key: int = 0
     model_rng: np.random.Generator | None = None
@@ -114,8 +122,8 @@ class FedVS(VerticalProtocol):
         self.coded_batch = max(1, c.batch_size // c.K)         # |B|
         self.checked_rounds = 0
         for dev in self.devices:
-            dev.state.data_key = int(self.sim.rng(dev, "fedvs_data_masks").integers(2**62))
-            dev.state.model_rng = self.sim.rng(dev, "fedvs_model_secrets")
+            dev.state.data_key = int(self.sim.secret_rng(dev, "fedvs_data_masks").integers(2**62))
+            dev.state.model_rng = self.sim.secret_rng(dev, "fedvs_model_secrets")
         width = [d * D for d, D in zip(self.data.sizes, self.model.D)]
         yield from self.compute_each(self.devices, None,       # eq. (2) at alpha_1..alpha_N, count of share_data
                                      macs=lambda dev: N * (c.K + c.T) * self.seg_rows * width[dev.index])

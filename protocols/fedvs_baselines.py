@@ -111,7 +111,7 @@ class WaitDP(Wait):
         norms = np.abs(H).sum(axis=1, keepdims=True)
         H = H * np.minimum(1.0, c.dp_clip / np.maximum(norms, 1e-300))
         charge(2 * H.size)
-        rng = self.sim.rng(dev, "dp_noise", self.epoch)
+        rng = self.sim.secret_rng(dev, "dp_noise", self.epoch)
         return H + rng.laplace(0.0, 2.0 * c.dp_clip / c.epsilon, size=H.shape)
 
 
