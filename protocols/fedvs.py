@@ -1,0 +1,230 @@
+"""FedVS: straggler-resilient, private split vertical FL (Li, Yao, Liu, ICML 2023, Algorithm 1).
+
+Set-up (Sec. 4.2, Alg. 1 lines 1-10): every client raises its features to the powers of its PN, quantises
+them (``phi(Round(2^{l_x} X_hat))``), splits the rows into K segments, adds T uniform masks and sends the
+LCC share ``F_n(alpha_n')`` (eq. 2) to every other client, relayed through the server (bundled).  The
+encoding is charged at its metered count (``N (K+T) (M/K) d_n D_n`` MACs, the count
+:func:`fednet.codes.fedvs.share_data` meters, checked in the tests) and the shares at ``bits(p)`` per
+element.  To keep memory at O(batch), the shares of a batch are materialised when the batch is used, with
+the masks drawn from the client's secret stream keyed by the batch block: the same values the set-up
+would have sent (an implementation detail of the simulator, not of the protocol).
+
+Each round (Sec. 4.3, Alg. 1 lines 12-35):
+
+1. every client quantises its PN with stochastic rounding (eq. 3), LCC-shares it (eq. 4), waits the
+   model-sharing delay of Sec. 6.2 (mean ``(log2 N)^2 / |B|`` times its upload mean, ``|B|`` the coded batch),
+   and the shares are exchanged all-to-all (bundled through the server: every client needs every model, so
+   this phase waits for the slowest sharer);
+2. every client evaluates its coded embedding (eq. 5) on the batch's ``|B| = batch_size / K`` coded rows,
+   waits its upload delay and uploads; the server keeps the first ``2(K+T-1)+1`` (Thm. 5.1);
+3. the server interpolates ``psi`` (eq. 6), reads ``psi(beta_1..beta_K)``, dequantises (eq. 7), and in
+   full mode checks the result bit-exactly against the plain quantised sum ``sum_n X_bar_n W_bar_n``;
+   it steps its top model and broadcasts ``dL/dH``; every client updates its PN (``dL/dH_n = dL/dH / N``).
+
+With a ``deadline``, a round whose uploads fall short of the threshold is a decode failure: recorded in
+the trace (``decode_failed``), no update.  Only the full mode exists (the math always runs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from fednet.codes import fedvs as fv
+from fednet.learning.model import unmetered
+from fednet.protocol.base import NodeState
+from fednet.protocol.vertical import VerticalConfig, VerticalProtocol
+
+__all__ = ["FedVSConfig", "FedVS", "FedVSState"]
+
+#: Default prime: the Mersenne prime 2^31 - 1.  With the defaults ``l_x = l_w = 8``, ``w_max = 16`` and pixels
+#: in [0, 1] it carries FashionMNIST's sums over 28 clients x 28 features (bound 784 * 2^8 * 2^12 < 2^30);
+#: a 31-bit prime keeps the exact limb kernels on their fast int64 path (a 61-bit prime is ~5x slower).
+P31 = 2**31 - 1
+
+
+class FedVSConfig(VerticalConfig):
+    """FedVS parameters (Alg. 1 input and Sec. 4).
+
+    Attributes
+    ----------
+    K : int
+        Partition parameter (segments of the data).
+    T : int
+        Privacy parameter (colluding clients; 1 in Sec. 6.2).
+    l_x, l_w : int
+        Scaling bits of the data (Sec. 4.2) and of the model (eq. 3).
+    w_max : float
+        Bound on every PN weight the field is sized for; a model leaving it stops the run.
+    p : int
+        The prime (below 2**62); refused when too small for the embedding sums.
+    deadline : float or None
+        Seconds the server waits for coded embeddings before giving up on a round.
+    sharing_scale : float
+        Multiplies the model-sharing delay of Sec. 6.2 (1 = the paper; 0 removes it, a diagnostic).
+    """
+
+    K: int = Field(1, ge=1)
+    T: int = Field(1, ge=0)
+    l_x: int = Field(8, ge=0)
+    l_w: int = Field(8, ge=0)
+    w_max: float = Field(16.0, gt=0)
+    p: int = P31
+    deadline: float | None = Field(None, ge=0)
+    sharing_scale: float = Field(1.0, ge=0)
+
+
+@dataclass
+class FedVSState(NodeState):
+    """A client's secrets (from ``sim.secret_rng``, never the public seed).
+
+    Attributes
+    ----------
+    data_key : int
+        Key of its data masks (per batch block).
+    model_rng : numpy.random.Generator
+        Its stochastic rounding (eq. 3) and model masks (eq. 4).
+    """
+
+    data_key: int = 0
+    model_rng: np.random.Generator | None = None
+
+
+class FedVS(VerticalProtocol):
+    """FedVS (Alg. 1) on the engine's primitives (module docstring)."""
+
+    name = "fedvs"
+    Config = FedVSConfig
+    State = FedVSState
+
+    @classmethod
+    def check(cls, config: FedVSConfig, n_devices: int) -> None:
+        """Refuse ``2(K+T-1)+1 > N`` (nothing to decode from) and a batch smaller than K."""
+        need = fv.recovery_threshold(config.K, config.T)
+        if need > n_devices:
+            raise ValueError(f"K = {config.K}, T = {config.T} need 2(K+T-1)+1 = {need} clients, the network has "
+                             f"{n_devices}")
+        if config.batch_size < config.K:
+            raise ValueError(f"batch_size = {config.batch_size} must be at least K = {config.K}")
+
+    def setup(self) -> Generator:
+        """Data preparation (Alg. 1, lines 1-10): LCC data shares, charged and sent all-to-all."""
+        c, N = self.config, self.sim.n_devices
+        self.p = fv.check_modulus(c.p, c.l_x, c.l_w, self.data.x_max, c.w_max, self.data.sizes, self.model.D)
+        self.bits = self.p.bit_length()
+        self.alphas, self.betas = fv.default_points(c.K, c.T, N)
+        self.need = fv.recovery_threshold(c.K, c.T)
+        self.seg_rows = len(self.data.y_train) // c.K          # M / K (rows beyond K (M/K) are not used)
+        self.coded_batch = max(1, c.batch_size // c.K)         # |B|
+        self.checked_rounds = 0
+        for dev in self.devices:
+            dev.state.data_key = int(self.sim.secret_rng(dev, "fedvs_data_masks").integers(2**62))
+            dev.state.model_rng = self.sim.secret_rng(dev, "fedvs_model_secrets")
+        width = [d * D for d, D in zip(self.data.sizes, self.model.D)]
+        yield from self.compute_each(self.devices, None,       # eq. (2) at alpha_1..alpha_N, count of share_data
+                                     macs=lambda dev: N * (c.K + c.T) * self.seg_rows * width[dev.index])
+        pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
+        yield from self.exchange(pairs, lambda s, d: _Share(self.seg_rows * width[s.index]), kind="data_share",
+                                 schedule="bundled", element_bits=self.bits)
+
+    # -- the math of one client / the server (full mode) -------------------------------------------------
+    def data_shares(self, n: int, rows: np.ndarray) -> np.ndarray:
+        """Client ``n``'s shares ``F_n(alpha_1..alpha_N)`` of the coded rows ``rows`` (eq. 2), (N, |B|, d_n D_n).
+
+        The masks of the block come from the client's secret key and the block (module docstring).
+        """
+        c = self.config
+        x_bar = self._quantised_segments(n, rows)                         # (K, |B|, d_n D_n)
+        key = (self.devices[n].state.data_key, int(rows[0]), len(rows))
+        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(list(key))))
+        with unmetered():                                                  # charged once in the set-up
+            return fv.lagrange_shares(x_bar, fv.draw_masks(rng, self.p, c.T, x_bar.shape[1:]),
+                                      self.alphas, self.betas, self.p)
+
+    def _quantised_segments(self, n: int, rows: np.ndarray) -> np.ndarray:
+        c = self.config
+        x = self.data.x_train[n]
+        seg = np.stack([x[k * self.seg_rows + rows] for k in range(c.K)])  # (K, |B|, d_n)
+        with unmetered():
+            xh = fv.powers(seg.reshape(-1, x.shape[1]), self.model.D[n])
+            return fv.quantize_data(xh, c.l_x, self.p).reshape(c.K, len(rows), -1)
+
+    def share_model(self, dev) -> tuple[np.ndarray, np.ndarray]:
+        """Quantise (eq. 3) and LCC-share (eq. 4) the client's PN: ``(W_bar_n, shares (N, d_n D_n, h))``."""
+        c, W = self.config, self.model.W[dev.index]
+        if np.abs(W).max() > c.w_max:
+            raise ValueError(f"client {dev.index}'s PN weights reach {np.abs(W).max():.3g} > w_max = {c.w_max}: "
+                             "the field was sized for w_max; raise w_max (and p)")
+        w_bar = fv.quantize_model(W, c.l_w, self.p, dev.state.model_rng)
+        return w_bar, fv.share_model(w_bar, c.K, c.T, self.alphas, self.betas, self.p, dev.state.model_rng)
+
+    def coded_embedding(self, dev) -> np.ndarray:
+        """Client ``n'``'s ``H~_n' = sum_n X~_{n,n'} W~_{n,n'}`` (eq. 5) on the round's coded rows, (|B|, h)."""
+        j = dev.index
+        return fv.coded_embedding([self.round_data[n][j] for n in range(self.sim.n_devices)],
+                                  [self.model_shares[(n, j)] for n in range(self.sim.n_devices)], self.p)
+
+    def decode(self, uploads: list) -> np.ndarray:
+        """Interpolate psi (eq. 6) at beta_1..beta_K and dequantise (eq. 7): the mean embedding (K |B|, h)."""
+        c = self.config
+        H_bar = fv.decode_embedding_sum(np.stack([v for _, v in uploads]), [self.alphas[n.index] for n, _ in uploads],
+                                        self.betas, c.K, c.T, self.p)
+        self.H_bar = H_bar
+        return fv.dequantize(H_bar, c.l_x, c.l_w, self.sim.n_devices, self.p)
+
+    def check_exact(self, rows: np.ndarray) -> None:
+        """Full mode: the decoded sum equals ``sum_n X_bar_n W_bar_n`` bit-exactly (int64: |sum| < p/2 < 2**61)."""
+        total = np.zeros_like(self.H_bar)
+        for n in range(self.sim.n_devices):
+            xq = fv.from_field(self._quantised_segments(n, rows), self.p).reshape(-1, self.w_bars[n].shape[0])
+            total = total + xq @ fv.from_field(self.w_bars[n], self.p)
+        if not np.array_equal(fv.from_field(self.H_bar, self.p), total):
+            raise AssertionError(f"round {self.epoch}: the decoded embedding sum differs from the plain quantised sum")
+        self.checked_rounds += 1
+
+    # -- Algorithm 1, lines 12-35 ---------------------------------------------------------------------
+    def round(self, epoch: int) -> Generator:
+        """Model sharing, coded embeddings, decoding of the first 2(K+T-1)+1, server and client updates."""
+        c, N = self.config, self.sim.n_devices
+        rows = self.batch_rows(epoch, self.coded_batch, self.seg_rows)            # B in [M/K]
+        self.round_data = [self.data_shares(n, rows) for n in range(N)]            # materialised set-up shares
+
+        def prepare(dev) -> Generator:                                               # eqs. (3)-(4)
+            self.shared[dev.index] = yield from self.compute(dev, self.share_model, dev)
+            yield self.env.timeout(c.sharing_scale * self.delays.sharing_delay(dev.index, epoch, self.coded_batch))
+
+        self.shared = {}
+        pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
+        yield from self.exchange(pairs, lambda s, d: self.shared[s.index][1][d.index], kind="model_share",
+                                 schedule="bundled", element_bits=self.bits, prepare=prepare)
+        self.w_bars = [self.shared[n][0] for n in range(N)]
+        self.model_shares = {(n, j): self.shared[n][1][j] for n in range(N) for j in range(N)}
+        work = [(dev, self.delayed_upload(dev, self.coded_embedding, kind="coded_embedding", key_round=epoch,
+                                          element_bits=self.bits)) for dev in self.devices]   # eq. (5)
+        got = yield from self.first_k(work, self.need, deadline=c.deadline)
+        self.used = [n.index for n in got.nodes]
+        if len(got) < self.need:                                                    # Thm. 5.1 not met
+            self.decode_failed = True
+            self.decode_error = str(fv.FedVSDecodeFailure(len(got), self.need, c.K, c.T))
+            return
+        H = yield from self.server_compute(self.decode, got.results)                # eqs. (6)-(7)
+        self.check_exact(rows)
+        samples = np.concatenate([k * self.seg_rows + rows for k in range(c.K)])
+        g_H = yield from self.server_compute(self.model.server_step, H, samples)
+        yield from self.broadcast(g_H.astype(np.float32), kind="embedding_gradient")
+        yield from self.compute_each(self.devices, lambda dev: self.model.client_step(dev.index, samples, g_H))
+
+    def round_metrics(self, round: int) -> dict[str, Any]:
+        """``checked_rounds``: rounds whose decoded sum was verified bit-exact so far."""
+        return {"checked_rounds": getattr(self, "checked_rounds", 0)}
+
+
+@dataclass(frozen=True)
+class _Share:
+    """Stand-in for a data share on the wire (its element count); the values are materialised per batch."""
+
+    size: int

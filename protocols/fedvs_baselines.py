@@ -1,0 +1,175 @@
+"""The baselines of FedVS's Fig. 2 (Li, Yao, Liu, ICML 2023, Sec. 6.2) on the same split PN model and delays.
+
+* **Wait**: every client computes its embedding ``H_n = g_n(X_n, W_n)`` (eq. 1) on the round's batch, waits
+  its keyed upload delay, uploads; the server waits for all N, averages, steps its top model and sends
+  ``dL/dH_n = dL/dH / N`` back; every client updates.
+* **Ignore**: as Wait, but the server aggregates the first ``N - floor(N/2)`` embeddings to arrive (as many
+  as there are non-stragglers) and averages over them; only those clients get a gradient and update.
+* **Wait-DP**: as Wait, with a noise layer on each client's output (Thapa et al., "SplitFed", AAAI 2022:
+  Laplacian noise on the smashed data).  Mechanism stated here: each embedding row is clipped to L1 norm
+  ``dp_clip`` (``h <- h min(1, C / ||h||_1)``), then i.i.d. Laplace noise of scale ``b = 2 C / epsilon`` is
+  added to every coordinate: replacing one example changes a row by at most ``2C`` in L1, so each released
+  row is ``epsilon``-DP (``epsilon = 5``, Sec. 6.2), per round, without composition across rounds (as the
+  paper's budget is stated).  The backward pass treats the noise layer as the identity.
+* **VAFL** (Chen et al. 2020, "VAFL: a method of vertical asynchronous federated learning"): every client
+  loops on its own: embedding of its next batch, upload delay (keyed by the client's own iteration), upload;
+  the server keeps the latest embedding of every (example, client) in a table, updates on each arrival
+  with the table's mean embedding of the batch, and returns the gradient to that client only, which then
+  updates and starts its next iteration.  Each arrival is one trace row with ``event = "update"``; a
+  "round" is N arrivals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any, ClassVar
+
+import numpy as np
+import simpy
+from pydantic import Field
+
+from fednet.algebra.meter import charge
+from fednet.protocol.vertical import VerticalConfig, VerticalProtocol
+
+__all__ = ["WaitConfig", "Wait", "Ignore", "WaitDPConfig", "WaitDP", "VAFL"]
+
+
+def mean_embedding(embeddings: list[np.ndarray]) -> np.ndarray:
+    """``(1/|U|) sum_{n in U} H_n`` (Sec. 3, embedding averaging); charges one MAC per element and operand."""
+    charge(embeddings[0].size * len(embeddings))
+    return sum(embeddings) / len(embeddings)
+
+
+class WaitConfig(VerticalConfig):
+    """Parameters of Wait and Ignore (those of :class:`~fednet.protocol.vertical.VerticalConfig`)."""
+
+
+class Wait(VerticalProtocol):
+    """Wait for every client's embedding (Sec. 6.2, baseline 1)."""
+
+    name = "fedvs_wait"
+    Config: ClassVar = WaitConfig
+
+    def wait_for(self) -> int:
+        """Embeddings the server aggregates each round (all N)."""
+        return self.sim.n_devices
+
+    def embed(self, dev, rows: np.ndarray) -> np.ndarray:
+        """Client ``dev``'s embedding of the batch (eq. 1), (b, h); metered."""
+        return self.model.embedding(dev.index, rows)
+
+    def round(self, epoch: int) -> Generator:
+        """Embeddings up (after the keyed delays), mean of the first ``wait_for()``, top step, gradients down."""
+        rows = self.batch_rows(epoch, self.config.batch_size)
+        work = [(dev, self.delayed_upload(dev, lambda d: self.embed(d, rows), kind="embedding", key_round=epoch))
+                for dev in self.devices]
+        got = yield from self.first_k(work, self.wait_for())
+        used = sorted(got.nodes, key=lambda n: n.index)
+        self.used = [n.index for n in used]
+        H = yield from self.server_compute(mean_embedding, got.values)
+        g_H = yield from self.server_compute(self.model.server_step, H, rows)
+        yield from self.broadcast(g_H.astype(np.float32), kind="embedding_gradient", to=used)
+        yield from self.compute_each(used, lambda dev: self.model.client_step(dev.index, rows, g_H,
+                                                                             scale=1.0 / len(used)))
+
+
+class Ignore(Wait):
+    """Aggregate the first ``N - floor(N/2)`` embeddings, ignoring the stragglers (Sec. 6.2, baseline 2)."""
+
+    name = "fedvs_ignore"
+
+    def wait_for(self) -> int:
+        """As many embeddings as there are non-stragglers."""
+        return self.sim.n_devices - len(self.delays.stragglers)
+
+
+class WaitDPConfig(WaitConfig):
+    """Wait-DP parameters.
+
+    Attributes
+    ----------
+    epsilon : float
+        Privacy budget per released embedding row (5 in Sec. 6.2).
+    dp_clip : float
+        L1 bound ``C`` of an embedding row (sensitivity ``2C``).
+    """
+
+    epsilon: float = Field(5.0, gt=0)
+    dp_clip: float = Field(4.0, gt=0)
+
+
+class WaitDP(Wait):
+    """Wait with a Laplace noise layer on every client's embedding (Sec. 6.2, baseline 4; module docstring)."""
+
+    name = "fedvs_wait_dp"
+    Config: ClassVar = WaitDPConfig
+
+    def embed(self, dev, rows: np.ndarray) -> np.ndarray:
+        """Clip each row to L1 norm ``C``, add Laplace(``2C / epsilon``) noise from the client's secret stream."""
+        H = super().embed(dev, rows)
+        c = self.config
+        norms = np.abs(H).sum(axis=1, keepdims=True)
+        H = H * np.minimum(1.0, c.dp_clip / np.maximum(norms, 1e-300))
+        charge(2 * H.size)
+        rng = self.sim.secret_rng(dev, "dp_noise", self.epoch)
+        return H + rng.laplace(0.0, 2.0 * c.dp_clip / c.epsilon, size=H.shape)
+
+
+class VAFL(VerticalProtocol):
+    """Vertical asynchronous FL (Chen et al. 2020) on the Sec. 6.2 delays (module docstring)."""
+
+    name = "fedvs_vafl"
+    Config: ClassVar = WaitConfig
+
+    def setup(self) -> Generator:
+        """Every client uploads its initial embeddings of all training rows (the server's table), then starts its loop."""
+        M, N = len(self.data.y_train), self.sim.n_devices
+        allrows = np.arange(M)
+        first = yield from self.compute_each(self.devices, lambda dev: self.model.embedding(dev.index, allrows))
+        yield self.env.all_of([self.env.process(self.send(dev, self.server, first[dev.index], kind="embedding",
+                                                          element_bits=32)) for dev in self.devices])
+        self.table = np.stack([first[n].astype(np.float32) for n in range(N)], axis=1)   # (M, N, h)
+        self.arrivals: simpy.Store = simpy.Store(self.env)
+        self.replies = {dev.index: None for dev in self.devices}
+        self.iteration = {dev.index: 0 for dev in self.devices}
+        for dev in self.devices:
+            self.env.process(self.client_loop(dev))
+
+    def client_loop(self, dev) -> Generator:
+        """Client ``dev``: embedding of its next batch, delay, upload; wait for its gradient; update; repeat."""
+        while True:
+            self.iteration[dev.index] += 1
+            j = self.iteration[dev.index]
+            rows = self.batch_rows(j, self.config.batch_size)
+            H = yield from self.delayed_upload(dev, lambda d: self.model.embedding(d.index, rows), kind="embedding",
+                                               key_round=j)
+            self.replies[dev.index] = self.env.event()
+            yield self.arrivals.put((dev, rows, H))
+            g_H = yield self.replies[dev.index]
+            yield from self.compute(dev, lambda: self.model.client_step(dev.index, rows, g_H))
+
+    def server_update(self, n: int, rows: np.ndarray, H_n: np.ndarray) -> np.ndarray:
+        """Store ``H_n`` in the table, step the top model on the table's mean embedding; ``dL/dH`` (b, h)."""
+        self.table[rows, n] = H_n
+        charge(self.table[rows].size)
+        H = self.table[rows].astype(np.float64).mean(axis=1)
+        return self.model.server_step(H, rows)
+
+    def round(self, epoch: int) -> Generator:
+        """N arrivals, each an asynchronous server update recorded as one ``update`` trace row."""
+        for _ in range(self.sim.n_devices):
+            dev, rows, H = yield self.arrivals.get()
+            g_H = yield from self.server_compute(self.server_update, dev.index, rows, H)
+            self.used = [dev.index]
+            self.env.process(self._reply(dev, g_H))
+            self.record("update")
+        self.used = None
+
+    def _reply(self, dev, g_H: np.ndarray) -> Generator:
+        msg = yield from self.send(self.server, dev, g_H.astype(np.float32), kind="embedding_gradient")
+        self.replies[dev.index].succeed(msg.payload.astype(np.float64))
+
+    def round_metrics(self, round: int) -> dict[str, Any]:
+        """``iterations``: the clients' iteration counts so far (space-separated)."""
+        return {"iterations": " ".join(str(self.iteration.get(i, 0)) for i in range(self.sim.n_devices))
+                if hasattr(self, "iteration") else ""}
