@@ -429,6 +429,7 @@ def encode_charge(alpha: int, encode_count: str) -> ContextManager:
         ``"alpha"``: charge what the kernel executes (:func:`encode_macs`, ``alpha`` scaled terms
         per shared element).  ``"alpha_minus_1"``: the paper's count (Sec. V-D),
         ``(alpha - 1) d ((d+1)/2 + c)``: the metered MACs recharged as ``macs // alpha * (alpha - 1)``.
+        The server's encoding of the pads stays metered (it does not use this rule).
 
     Returns
     -------
