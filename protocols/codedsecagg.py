@@ -8,10 +8,9 @@ decoded aggregate is exact (Remark 3).
 
 Phase 1 (:meth:`CodedSecAgg.setup`, round 0), inside each group of ``n' = D/N`` devices
     Offline (Sec. VII): device ``i`` computes ``M_i = X_i^T X_i`` and ``G_i^(1) = -X_i^T Y_i`` in
-    ``Q<k,f>``, Shamir-shares (n', k') the upper triangle of ``M_i`` (Remark 1) and ``2**f G_i^(1)``
-    and sends share ``j`` to device ``j`` of its group, relayed through the server (end-to-end
-    encrypted, Sec. III-B).  Each device sums the ``n'`` shares it holds into ``Psi^(i)``,
-    ``Phi^(i)`` (Sec. VI-A).
+    ``Q<k,f>``, Shamir-shares (n', k') the upper triangle of ``M_i`` (Remark 1) and ``2**f G_i^(1)``,
+    sends share ``j`` to device ``j`` of its group, relayed end-to-end encrypted through the server
+    (Sec. III-B), and sums the ``n'`` shares it holds into ``Psi^(i)``, ``Phi^(i)`` (Sec. VI-A).
 Phase 2 (:meth:`CodedSecAgg.round`, each epoch)
     The server broadcasts ``epsilon = Theta^(e) - Theta^(1)``; device i of group g computes
     ``G~_{g,i} = Psi_g^(i) + Phi_g^(i) epsilon`` (eq. 13).  The shares climb the tree of
@@ -146,10 +145,8 @@ class CodedSecAggState(NodeState):
         ``X_i^T X_i`` and ``G_i^(1)`` in ``Q<k,f>`` (kept for the observer's check only).
     secrets : (phi, psi)
         The two secrets over GF(q) (Remark 3).
-    out_shares : list of (phi_j, psi_j)
-        Its shares for each device of its group (phase 1, freed after combining).
-    in_shares : list of (phi_j, psi_j)
-        The shares it received (phase 1).
+    out_shares, in_shares : list of (phi_j, psi_j)
+        Its shares for each device of its group, and those it received (phase 1; freed after combining).
     Phi, Psi : PreparedMatrix (d, d), ndarray (d, c)
         Sums of the shares it holds (Sec. VI-A), kept across rounds.
     """
@@ -175,8 +172,7 @@ class CodedSecAgg(Protocol):
     column_tree : networkx.DiGraph
         The device-level tree the shares climb (edges child -> parent, roots: the master group).
     max_decode_error : float
-        Full mode: largest max-norm difference between the decoded gradient and the float64 plain
-        computation on the same fixed-point data (the exact integer check is separate).
+        Full mode: largest max-norm difference between the decoded gradient and the float64 plain one.
     """
 
     name = "codedsecagg"
@@ -206,9 +202,8 @@ class CodedSecAgg(Protocol):
 
     # -- phase 1 ---------------------------------------------------------------------------
     def setup(self) -> Generator:
-        """Phase 1 (Sec. VI-A): Shamir sharing of 2^f G_i^(1) and X_i^T X_i inside each group; sums of received shares."""
-        cfg, mode = self.config, self.mode
-        d, c, q = self.task.d, self.task.c, self.q
+        """Phase 1 (Sec. VI-A): Shamir-share ``2^f G_i^(1)``, ``X_i^T X_i`` in each group; sum the shares held."""
+        cfg, mode, q, (d, c) = self.config, self.mode, self.q, (self.task.d, self.task.c)
         self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. VI-D)
         check_statistics_capacity(self.fp, self.task.X, self.task.Y)          # refuse a too-narrow Q<k,f> now
         self.n_prime = len(self.groups[0])
@@ -217,14 +212,13 @@ class CodedSecAgg(Protocol):
         self.column_tree = secagg.column_tree(self.groups, self.tree)
         self.group_of = {dev: (g, i) for g, members in enumerate(self.groups) for i, dev in enumerate(members)}
         self.max_decode_error = 0.0
-        self._size = secagg.share_size(d, c)
-        fdt = field_dtype(q)
+        self._size, self._bits = secagg.share_size(d, c), cfg.share_element_bits or q.bit_length()
+        self._secret_like = (Shape((d * (d + 1) // 2,), field_dtype(q)), Shape((d, c), field_dtype(q)))
         for dev in self.devices:                          # offline (Sec. VII): not timed
             st, X, Y = dev.state, self.task.X[dev.index], self.task.Y[dev.index]
             st.M, st.G1 = mode.offline(local_statistics, self.fp, X, Y,
                                        like=(Shape((d, d), np.int64), Shape((d, c), np.int64)))
-            st.secrets = mode.offline(secagg.share_secrets, self.fp, q, st.M, st.G1,   # Remark 3
-                                      like=(Shape((d * (d + 1) // 2,), fdt), Shape((d, c), fdt)))
+            st.secrets = mode.offline(secagg.share_secrets, self.fp, q, st.M, st.G1, like=self._secret_like)  # Remark 3
         nodes = [[self.devices[i] for i in members] for members in self.groups]
         if cfg.encode_per_group:                          # each group on its own (Sec. VI-D)
             yield self.env.all_of([self.env.process(self._share_in([group], group)) for group in nodes])
@@ -240,24 +234,17 @@ class CodedSecAgg(Protocol):
             list(map(self._encode, devices))
         delivered = yield from self.exchange(                # all-to-all in each group, via the server
             cyclic_steps(groups), lambda src, dst: src.state.out_shares[self.group_of[dst.index][1]],
-            kind="shamir_share", schedule=cfg.sharing_schedule, n_elements=self._size,
-            element_bits=self._share_bits())
+            kind="shamir_share", schedule=cfg.sharing_schedule, n_elements=self._size, element_bits=self._bits)
         for (_, j), share in delivered.items():
             self.devices[j].state.in_shares.append(share)
         yield from self.compute_each(devices, self._combine, free=self.n_prime == 1)   # n' = 1: nothing to add
 
-    def _share_bits(self) -> int:
-        return self.config.share_element_bits or self.q.bit_length()
-
     def _encode(self, dev: Node) -> None:
         """Device ``dev``: Shamir-share its two secrets (Sec. VI-A)."""
-        n1, kp = self.n_prime, self.config.threshold
-        d, c, fdt = self.task.d, self.task.c, field_dtype(self.q)
-        phi, psi = dev.state.secrets
+        n1, kp, (phi, psi) = self.n_prime, self.config.threshold, dev.state.secrets
         dev.state.out_shares = self.mode.run(
             secagg.share_device_secrets, phi, psi, n1, kp, self.q, self.sim.secret_rng(dev, "shamir"), self.points,
-            macs=secagg.shamir_share_macs(n1, kp, self._size),
-            like=[(Shape((d * (d + 1) // 2,), fdt), Shape((d, c), fdt))] * n1)
+            macs=secagg.shamir_share_macs(n1, kp, self._size), like=[self._secret_like] * n1)
 
     def _combine(self, dev: Node) -> None:
         """Device ``dev``: sum the shares it holds into ``Phi^(i)``, ``Psi^(i)`` (Sec. VI-A)."""
@@ -265,19 +252,18 @@ class CodedSecAgg(Protocol):
         mine = [dev.state.out_shares[i]] + dev.state.in_shares
         dev.state.Phi, dev.state.Psi = self.mode.run(
             secagg.combine_shares, mine, self.q, self.task.d, self.config.k,
-            macs=secagg.combine_macs(self.n_prime, self._size), like=(None, Shape((self.task.d, self.task.c), field_dtype(self.q))))
+            macs=secagg.combine_macs(self.n_prime, self._size), like=(None, self._secret_like[1]))
         dev.state.out_shares, dev.state.in_shares = None, []    # the device keeps only its sums
 
     # -- phase 2 ---------------------------------------------------------------------------
     def round(self, epoch: int) -> Generator:
-        """Phase 2 (Sec. VI-B/D): broadcast epsilon, shares of eq. 13, the tree of eqs. 14-15, k' master shares decoded."""
-        cfg, mode = self.config, self.mode
-        d, c, kp = self.task.d, self.task.c, cfg.threshold
+        """Phase 2 (Sec. VI-B/D): broadcast epsilon, eq. (13), the tree of eqs. (14)-(15), decode k' master shares."""
+        cfg, mode, kp, (d, c) = self.config, self.mode, self.config.threshold, (self.task.d, self.task.c)
         eps = mode.offline(self.fp.encode, self.theta, like=Shape((d, c), np.int64))   # Theta^(1) = 0 (eq. 10)
         masters = yield from self.tree_aggregate(
             self.column_tree, self._eq13, self._add, kind="tree_share", root_kind="master_share", first=kp,
             download=eps, download_kind="epsilon", download_bits=cfg.k, n_elements=d * c,
-            element_bits=self._share_bits())
+            element_bits=self._bits)
         cols = [self.group_of[node.index][1] for node in masters.nodes]
         self.used = sorted(m[i] for m in self.groups for i in cols)
         exact, G = yield from self.server_compute(self._decode, masters.values, cols)     # Remark 3
@@ -308,6 +294,7 @@ class CodedSecAgg(Protocol):
 
     def _check(self, exact: np.ndarray, G: np.ndarray, eps: np.ndarray) -> None:
         """Observer (not charged): :func:`fednet.codes.secagg.check_aggregate` (capacity, then exactness)."""
-        err = secagg.check_aggregate(exact, G, [dev.state.M for dev in self.devices], [dev.state.G1 for dev in self.devices],
-                              eps, self.config.f, fp=self.fp, what=f"the aggregate gradient of round {self.epoch}")
+        Ms, G1s = [dev.state.M for dev in self.devices], [dev.state.G1 for dev in self.devices]
+        err = secagg.check_aggregate(exact, G, Ms, G1s, eps, self.config.f, fp=self.fp,
+                                     what=f"the aggregate gradient of round {self.epoch}")
         self.max_decode_error = max(self.max_decode_error, err)
