@@ -52,11 +52,12 @@ class CodedPaddedFLConfig(ProtocolConfig):
         Devices each partition is stored on (tolerates ``alpha - 1`` stragglers per group).
     groups : int
         Number of groups N (Sec. V-E), sizes as equal as possible.
-    k, f, code_fraction_bits : int
-        The data's format ``Q<k,f>`` and the fractional bits ``f_B`` of B (48, 24, 24 in Sec. VII).
+    k, f : int
+        The fixed-point format ``Q<k,f>`` (48, 24 in Sec. VII).
+    code_fraction_bits : int
+        Fractional bits ``f_B`` of the encoding matrix B (24 as in the paper).
     share_element_bits : int, optional
-        Wire width of a shared element of ``Phi``/``Psi``; default the ring width ``k + f_B + f``
-        that exact decoding needs (the paper counts ``k``, Sec. V-D).
+        Wire width of a shared element; default ``k + f_B + f``, the ring exact decoding needs (paper: ``k``).
     sharing_schedule : {"relay_steps", "relay_asap", "upload_once"}
         Phase 1's schedule, left open by Sec. V-C (:meth:`fednet.protocol.primitives.Primitives.exchange`):
         row ``r`` of ``Omega`` in step ``r`` (default), all relays at once, or one upload per device
@@ -71,7 +72,6 @@ class CodedPaddedFLConfig(ProtocolConfig):
     encode_per_group : bool
         True: each group shares along its own ``Omega`` and encodes as soon as its own sharing
         ends (Sec. V-E); False (default): devices encode once the whole network's sharing ended.
-
     paper_accounting : dict (class)
         The paper's choices, selected by a study's ``accounting = "paper"`` (Sec. V-D, V-E).
     """
