@@ -1,51 +1,22 @@
 """CodedPaddedFL: one-time pads + cyclic gradient codes, with grouping.
 
-Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: Straggler
-mitigation and secure aggregation in federated learning", Sec. V (eqs. 6-12), Sec. V-E
-(grouping), Sec. VII (set-up); gradient codes of Tandon et al. (ICML 2017).
+Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: Straggler mitigation
+and secure aggregation in federated learning", Sec. V (eqs. 6-12), V-E (grouping), VII (set-up);
+gradient codes of Tandon et al. (ICML 2017).  The math of every step is in :mod:`fednet.codes.padded`.
 
 Phase 1 (:meth:`CodedPaddedFL.setup`, round 0)
-    Offline (not timed, Sec. VII): device ``i`` computes ``X_i^T X_i`` and its first gradient
-    ``G_i^(1) = -X_i^T Y_i`` (``Theta^(1) = 0``) in ``Q<k,f>``.  It pads them with uniform
-    pads ``R^X_i`` (symmetric) and ``R^G_i`` (eqs. 6-7); only the pads' seeds reach the server
-    (no traffic, as the paper assumes).  Each device shares ``(Phi_i, Psi_i)`` -- the upper
-    triangle of ``Phi_i`` (Remark 1) and ``Psi_i``: ``d (d+1)/2 + d c`` elements -- with the
-    ``alpha - 1`` devices that column ``i`` of ``Omega`` names, relayed through the server
-    (end-to-end encrypted, Sec. III-B: the engine keeps them in the server's ``relayed`` list,
-    not its view).
-    Each device then encodes ``C_i``, ``Cbar_i`` (eqs. 8-9).  The server encodes the pads the
-    same way, once.
+    Offline (Sec. VII): device ``i`` pads ``X_i^T X_i``, ``G_i^(1) = -X_i^T Y_i`` (``Q<k,f>``) with
+    secret pads whose seeds only reach the server (eqs. 6-7), shares ``(Phi_i, Psi_i)`` (Remark 1)
+    with the ``alpha - 1`` devices column ``i`` of ``Omega`` names, relayed end-to-end encrypted
+    through the server (Sec. III-B), and encodes ``C_i``, ``Cbar_i`` (eqs. 8-9); the server
+    encodes the pads alike.
 Phase 2 (:meth:`CodedPaddedFL.round`, each epoch)
-    The server broadcasts ``epsilon = Theta^(e) - Theta^(1)`` (eq. 10) in ``Q<k,f>``; device
-    ``i`` computes ``C_i + Cbar_i epsilon`` (eq. 11, ``d^2 c`` MACs) and uploads ``d c``
-    elements; per group the server waits for the ``D_g - alpha + 1`` fastest, removes the pads,
-    decodes (eq. 12), sums the groups and updates (eq. 5).
+    The server broadcasts ``epsilon = Theta^(e) - Theta^(1)`` (eq. 10); devices upload ``C_i + Cbar_i
+    epsilon`` (eq. 11); per group the ``D_g - alpha + 1`` fastest are unpadded and decoded (eq. 12); eq. (5).
 
-Exactness: the shares live in the ring ``Z_2^W``, ``W = k + f_B + f``
-(:mod:`fednet.codes.padded`, which holds the math of eqs. 6-12); their width on the wire is
-``share_element_bits`` (default ``W``; the paper counts ``k`` = 48, which a study reproducing its
-figures says explicitly).
-
-Modes (:mod:`fednet.protocol.modes`; one code path)
------------------------------------------------------
-``full``: all of the above, every epoch, with the metered exact kernels; the decoded gradient
-is compared with the plain one (``max_decode_error``, ``decode_bound``; the observer's work).
-``timing``: exact decoding makes the learning trajectory independent of the stragglers
-(Prop. 3), so the trajectory is plain full-batch gradient descent (float64, computed once per
-task and cached) and each step charges the closed-form MAC count of :mod:`fednet.codes.padded`
-that full mode checks against the metered kernels at every call.  Traffic and schedules are
-those of full mode; the gradient codes skip the conditioning search (only their shape matters).
-The sum over groups is not charged (``N d c`` additions, as in the paper's count).
-
-Sharing schedule (left open by Sec. V-C; a study names its choice; see
-:meth:`fednet.protocol.primitives.Primitives.exchange`): ``relay_steps`` (default; row ``r`` of
-``Omega`` in step ``r``, the literal reading of "alpha - 1 successive transmissions consisting of
-upload and download"), ``relay_asap`` (all relays at once, links first come first served) or
-``upload_once`` (one upload per device, ``alpha - 1`` forwards: the traffic count of Sec. V-D).
-
-Accounting options where the paper counts differently (``share_element_bits``, ``encode_count``,
-``encode_per_group``; :class:`CodedPaddedFLConfig`) are selected together by a study's
-``accounting = "paper"``.
+Shares live in ``Z_2^W``, ``W = k + f_B + f`` (exact decoding).  ``full`` mode runs the metered
+exact kernels and checks each decoded gradient; ``timing`` follows the plain trajectory (Prop. 3)
+and charges the closed forms full mode checks.  The sum over groups is not charged (as the paper).
 """
 
 from __future__ import annotations
@@ -57,21 +28,17 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from fednet.algebra.capacity import check_round_capacity, check_statistics_capacity
+from fednet.algebra.capacity import check_statistics_capacity
 from fednet.algebra.fixed_point import FixedPoint
-from fednet.algebra.meter import recharged
-from fednet.codes.gradient_codes import CyclicGradientCode
 from fednet.codes import padded
-from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
+from fednet.codes.gradient_codes import CyclicGradientCode
+from fednet.codes.gram import local_statistics, pack_upper, unpack_upper  # noqa: F401 (tests import them here)
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, ServerState
 from fednet.protocol.modes import Shape
 from fednet.sim.simulation import Node
 from fednet.topologies.groups import group_sizes, membership
 
 __all__ = ["CodedPaddedFLConfig", "CodedPaddedFL", "CodedPaddedFLState", "CodedPaddedFLServerState"]
-
-# Re-exported for tests/test_codedsecagg.py until it imports them from fednet.codes.gram.
-_REEXPORTED = (local_statistics, pack_upper, unpack_upper)
 
 
 class CodedPaddedFLConfig(ProtocolConfig):
@@ -80,43 +47,33 @@ class CodedPaddedFLConfig(ProtocolConfig):
     Attributes
     ----------
     element_bits : int
-        Wire width of ``epsilon`` and of the coded gradients (``k`` = 48 for ``Q<48,24>``).
+        Wire width of ``epsilon`` and of the coded gradients (``k`` = 48).
     alpha : int
-        Devices each partition is stored on (paper's alpha; tolerates ``alpha - 1`` stragglers
-        per group), at most the smallest group size.
+        Devices each partition is stored on (tolerates ``alpha - 1`` stragglers per group).
     groups : int
         Number of groups N (Sec. V-E), sizes as equal as possible.
     k, f : int
         The fixed-point format ``Q<k,f>`` (48, 24 in Sec. VII).
     code_fraction_bits : int
-        Fractional bits ``f_B`` of the encoding matrix B (24: ``Q<48,24>`` as in the paper).
+        Fractional bits ``f_B`` of the encoding matrix B (24 as in the paper).
     share_element_bits : int, optional
-        Wire width of a shared element of ``Phi``/``Psi``; default the ring width
-        ``k + f_B + f`` that exact decoding needs.
+        Wire width of a shared element; default ``k + f_B + f``, the ring exact decoding needs (paper: ``k``).
     sharing_schedule : {"relay_steps", "relay_asap", "upload_once"}
-        Schedule of phase 1 (module docstring).
+        Phase 1's schedule, left open by Sec. V-C (:meth:`fednet.protocol.primitives.Primitives.exchange`):
+        row ``r`` of ``Omega`` in step ``r`` (default), all relays at once, or one upload per device
+        and ``alpha - 1`` forwards (the traffic count of Sec. V-D).
     mode : {"full", "timing"}
-        Real exact math every epoch, or the cached trajectory with metered MAC counts.
     code_draws : int
         Candidate H matrices drawn per group code (best conditioned kept).
     check_decoding : bool
-        Full mode: compare each decoded gradient with the plain one (not charged).
+        Full mode: check each decoded gradient against the plain one (observer, not charged).
     encode_count : {"alpha", "alpha_minus_1"}
-        MACs charged for a device's encoding (eqs. 8-9) per shared element: ``"alpha"`` (default)
-        what the kernel executes (``alpha`` scaled terms); ``"alpha_minus_1"`` the paper's count,
-        ``(alpha - 1) d ((d+1)/2 + c)`` (Sec. V-D).  The server's pad encoding stays metered.
+        MACs charged for a device's encoding (Sec. V-D, :func:`fednet.codes.padded.encode_charge`).
     encode_per_group : bool
-        False (default): every device encodes once the whole network's sharing has ended.  True:
-        each group shares along its own ``Omega`` (its own step barriers under ``relay_steps``)
-        and encodes as soon as its own sharing ends -- groups run CodedPaddedFL independently
-        (Sec. V-E: "locally apply CodedPaddedFL in each group").
-
-    Accounting
-    ----------
-    ``paper_accounting`` holds the paper's choices that a study selects with ``accounting =
-    "paper"`` (:mod:`fednet.study.config`): ``share_element_bits = k`` (48: shared elements
-    "from Q<k,f>", Sec. V-D), ``encode_count = "alpha_minus_1"`` (Sec. V-D) and
-    ``encode_per_group`` (Sec. V-E).
+        True: each group shares along its own ``Omega`` and encodes as soon as its own sharing
+        ends (Sec. V-E); False (default): devices encode once the whole network's sharing ended.
+    paper_accounting : dict (class)
+        The paper's choices, selected by a study's ``accounting = "paper"`` (Sec. V-D, V-E).
     """
 
     paper_accounting: ClassVar[dict[str, Any]] = {"share_element_bits": 48, "encode_count": "alpha_minus_1",
@@ -156,10 +113,8 @@ class CodedPaddedFLState(NodeState):
     ----------
     M, G1 : ndarray, (d, d) and (d, c) int64
         ``X_i^T X_i`` and ``G_i^(1)`` in ``Q<k,f>`` (kept for the observer's check only).
-    share : (Phi, Psi)
-        Its padded data (eqs. 6-7), ring limbs; freed after encoding.
-    received_shares : dict of int -> (Phi, Psi)
-        The padded data of the devices in its support (phase 1); freed after encoding.
+    share, received_shares : (Phi, Psi), dict of int -> (Phi, Psi)
+        Its padded data (eqs. 6-7, ring limbs) and that of the devices in its support; freed after encoding.
     Cbar, C : PreparedOperand (d, d), ndarray (L', d, c)
         Its encoded data (eqs. 8-9), kept across rounds.
     """
@@ -178,10 +133,8 @@ class CodedPaddedFLServerState(ServerState):
 
     Attributes
     ----------
-    pads : dict of int -> (RX, RG)
-        Every device's pads (from their seeds); freed after encoding.
-    encoded_pads : dict of int -> (Rbar, R)
-        Every device's pads encoded as the device encodes its data, kept across rounds.
+    pads, encoded_pads : dict of int -> (RX, RG), dict of int -> (Rbar, R)
+        Every device's pads (from their seeds; freed after encoding) and their encoded forms.
     """
 
     pads: dict = field(default_factory=dict)
@@ -199,11 +152,9 @@ class CodedPaddedFL(Protocol):
         The ``(alpha, D_g)`` code of each group.
     group_of : dict of int -> (int, int)
         Device -> (group, index in the group).
-    max_decode_error : float
-        Full mode: largest max-norm difference seen between a decoded group gradient and the
-        plain one computed from the same fixed-point data.
-    decode_bound : float
-        The stated bound that difference is checked against (the largest seen).
+    max_decode_error, decode_bound : float
+        Full mode: largest max-norm error seen of a decoded group gradient (against the plain one
+        from the same fixed-point data), and the largest stated bound it was checked against.
     """
 
     name = "codedpaddedfl"
@@ -220,23 +171,15 @@ class CodedPaddedFL(Protocol):
 
     @classmethod
     def check(cls, config: CodedPaddedFLConfig, n_devices: int) -> None:
-        """Refuse alpha larger than the smallest group, or more groups than devices."""
+        """Refuse more groups than devices, or alpha above the smallest group (Sec. V-E)."""
         if config.groups > n_devices:
             raise ValueError(f"groups must be at most the number of devices ({n_devices}), got {config.groups}")
-        smallest = min(group_sizes(n_devices, config.groups))
-        if config.alpha > smallest:
-            raise ValueError(f"alpha must be at most the smallest group size ({smallest} with "
-                             f"{config.groups} groups of {n_devices} devices), got {config.alpha}")
+        padded.check_groups(config.alpha, group_sizes(n_devices, config.groups))
 
     @classmethod
     def check_dropout(cls, config: CodedPaddedFLConfig, n_devices: int, dropout: float) -> None:
-        """Refuse a dropout that leaves, on average, fewer than ``D_g - alpha + 1`` devices of a group."""
-        for g, size in enumerate(group_sizes(n_devices, config.groups)):
-            need, mean = size - config.alpha + 1, size * (1.0 - dropout)
-            if mean < need:
-                raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of the {size} devices of group {g} "
-                                 f"available on average, fewer than the D_g - alpha + 1 = {need} its decoder needs "
-                                 f"(alpha = {config.alpha}); raise alpha or lower dropout")
+        """Refuse a dropout leaving fewer than ``D_g - alpha + 1`` devices of a group on average (eq. 12)."""
+        padded.check_dropout(config.alpha, group_sizes(n_devices, config.groups), dropout)
 
     @property
     def q(self) -> FixedPoint:
@@ -246,28 +189,19 @@ class CodedPaddedFL(Protocol):
     # -- phase 1 ---------------------------------------------------------------------------
     def setup(self) -> Generator:
         """Phase 1 (Sec. V-A/C): pads, sharing of (Phi_i, Psi_i) along Omega, local encoding (eqs. 6-9)."""
-        cfg, q, mode = self.config, self.q, self.mode
-        d, c, W = self.task.d, self.task.c, cfg.ring_bits
-        self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. V-E)
-        check_statistics_capacity(q, self.task.X, self.task.Y, self.groups)   # refuse a too-narrow Q<k,f> now
-        bq = FixedPoint(min(62, cfg.code_fraction_bits + 24), cfg.code_fraction_bits)
-        search = mode.exact                         # timing mode needs only the code's shape
-        self.codes = [CyclicGradientCode(cfg.alpha, len(members), self.sim.rng(self.server, "gradient-code", g),
-                                         fixed_point=bq, a_format=q, n_draws=cfg.code_draws if search else 1,
-                                         max_patterns=2000 if search else 1)
-                      for g, members in enumerate(self.groups)]
-        self.group_of = {dev: (g, local) for g, members in enumerate(self.groups)
-                         for local, dev in enumerate(members)}
-        limbs = -(-W // 16)
-        for dev in self.devices:                       # offline (Sec. VII): not timed
-            st = dev.state
-            st.M, st.G1 = mode.offline(local_statistics, q, self.task.X[dev.index], self.task.Y[dev.index],
-                                       like=(Shape((d, d), np.int64), Shape((d, c), np.int64)))
-            Phi, Psi, RX, RG = mode.offline(padded.pad, q, W, st.M, st.G1, self.sim.secret_rng(dev, "pads"),
-                                            like=(Shape((limbs, d * (d + 1) // 2), np.int64),
-                                                  Shape((limbs, d, c), np.int64)) * 2)
-            st.share = (Phi, Psi)
-            self.server.state.pads[dev.index] = (RX, RG)   # the seed is what travels
+        cfg, q, mode, (d, c) = self.config, self.q, self.mode, (self.task.d, self.task.c)
+        self.groups = groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. V-E)
+        check_statistics_capacity(q, self.task.X, self.task.Y, groups)   # refuse a too-narrow Q<k,f> now
+        self.codes = padded.group_codes(cfg.alpha, [len(m) for m in groups],
+                                        [self.sim.rng(self.server, "gradient-code", g) for g in range(len(groups))],
+                                        q, cfg.code_fraction_bits, cfg.code_draws, search=mode.exact)
+        self.group_of = {dev: (g, local) for g, members in enumerate(self.groups) for local, dev in enumerate(members)}
+        like = tuple(Shape(shape, np.int64) for shape in padded.padded_statistics_shapes(cfg.ring_bits, d, c))
+        for dev in self.devices:                       # offline (Sec. VII): eqs. (6)-(7), not timed
+            st, X, Y = dev.state, self.task.X[dev.index], self.task.Y[dev.index]
+            st.M, st.G1, Phi, Psi, RX, RG = mode.offline(padded.padded_statistics, q, cfg.ring_bits, X, Y,
+                                                         self.sim.secret_rng(dev, "pads"), like=like)
+            st.share, self.server.state.pads[dev.index] = (Phi, Psi), (RX, RG)   # the seed is what travels
         if cfg.encode_per_group:                       # each group shares, then encodes (Sec. V-E)
             yield self.env.all_of([self.env.process(self._share_and_encode([g], [self.devices[i] for i in members]))
                                    for g, members in enumerate(self.groups)])
@@ -283,58 +217,48 @@ class CodedPaddedFL(Protocol):
     def _share_and_encode(self, groups, nodes: list[Node]) -> Generator:
         """Share ``(Phi_i, Psi_i)`` along ``Omega`` inside ``groups`` (Sec. V-A), then ``nodes`` encode (eqs. 8-9)."""
         cfg, (d, c) = self.config, (self.task.d, self.task.c)
-        steps = [[(self.devices[self.groups[g][self.codes[g].Omega[r, local]]], self.devices[dev])   # row r of Omega
-                  for g in groups for local, dev in enumerate(self.groups[g])]
-                 for r in range(1, cfg.alpha)]
+        steps = [[(self.devices[src], self.devices[dst]) for src, dst in step]
+                 for step in padded.sharing_steps(cfg.alpha, self.groups, self.codes, groups)]
         delivered = yield from self.exchange(steps, lambda src, dst: src.state.share, kind="share",
-                                             schedule=cfg.sharing_schedule,
-                                             element_bits=cfg.share_element_bits or cfg.ring_bits,
-                                             n_elements=padded.share_elements(d, c))
+                                             schedule=cfg.sharing_schedule, n_elements=padded.share_elements(d, c),
+                                             element_bits=cfg.share_element_bits or cfg.ring_bits)
         for (src, dst), share in delivered.items():
             self.devices[dst].state.received_shares[src] = share
-        paper_alpha_1 = cfg.alpha == 1 and cfg.encode_count == "alpha_minus_1"   # Sec. V-D: no encoding
-        yield from self.compute_each(nodes, self._encode_device, free=paper_alpha_1)
+        yield from self.compute_each(nodes, self._encode_device,   # paper's count, alpha = 1: no encoding (Sec. V-D)
+                                     free=cfg.alpha == 1 and cfg.encode_count == "alpha_minus_1")
 
     def _encode(self, dev: int, term: Callable[[int], tuple]) -> tuple:
         """Eqs. (8)-(9) for device ``dev``: its code row over ``term(j)`` for ``j`` in its support."""
         cfg, q, (d, c) = self.config, self.q, (self.task.d, self.task.c)
         g, local = self.group_of[dev]
         members, coef = padded.support(self.codes[g], local)
-        terms = [term(self.groups[g][j]) for j in members]
-        return self.mode.run(padded.encode_prepared, coef, [t[0] for t in terms], [t[1] for t in terms],
+        Phis, Psis = zip(*(term(self.groups[g][j]) for j in members))
+        return self.mode.run(padded.encode_prepared, coef, list(Phis), list(Psis),
                              cfg.ring_bits, cfg.code_fraction_bits, q.k + q.f, d,
                              macs=padded.encode_macs(cfg.alpha, d, c),
                              like=(Shape((d, d), np.int64), Shape((-(-(q.k + q.f) // 16), d, c), np.int64)))
 
     def _encode_device(self, dev: Node) -> None:
         """Device ``dev``: eqs. (8)-(9) from its own and its received shares."""
-        st, alpha = dev.state, self.config.alpha
-        if self.config.encode_count == "alpha":
-            st.Cbar, st.C = self._encode(dev.index, lambda j: st.share if j == dev.index else st.received_shares[j])
-            return
-        with recharged(lambda macs: macs // alpha * (alpha - 1)):     # Sec. V-D: (alpha - 1) d((d+1)/2 + c)
+        st = dev.state
+        with padded.encode_charge(self.config.alpha, self.config.encode_count):     # Sec. V-D
             st.Cbar, st.C = self._encode(dev.index, lambda j: st.share if j == dev.index else st.received_shares[j])
 
     def _encode_pads(self) -> None:
         """The server encodes every device's pads exactly as the device encodes its shares."""
         pads = self.server.state.pads
-        for dev in self.devices:
-            self.server.state.encoded_pads[dev.index] = self._encode(dev.index, pads.__getitem__)
+        self.server.state.encoded_pads = {dev.index: self._encode(dev.index, pads.__getitem__) for dev in self.devices}
 
     # -- phase 2 ---------------------------------------------------------------------------
     def round(self, epoch: int) -> Generator:
         """Phase 2 (Sec. V-B): broadcast epsilon, coded gradients (eq. 11), decoding per group (eq. 12), eq. (5)."""
-        cfg, q, mode = self.config, self.q, self.mode
-        d, c = self.task.d, self.task.c
+        cfg, q, mode, (d, c) = self.config, self.q, self.mode, (self.task.d, self.task.c)
         eps = mode.offline(q.encode, self.theta, like=Shape((d, c), np.int64))  # Theta^(1) = 0: eps = Theta (eq. 10)
-        totals: dict[int, Any] = {}
-        used: list[int] = []
-        self._round_check = None
+        totals, used, self._round_check = {}, [], None
 
         def group(g: int) -> Generator:
-            members, code = self.groups[g], self.codes[g]
-            replies = yield from self.gather([self.devices[i] for i in members], self._device_epoch,
-                                             kind="coded_gradient", first=code.n_responders, download=eps,
+            replies = yield from self.gather([self.devices[i] for i in self.groups[g]], self._device_epoch,
+                                             kind="coded_gradient", first=self.codes[g].n_responders, download=eps,
                                              download_kind="epsilon", download_bits=cfg.k,
                                              upload_elements=d * c, upload_bits=cfg.k)
             local = [self.group_of[n.index][1] for n in replies.nodes]
@@ -357,25 +281,20 @@ class CodedPaddedFL(Protocol):
 
     def _device_epoch(self, dev: Node) -> Any:
         """Eq. (11) on ``dev`` with the epsilon it downloaded (``d^2 c`` MACs)."""
-        d, c = self.task.d, self.task.c
-        return self.mode.run(padded.coded_gradient, self.q, dev.state.Cbar, dev.state.C, dev.state.received,
+        st, (d, c) = dev.state, (self.task.d, self.task.c)
+        return self.mode.run(padded.coded_gradient, self.q, st.Cbar, st.C, st.received,
                              macs=padded.epoch_macs(d, c), like=Shape((d, c), np.int64))
 
     def _check(self, g: int, local: list[int], G: np.ndarray, eps: np.ndarray) -> None:
         """Observer: compare with the plain gradient from the same fixed-point data (not charged)."""
         stats = [(self.devices[i].state.M, self.devices[i].state.G1) for i in self.groups[g]]
-        parts = padded.plain_gradients(self.q, eps, stats)
-        check_round_capacity(self.q, parts, self.codes[g].B, what=f"round {self.epoch}, group {g}")  # refuse a wrapped round
-        err, bound = padded.decode_error(self.q, self.codes[g], local, G, eps, stats)
-        self.max_decode_error = max(self.max_decode_error, err)
-        self.decode_bound = max(self.decode_bound, bound)
-        prev = self._round_check or (0.0, 0.0)
-        self._round_check = (max(prev[0], err), max(prev[1], bound))
+        err, bound = padded.check_decoding(self.q, self.codes[g], local, G, eps, stats,
+                                           what=f"round {self.epoch}, group {g}")   # refuses a wrapped round
+        self.max_decode_error, self.decode_bound = max(self.max_decode_error, err), max(self.decode_bound, bound)
+        self._round_check = tuple(map(max, self._round_check or (0.0, 0.0), (err, bound)))
         if err > bound:
             raise AssertionError(f"decoded gradient of group {g} is off by {err:.3g} > bound {bound:.3g}")
 
     def round_metrics(self, round: int) -> dict:
         """Where the observer checked this round's decoding: its largest error and its bound."""
-        if self._round_check is None:
-            return {}
-        return {"decode_error": self._round_check[0], "decode_bound": self._round_check[1]}
+        return {} if self._round_check is None else dict(zip(("decode_error", "decode_bound"), self._round_check))

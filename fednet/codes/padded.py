@@ -43,10 +43,13 @@ most ``2^-f (2 + max_col ||eps||_1)`` per entry, and the decoded gradient meets
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from typing import ContextManager
 
 import numpy as np
 
+from fednet.algebra.capacity import check_round_capacity
 from fednet.algebra.fixed_point import (
     FixedPoint,
     PreparedOperand,
@@ -59,6 +62,7 @@ from fednet.algebra.fixed_point import (
     ring_scaled_sum,
     ring_shift,
 )
+from fednet.algebra.meter import recharged
 from fednet.codes.gradient_codes import CyclicGradientCode
 from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
 
@@ -82,6 +86,14 @@ __all__ = [
     "encode_macs",
     "epoch_macs",
     "unpad_and_decode_macs",
+    "group_codes",
+    "padded_statistics",
+    "padded_statistics_shapes",
+    "check_decoding",
+    "encode_charge",
+    "sharing_steps",
+    "check_groups",
+    "check_dropout",
 ]
 
 
@@ -404,3 +416,188 @@ def decode_error(q: FixedPoint, code: CyclicGradientCode, responders: Sequence[i
     g_sum = float(sum(np.abs(p).max() for p in parts))
     e_max = 2.0 ** -q.f * (2 + float(np.abs(e).sum(axis=0).max())) + 2.0 ** -q.f
     return err, code.error_bound(g_sum, e_max, responders)
+
+
+def encode_charge(alpha: int, encode_count: str) -> ContextManager:
+    """The accounting rule of a device's encoding (eqs. 8-9), as a context around its kernels.
+
+    Parameters
+    ----------
+    alpha : int
+        Devices each partition is stored on.
+    encode_count : {"alpha", "alpha_minus_1"}
+        ``"alpha"``: charge what the kernel executes (:func:`encode_macs`, ``alpha`` scaled terms
+        per shared element).  ``"alpha_minus_1"``: the paper's count (Sec. V-D),
+        ``(alpha - 1) d ((d+1)/2 + c)``: the metered MACs recharged as ``macs // alpha * (alpha - 1)``.
+        The server's encoding of the pads stays metered (it does not use this rule).
+
+    Returns
+    -------
+    context manager
+        :func:`contextlib.nullcontext` or :func:`fednet.algebra.meter.recharged`.
+
+    Raises
+    ------
+    ValueError
+        If ``encode_count`` is neither of the two.
+    """
+    if encode_count == "alpha":
+        return contextlib.nullcontext()
+    if encode_count != "alpha_minus_1":
+        raise ValueError(f"encode_count must be 'alpha' or 'alpha_minus_1', got {encode_count!r}")
+    return recharged(lambda macs: macs // alpha * (alpha - 1))
+
+
+def sharing_steps(alpha: int, groups: Sequence[Sequence[int]], codes: Sequence[CyclicGradientCode],
+                  which: Sequence[int]) -> list[list[tuple[int, int]]]:
+    """The ``alpha - 1`` relay steps of phase 1 along ``Omega`` (Sec. V-A/C).
+
+    Parameters
+    ----------
+    alpha : int
+        Devices each partition is stored on.
+    groups : sequence of sequence of int
+        Device indices of each group.
+    codes : sequence of CyclicGradientCode
+        The ``(alpha, D_g)`` code of each group.
+    which : sequence of int
+        The groups taking part.
+
+    Returns
+    -------
+    list of list of (int, int)
+        Step ``r - 1`` (``r = 1 .. alpha - 1``) lists ``(source, destination)`` device indices: row
+        ``r`` of ``Omega`` names the device whose padded data each device receives.
+    """
+    return [[(groups[g][codes[g].Omega[r, local]], dev) for g in which for local, dev in enumerate(groups[g])]
+            for r in range(1, alpha)]
+
+
+def check_groups(alpha: int, sizes: Sequence[int]) -> None:
+    """Refuse ``alpha`` above the smallest group size (Sec. V-E: each group is coded on its own).
+
+    Parameters
+    ----------
+    alpha : int
+    sizes : sequence of int
+        The group sizes ``D_g`` (:func:`fednet.topologies.groups.group_sizes`).
+
+    Raises
+    ------
+    ValueError
+        Naming ``alpha``, the smallest size, and the number of groups and devices.
+    """
+    smallest = min(sizes)
+    if alpha > smallest:
+        raise ValueError(f"alpha must be at most the smallest group size ({smallest} with "
+                         f"{len(sizes)} groups of {sum(sizes)} devices), got {alpha}")
+
+
+def check_dropout(alpha: int, sizes: Sequence[int], dropout: float) -> None:
+    """Refuse a dropout that leaves, on average, fewer than ``D_g - alpha + 1`` devices of a group (eq. 12).
+
+    Parameters
+    ----------
+    alpha : int
+    sizes : sequence of int
+        The group sizes ``D_g``.
+    dropout : float
+        Probability that a device is unavailable in a round, in ``[0, 1]``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``network.dropout``, the group and the decoder's need.
+    """
+    for g, size in enumerate(sizes):
+        need, mean = size - alpha + 1, size * (1.0 - dropout)
+        if mean < need:
+            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of the {size} devices of group {g} "
+                             f"available on average, fewer than the D_g - alpha + 1 = {need} its decoder needs "
+                             f"(alpha = {alpha}); raise alpha or lower dropout")
+
+
+def group_codes(alpha: int, sizes: Sequence[int], rngs: Sequence[np.random.Generator], q: FixedPoint,
+                code_fraction_bits: int, code_draws: int, search: bool) -> list[CyclicGradientCode]:
+    """The ``(alpha, D_g)`` cyclic gradient code of each group (Sec. V-A, V-E; Tandon et al.).
+
+    Parameters
+    ----------
+    alpha : int
+        Devices each partition is stored on.
+    sizes : sequence of int
+        The group sizes ``D_g``.
+    rngs : sequence of numpy.random.Generator
+        One public stream per group (the codes are public).
+    q : FixedPoint
+        ``Q<k,f>`` of the data (the decoding vectors' format).
+    code_fraction_bits : int
+        ``f_B``: ``B`` is quantised to ``Q<min(62, f_B + 24), f_B>``.
+    code_draws : int
+        Candidate ``H`` matrices drawn per code when ``search`` (best conditioned kept).
+    search : bool
+        Whether to search for well-conditioned codes (exact decoding); False builds one draw and
+        one decoding pattern (timing mode needs only the code's shape).
+
+    Returns
+    -------
+    list of CyclicGradientCode
+    """
+    bq = FixedPoint(min(62, code_fraction_bits + 24), code_fraction_bits)
+    return [CyclicGradientCode(alpha, size, rng, fixed_point=bq, a_format=q, n_draws=code_draws if search else 1,
+                               max_patterns=2000 if search else 1) for size, rng in zip(sizes, rngs)]
+
+
+def padded_statistics(q: FixedPoint, bits: int, X: np.ndarray, Y: np.ndarray, rng: np.random.Generator) -> tuple:
+    """A device's offline phase 1 (Sec. VII): :func:`local_statistics`, then :func:`pad` (eqs. 6-7).
+
+    Parameters
+    ----------
+    q : FixedPoint
+    bits : int
+        The ring width ``W`` (:func:`ring_bits`).
+    X : ndarray, (m_i, d) float
+    Y : ndarray, (m_i, c) float
+    rng : numpy.random.Generator
+        The device's secret pad stream.
+
+    Returns
+    -------
+    M, G1, Phi, Psi, RX, RG : ndarray
+        ``X_i^T X_i`` (d, d) and ``G_i^(1)`` (d, c) int64 in ``Q<k,f>``, then :func:`pad`'s outputs.
+    """
+    M, G1 = local_statistics(q, X, Y)
+    return (M, G1) + tuple(pad(q, bits, M, G1, rng))
+
+
+def padded_statistics_shapes(bits: int, d: int, c: int) -> tuple:
+    """Shapes of :func:`padded_statistics`' outputs (timing mode's stand-ins)."""
+    limbs = -(-bits // 16)
+    return ((d, d), (d, c)) + ((limbs, d * (d + 1) // 2), (limbs, d, c)) * 2
+
+
+def check_decoding(q: FixedPoint, code: CyclicGradientCode, responders: Sequence[int], G: np.ndarray,
+                   eps: np.ndarray, stats: Sequence[tuple[np.ndarray, np.ndarray]], *,
+                   what: str) -> tuple[float, float]:
+    """Observer's check of a group's round (not charged): capacity of eq. (11), then :func:`decode_error`.
+
+    Parameters
+    ----------
+    q, code, responders, G, eps, stats
+        As :func:`decode_error`.
+    what : str
+        The round and group, for the capacity message.
+
+    Returns
+    -------
+    error, bound : float
+        :func:`decode_error`.
+
+    Raises
+    ------
+    fednet.errors.CapacityError
+        If a device's, a coded or the decoded gradient overflows ``Q<k,f>``
+        (:func:`fednet.algebra.capacity.check_round_capacity`).
+    """
+    check_round_capacity(q, plain_gradients(q, eps, stats), code.B, what=what)
+    return decode_error(q, code, responders, G, eps, stats)

@@ -17,21 +17,25 @@ Number system (Remark 3)
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
+from typing import ContextManager
 
 import networkx as nx
 import numpy as np
 
 from fednet.algebra.capacity import check_fixed_point_holds
-from fednet.algebra.fields import check_field_capacity, from_field, to_field
+from fednet.algebra.fields import check_field_capacity, fixed_point_field, from_field, paper_field, to_field
 from fednet.algebra.fixed_point import FixedPoint
+from fednet.algebra.meter import recharged
 from fednet.algebra.modp import PreparedMatrix, add_mod, sum_mod
 from fednet.codes.gram import pack_upper, unpack_upper
-from fednet.codes.shamir import shamir_reconstruct, shamir_share
+from fednet.codes.shamir import check_shamir_parameters, shamir_reconstruct, shamir_share
 
 __all__ = ["shamir_share_macs", "share_secrets", "share_device_secrets", "combine_shares", "device_share",
            "add_shares", "decode_aggregate", "decode_shares", "column_tree",
-           "check_aggregate"]
+           "check_aggregate", "field_prime", "share_size", "combine_macs", "device_share_macs", "add_macs",
+           "decode_macs", "widened", "check_groups", "check_dropout"]
 
 
 def shamir_share_macs(n_prime: int, k_prime: int, size: int) -> int:
@@ -265,3 +269,134 @@ def check_aggregate(exact: np.ndarray, G: np.ndarray, Ms: Sequence[np.ndarray], 
     if not ok:
         raise AssertionError("decoded CodedSecAgg aggregate differs from the exact fixed-point aggregate")
     return float(np.abs(G - plain).max())
+
+
+def field_prime(k: int, f: int, choice: str = "next_above") -> int:
+    """The prime q of Remark 3 for ``Q<k,f>`` data.
+
+    Parameters
+    ----------
+    k, f : int
+        The fixed-point format.
+    choice : {"next_above", "largest_below"}
+        ``"next_above"``: the smallest prime above ``2**(k+f)`` (``2**72 + 15``, 73 bits for
+        ``Q<48,24>``); the signed map is a bijection on all of ``Z_<k+f>``.  ``"largest_below"``:
+        the largest prime below ``2**(k+f)`` (``2**72 - 93``, 72 bits: the ``k + f`` bits the paper
+        counts, Remark 3 and Sec. VI-C).  It carries signed integers up to ``(q-1)/2 = 2**71 - 47``
+        in magnitude, i.e. all of ``Z_<k+f>`` but the 47 values nearest each end: a secret outside
+        that range is refused with a capacity message when it is shared (:func:`share_secrets`).
+        At the paper's sizes it decodes exactly: on fig7_mnist (D = 120, d = 2000, c = 10) the
+        secrets reach ``|M_i| = 0.42`` and ``|G_i^(1)| = 14.3`` and the aggregate ``|G| = 189.5``
+        over 600 epochs of the trajectory, 44,000 times below the field's ``(q-1)/2 / 2**(2f) =
+        2**23`` (measured when this option landed).
+
+    Returns
+    -------
+    int
+
+    Raises
+    ------
+    ValueError
+        If ``choice`` is neither of the two.
+    """
+    if choice == "largest_below":
+        return paper_field(k, f)
+    if choice != "next_above":
+        raise ValueError(f"field_prime must be 'next_above' or 'largest_below', got {choice!r}")
+    return fixed_point_field(k, f)
+
+
+def share_size(d: int, c: int) -> int:
+    """Field elements of a device's two secrets: ``d(d+1)/2`` (upper triangle, Remark 1) ``+ d c``."""
+    return d * (d + 1) // 2 + d * c
+
+
+def combine_macs(n_prime: int, size: int) -> int:
+    """MACs of :func:`combine_shares`: ``(n' - 1) size`` additions (Sec. VI-A)."""
+    return (n_prime - 1) * size
+
+
+def device_share_macs(d: int, c: int) -> int:
+    """MACs of :func:`device_share` (eq. 13): ``d^2 c + d c``."""
+    return d * d * c + d * c
+
+
+def add_macs(d: int, c: int) -> int:
+    """MACs of :func:`add_shares` (a tree addition, eq. 15): ``d c``."""
+    return d * c
+
+
+def decode_macs(k_prime: int, d: int, c: int) -> int:
+    """MACs of :func:`decode_shares` (interpolation at 0 from ``k'`` shares): ``k' d c``."""
+    return k_prime * d * c
+
+
+def widened(k: int, f: int, on: bool) -> ContextManager:
+    """Remark 3's cost of integer work in ``Z_<k+f>``, as a context around a device's kernels.
+
+    Parameters
+    ----------
+    k, f : int
+        The fixed-point format.
+    on : bool
+        ``widen_compute``: charge ``ceil(macs (k + f) / k)`` for the block's metered MACs
+        (:func:`fednet.algebra.meter.recharged`); False charges them as metered.
+
+    Returns
+    -------
+    context manager
+    """
+    if not on:
+        return contextlib.nullcontext()
+    return recharged(lambda macs: -(-macs * (k + f) // k))
+
+
+def check_groups(n_devices: int, n_groups: int, k_prime: int, q: int, z: int) -> None:
+    """Refuse N not dividing D, groups smaller than k', or k' <= z (Sec. VI-D).
+
+    Parameters
+    ----------
+    n_devices, n_groups : int
+        D and N.
+    k_prime, z : int
+        The Shamir threshold and the number of colluders.
+    q : int
+        The field (:func:`field_prime`).
+
+    Raises
+    ------
+    ValueError
+        Naming the offending parameter and its value.
+    """
+    if n_groups > n_devices or n_devices % n_groups:
+        raise ValueError(f"groups must divide the number of devices ({n_devices}), got {n_groups}")
+    n_prime = n_devices // n_groups
+    if n_prime < k_prime:
+        raise ValueError(f"every group needs at least k_prime = {k_prime} devices; groups = {n_groups} gives {n_prime}")
+    check_shamir_parameters(n_prime, k_prime, q, z=z)
+
+
+def check_dropout(n_devices: int, n_groups: int, k_prime: int, dropout: float) -> None:
+    """Refuse a dropout that leaves fewer than k' complete columns on average (Sec. VI-D).
+
+    A column (device ``i`` of every group) reaches the server only if all its ``N`` devices are
+    present: on average ``n' (1 - dropout)^N`` columns of ``n' = D / N``.
+
+    Parameters
+    ----------
+    n_devices, n_groups, k_prime : int
+        D, N and k'.
+    dropout : float
+        Probability that a device is unavailable in a round, in ``[0, 1]``.
+
+    Raises
+    ------
+    ValueError
+        Naming ``network.dropout`` and the decoder's need.
+    """
+    n_prime = n_devices // n_groups
+    mean = n_prime * (1.0 - dropout) ** n_groups
+    if mean < k_prime:
+        raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_prime} share columns complete on "
+                         f"average (all {n_groups} groups present), fewer than the k_prime = {k_prime} the decoder "
+                         f"needs; lower k_prime, groups or dropout")
