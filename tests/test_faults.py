@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -745,7 +746,9 @@ def _patch_phase(phase: str, sig: int) -> None:
     """In a forked child: make the process send itself ``sig`` when ``phase`` starts."""
     def killer(orig):
         def f(*a, **k):
-            os.kill(os.getpid(), sig)
+            # to the main thread itself (a process-directed signal may land on a helper thread, and
+            # its handler would then run later, inside library code)
+            signal.pthread_kill(threading.main_thread().ident, sig)
             time.sleep(2)                      # SIGTERM's handler raises before this returns
             return orig(*a, **k)
         return f
