@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 import fednet.study.output as output_mod
 import fednet.study.plots as plots_mod
@@ -1084,6 +1085,31 @@ def test_device_absent_in_every_setup_attempt(protocol) -> None:
 # ---------------------------------------------------------------------------------------------
 #: Outcome of every test that is not driven by a table with an ``expected`` column: a single
 #: outcome, or a list (one per parametrized case). ``test_case_counts`` checks the list is complete.
+def _numeric_fields(cls) -> list[str]:
+    """The int/float fields of a protocol's Config (bools excluded)."""
+    out = []
+    for name, field in cls.Config.model_fields.items():
+        ann = str(field.annotation)
+        if ("float" in ann or "int" in ann) and "bool" not in ann:
+            out.append(name)
+    return out
+
+
+#: Every registered protocol (the six above and those added since: DReS-FL, FedVS and their
+#: baselines), every numeric parameter, each non-finite value: refused by name when validated.
+NONFINITE_CASES = [(p, f, v) for p in sorted(registry.names()) for f in _numeric_fields(registry.get(p))
+                   for v in (float("nan"), float("inf"), float("-inf"))]
+
+
+@pytest.mark.parametrize("protocol,field,value", NONFINITE_CASES,
+                         ids=[f"{p}.{f}={v}" for p, f, v in NONFINITE_CASES])
+def test_every_protocol_refuses_non_finite_params(protocol, field, value) -> None:
+    cls = registry.get(protocol)
+    with pytest.raises(ValidationError) as err:
+        cls.Config.model_validate({field: value})
+    assert any(e["loc"] and e["loc"][0] == field for e in err.value.errors()), err.value
+
+
 OTHER_OUTCOMES: dict[str, str | list[str]] = {
     "test_bad_study_files": ["error"] * len(FILE_CASES),
     "test_bad_cli_seed": ["error"] * 2,
@@ -1094,6 +1120,7 @@ OTHER_OUTCOMES: dict[str, str | list[str]] = {
     "test_data_misfits_are_named_errors": ["error"] * len(DATA_MISFITS),
     "test_too_narrow_formats_are_refused_before_training": ["error"] * len(TOO_NARROW),
     "test_error_family": ["correct"] * 5,
+    "test_every_protocol_refuses_non_finite_params": ["error"] * len(NONFINITE_CASES),
     "test_unexpected_exception_keeps_its_traceback": "correct",
     "test_every_protocol_runs_end_to_end_through_the_cli": "correct",
     "test_out_dot_refuses_and_keeps_the_current_folder": "error",
@@ -1151,3 +1178,4 @@ def test_case_counts() -> None:
     assert sum(OUTCOMES.values()) >= 100
     covered = {p for p, *_ in PARAM_CASES} | {p for p, *_ in DROP_CASES}
     assert covered == set(PROTOCOLS)
+    assert {p for p, *_ in NONFINITE_CASES} == set(registry.names())   # every registered protocol
