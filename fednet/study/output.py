@@ -417,7 +417,11 @@ class StagedOutput:
 
         The renames (and the removal of the previous result) run with SIGTERM, SIGINT and SIGHUP
         blocked (main thread), so a signal cannot leave the previous result renamed away and the
-        new one not yet in place; a signal that arrives meanwhile is delivered afterwards.
+        new one not yet in place; a signal that arrives meanwhile is delivered afterwards. The
+        mask only holds back signals the kernel delivers to the main thread: one that lands on
+        another thread (a BLAS worker, say) still runs its Python handler on the main thread, so
+        the handlers are swapped for ones that only note the signal, and the first noted signal is
+        raised once the result is in place.
         """
         assert self.staging is not None
         staging = self.staging
@@ -426,6 +430,14 @@ class StagedOutput:
         sigs = {signal.SIGTERM, signal.SIGINT} | ({signal.SIGHUP} if hasattr(signal, "SIGHUP") else set())
         mask = getattr(signal, "pthread_sigmask", None)
         blocked = mask is not None and threading.current_thread() is threading.main_thread()
+        held: list[int] = []
+        saved = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in sigs:
+                try:
+                    saved[sig] = signal.signal(sig, lambda signum, frame: held.append(signum))
+                except (ValueError, OSError):  # pragma: no cover - not the main interpreter
+                    pass
         if blocked:
             mask(signal.SIG_BLOCK, sigs)
         old = None
@@ -458,8 +470,14 @@ class StagedOutput:
             if old is not None:
                 _remove_marked(old)
         finally:
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
             if blocked:
-                mask(signal.SIG_UNBLOCK, sigs)
+                mask(signal.SIG_UNBLOCK, sigs)      # a blocked signal is delivered here
+            if held:                                # one that reached another thread: raise it now
+                if held[0] == signal.SIGINT:
+                    raise KeyboardInterrupt
+                raise SystemExit(128 + held[0])
         return self.out
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
