@@ -42,8 +42,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from fednet.codes.dresfl import (DRESFL_PRIME_200, decode_gradients, default_points, psi, recovery_threshold,
-                                 share_dataset)
+from fednet.codes.dresfl import (DRESFL_PRIME_200, concat_rows, decode_gradients, default_points, global_shards,
+                                 psi, recovery_threshold, share_dataset)
 from fednet.learning.field_models import FieldPolyMLP, FieldSGD
 from fednet.learning.federated import dresfl_schedule
 from fednet.learning.model import Params, flatten, unflatten, unmetered
@@ -52,7 +52,6 @@ from fednet.protocol.modes import Shape
 from fednet.protocol.neural import NeuralConfig, NeuralProtocol
 from fednet.sim.dropout import decodable_probability
 from fednet.sim.simulation import Node
-from fednet.algebra.rns import RnsArray
 
 __all__ = ["DReSFLConfig", "DReSFL", "DReSFLState"]
 
@@ -170,20 +169,20 @@ class DReSFL(NeuralProtocol):
         """Every client encodes its data and sends share ``j`` to client ``j`` (Alg. 1 line 1)."""
         shares: dict[int, Any] = {}
 
-        def prepare(dev: Node) -> Generator:
+        def _prepare(dev: Node) -> Generator:
             shares[dev.index] = yield from self.compute(dev, self.encode, dev)
 
-        def part(src: Node, dst: Node) -> _Share:
+        def _part(src: Node, dst: Node) -> _Share:
             x, y = shares[src.index]
             return _Share(x[dst.index], y[dst.index])
 
         delivered = yield from self.exchange([[(s, d) for s in self.devices for d in self.devices if d is not s]],
-                                             part, kind="coded_data", schedule=self.config.sharing_schedule,
-                                             prepare=prepare, element_bits=self.wire_bits)
+                                             _part, kind="coded_data", schedule=self.config.sharing_schedule,
+                                             prepare=_prepare, element_bits=self.wire_bits)
         if self.mode.exact:
             for dst in self.devices:
-                got = [part(dst, dst) if src is dst else delivered[(src.index, dst.index)] for src in self.devices]
-                dst.state.x_coded, dst.state.y_coded = _concat([g.x for g in got]), _concat([g.y for g in got])
+                got = [_part(dst, dst) if src is dst else delivered[(src.index, dst.index)] for src in self.devices]
+                dst.state.x_coded, dst.state.y_coded = concat_rows([g.x for g in got]), concat_rows([g.y for g in got])
         shares.clear()
         self.decoded_rounds, q = 0, self.participation()
         self.p_decodable = None if q is None else decodable_probability(q, self.R)
@@ -211,9 +210,8 @@ class DReSFL(NeuralProtocol):
     def plain_gradients(self) -> list[Params]:
         """The K integer gradients of the global minibatches ``X_bar^(k)_(I_t)`` (the decoding's target)."""
         if getattr(self, "_global", None) is None:        # the K global data sets [X^(k)_1; ...; X^(k)_N]
-            self._global = [(np.concatenate([x[k * r:(k + 1) * r] for x, r in zip(self.task.X, self.shard_rows)]),
-                             np.concatenate([y[k * r:(k + 1) * r] for y, r in zip(self.task.Y, self.shard_rows)]))
-                            for k in range(self.config.K)]
+            self._global = list(zip(global_shards(self.task.X, self.shard_rows, self.config.K),
+                                    global_shards(self.task.Y, self.shard_rows, self.config.K)))
         return [self.model.integer_gradient(self.params, x[self.rows_t], y[self.rows_t]) for x, y in self._global]
 
     def host_gradient(self) -> np.ndarray:
@@ -290,11 +288,6 @@ class _Share:
     def size(self) -> int:
         """Field elements on the wire: ``(m_i / K)(d_x + d_y)``."""
         return int(np.prod(self.x.shape)) + int(np.prod(self.y.shape))
-
-
-def _concat(parts: list[RnsArray]) -> RnsArray:
-    """Rows of several RnsArrays of one context stacked (client j's coded data set ``X~_j``)."""
-    return RnsArray(np.concatenate([p.res for p in parts], axis=1), max(p.bound for p in parts), parts[0].ctx)
 
 
 def _flat_sum(gs: list[Params], like: Params) -> np.ndarray:

@@ -40,6 +40,8 @@ __all__ = [
     "DecodeFailure",
     "transform_data",
     "split_shards",
+    "global_shards",
+    "concat_rows",
     "default_points",
     "gradient_degree",
     "recovery_threshold",
@@ -133,6 +135,43 @@ def split_shards(x: np.ndarray, K: int) -> np.ndarray:
     if x.shape[0] % K:
         raise ValueError(f"the number of rows m = {x.shape[0]} must be divisible by K = {K}")
     return x.reshape((K, x.shape[0] // K) + x.shape[1:])
+
+
+def global_shards(xs: Sequence[np.ndarray], shard_rows: Sequence[int], K: int) -> list[np.ndarray]:
+    """The ``K`` global data sets ``X^(k) = [X^(k)_1; ...; X^(k)_N]`` (Sec. 4.1, the decoding's target).
+
+    Parameters
+    ----------
+    xs : sequence of N ndarrays, shapes (m_i, *S)
+        Each client's (transformed or plain) rows; ``m_i = K * shard_rows[i]``.
+    shard_rows : sequence of N ints
+        ``m_i / K``, the rows of one shard of client ``i``.
+    K : int
+        Shards per client.
+
+    Returns
+    -------
+    list of K ndarrays, shapes (sum_i m_i / K, *S)
+        Shard ``k`` of every client, stacked in client order (row ``k * r_i + j`` of client ``i`` is row
+        ``j`` of its shard ``k``, as :func:`split_shards` cuts it).
+    """
+    return [np.concatenate([x[k * r:(k + 1) * r] for x, r in zip(xs, shard_rows)]) for k in range(K)]
+
+
+def concat_rows(parts: Sequence[RnsArray]) -> RnsArray:
+    """Rows of several RnsArrays of one context stacked: client ``j``'s coded data set ``X~_j`` (Sec. 4.1).
+
+    Parameters
+    ----------
+    parts : sequence of RnsArray, shapes (r_i, d), one :class:`~fednet.algebra.rns.RnsContext`
+        The shares ``X~_{i->j}`` client ``j`` received, in client order.
+
+    Returns
+    -------
+    RnsArray, shape (sum_i r_i, d)
+        Bound: the largest of the parts' bounds.
+    """
+    return RnsArray(np.concatenate([p.res for p in parts], axis=1), max(p.bound for p in parts), parts[0].ctx)
 
 
 def default_points(N: int, K: int, T: int) -> tuple[list[int], list[int]]:
