@@ -11,6 +11,7 @@ Run: ``.venv/bin/python benchmarks/bench_engine.py``
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
@@ -28,24 +29,40 @@ def task(D: int, d: int, n: int, c: int = 10) -> LearningTask:
     return LearningTask(X, Y, rng.normal(size=(100, d)), rng.integers(0, c, 100), learning_rate=0.1)
 
 
+def count_events(sim: Simulation) -> Callable[[], int]:
+    """Count the SimPy events ``sim`` processes from now on (host-side instrumentation, no simulated time).
+
+    Parameters
+    ----------
+    sim : Simulation
+        Its ``env.step`` is wrapped in place.
+
+    Returns
+    -------
+    callable () -> int
+        The number of events processed since the call.
+    """
+    count = [0]
+    step = sim.env.step
+
+    def _counted_step() -> None:
+        count[0] += 1
+        step()
+
+    sim.env.step = _counted_step  # type: ignore[method-assign]
+    return lambda: count[0]
+
+
 def bench(D: int, d: int, n: int, epochs: int) -> dict[str, float]:
     """Run conventional FL for ``epochs`` rounds; events, events/s, host ms and simulated s per epoch."""
     t = task(D, d, n)
     sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0)
-    events = 0
-    step = sim.env.step
-
-    def counted_step() -> None:
-        nonlocal events
-        events += 1
-        step()
-
-    sim.env.step = counted_step  # type: ignore[method-assign]
+    events = count_events(sim)
     proto = registry.get("conventional")(sim, t, {})
     t0 = time.perf_counter()
     proto.run(epochs)
     wall = time.perf_counter() - t0
-    return {"D": D, "d": d, "epochs": epochs, "events": events, "events_per_s": events / wall,
+    return {"D": D, "d": d, "epochs": epochs, "events": events(), "events_per_s": events() / wall,
             "wall_per_epoch_ms": 1e3 * wall / epochs, "sim_s_per_epoch": sim.now / epochs}
 
 

@@ -47,6 +47,8 @@ from fednet.sim.simulation import Simulation
 from fednet.study.threads import limit_threads
 from fednet.topologies.lte import lte_star
 
+from bench_engine import count_events  # benchmarks/ is sys.path[0] when run as a script
+
 #: protocol -> (modes, params(D))
 PROTOCOLS: dict[str, tuple[tuple[str, ...], Any]] = {
     "conventional": (("full",), lambda D: {"minibatch_fraction": 0.2}),
@@ -101,28 +103,20 @@ def run_config(protocol: str, mode: str, D: int, *, d: int, n: int, c: int, epoc
     task = synthetic_task(D, d, n, c)
     cls = registry.get(protocol)
 
-    def simulate(prof: cProfile.Profile | None) -> dict[str, Any]:
+    def _simulate(prof: cProfile.Profile | None) -> dict[str, Any]:
         sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0,
                          device_compute=ShiftedExponential(0.5))
-        events = 0
-        step = sim.env.step
-
-        def counted_step() -> None:
-            nonlocal events
-            events += 1
-            step()
-
-        sim.env.step = counted_step  # type: ignore[method-assign]
+        events = count_events(sim)
         proto = cls(sim, task, params, label=protocol)
         marks: list[tuple[float, int]] = []
 
-        def on_round(row: dict[str, Any]) -> None:
-            marks.append((time.perf_counter(), events))
+        def _on_round(row: dict[str, Any]) -> None:
+            marks.append((time.perf_counter(), events()))
             if prof is not None and len(marks) == 1:
                 prof.enable()  # profile the epochs only
 
         t0 = time.perf_counter()
-        proto.run(epochs, on_round=on_round)
+        proto.run(epochs, on_round=_on_round)
         if prof is not None:
             prof.disable()
         (t_setup, ev_setup), (t_end, ev_end) = marks[0], marks[-1]
@@ -130,13 +124,13 @@ def run_config(protocol: str, mode: str, D: int, *, d: int, n: int, c: int, epoc
         return {"setup_s": t_setup - t0, "epochs": done, "epoch_s": (t_end - t_setup) / max(done, 1),
                 "events_per_epoch": (ev_end - ev_setup) / max(done, 1), "sim_s_per_epoch": sim.now / max(done, 1)}
 
-    r = simulate(None)
+    r = _simulate(None)
     out = {"protocol": protocol, "mode": mode, "D": D, "d": d, "params": params, **r,
            "device_epochs_per_s": D / r["epoch_s"] if r["epoch_s"] > 0 else float("inf"),
            "events_per_device_epoch": r["events_per_epoch"] / D}
     if profile:
         prof = cProfile.Profile()
-        simulate(prof)
+        _simulate(prof)
         st = pstats.Stats(prof)
         by = dict.fromkeys(CATEGORIES, 0.0)
         for (fname, _line, func), (_cc, _nc, tt, _ct, _callers) in st.stats.items():  # type: ignore[attr-defined]

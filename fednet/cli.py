@@ -217,9 +217,9 @@ def _cmd_topology(args: argparse.Namespace) -> int:
             return 2
         run = runs[0]
     else:  # the first grouped run, else the first run
-        def n_groups(r):
+        def _n_groups(r):
             return study.run_params(r).get("groups")
-        run = next((r for r in study.runs if isinstance(n_groups(r), int) and n_groups(r) > 1), study.runs[0])
+        run = next((r for r in study.runs if isinstance(_n_groups(r), int) and _n_groups(r) > 1), study.runs[0])
     seed = study.seeds[0] if args.seed is None else args.seed
     net = study.run_network(run)
     graph = build_network(net, seed)

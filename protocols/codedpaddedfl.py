@@ -256,7 +256,7 @@ class CodedPaddedFL(Protocol):
         eps = mode.offline(q.encode, self.theta, like=Shape((d, c), np.int64))  # Theta^(1) = 0: eps = Theta (eq. 10)
         totals, used, self._round_check = {}, [], None
 
-        def group(g: int) -> Generator:
+        def _group(g: int) -> Generator:
             replies = yield from self.gather([self.devices[i] for i in self.groups[g]], self._device_epoch,
                                              kind="coded_gradient", first=self.codes[g].n_responders, download=eps,
                                              download_kind="epsilon", download_bits=cfg.k,
@@ -268,7 +268,7 @@ class CodedPaddedFL(Protocol):
                 mode.observe(self._check, g, local, totals[g], eps)
             used.extend(n.index for n in replies.nodes)
 
-        yield self.env.all_of([self.env.process(group(g)) for g in range(len(self.groups))])
+        yield self.env.all_of([self.env.process(_group(g)) for g in range(len(self.groups))])
         self.used = used
         G = mode.offline(sum, [totals[g] for g in range(len(self.groups))], like=Shape((d, c), np.float64))
         mode.update(self, G, self.task.m)                                              # eq. (5)

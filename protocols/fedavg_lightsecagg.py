@@ -125,16 +125,16 @@ class FedAvgLightSecAgg(NeuralProtocol):
         present = [dev for dev in self.devices if self.available(dev)]
         shares = Mailbox(self.env)
 
-        def prepare(dev: Node) -> Generator:
+        def _prepare(dev: Node) -> Generator:
             dev.state.mask = uniform(self.secret_rng(dev, "lsa-mask", epoch), cfg.p, self.n_params)
             dev.state.encoded = yield from self.compute(dev, self.encode, dev)
             shares.put(dev.index, dev.index, dev.state.encoded[dev.index])
 
         yield from self.exchange([[(s, d) for s in present for d in present if d is not s]],
                                  lambda s, d: s.state.encoded[d.index], kind="encoded_mask", schedule="bundled",
-                                 n_elements=L, prepare=prepare, mailbox=shares)
+                                 n_elements=L, prepare=_prepare, mailbox=shares)
         for dev in present if len(present) == 1 else ():                  # a lone client has nobody to share with
-            yield from prepare(dev)
+            yield from _prepare(dev)
         online = yield from self.gather(present, self.masked_update, kind="masked_update", download=self.params,
                                         upload_elements=self.n_params)
         U1 = sorted(dev.index for dev in online.nodes)

@@ -193,14 +193,14 @@ class FedVS(VerticalProtocol):
         rows = self.batch_rows(epoch, self.coded_batch, self.seg_rows)            # B in [M/K]
         self.round_data = [self.data_shares(n, rows) for n in range(N)]            # materialised set-up shares
 
-        def prepare(dev) -> Generator:                                               # eqs. (3)-(4)
+        def _prepare(dev) -> Generator:                                               # eqs. (3)-(4)
             self.shared[dev.index] = yield from self.compute(dev, self.share_model, dev)
             yield self.env.timeout(c.sharing_scale * self.delays.sharing_delay(dev.index, epoch, self.coded_batch))
 
         self.shared = {}
         pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
         yield from self.exchange(pairs, lambda s, d: self.shared[s.index][1][d.index], kind="model_share",
-                                 schedule="bundled", element_bits=self.bits, prepare=prepare)
+                                 schedule="bundled", element_bits=self.bits, prepare=_prepare)
         self.w_bars = [self.shared[n][0] for n in range(N)]
         self.model_shares = {(n, j): self.shared[n][1][j] for n in range(N) for j in range(N)}
         work = [(dev, self.delayed_upload(dev, self.coded_embedding, kind="coded_embedding", key_round=epoch,

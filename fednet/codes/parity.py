@@ -105,7 +105,7 @@ def optimise_deadline(n_points: list[int], params: list[dict], target: float, gr
         raise ValueError(f"target {target} exceeds the {sum(n_points)} points")
     cands = [np.unique(np.linspace(0, n, min(grid, n + 1)).round().astype(int)) for n in n_points]
 
-    def best(t: float):
+    def _best(t: float):
         loads, probs, total = [], [], 0.0
         for c, prm in zip(cands, params):
             p = return_probability(t, c, max_tries=max_tries, **prm)
@@ -116,18 +116,18 @@ def optimise_deadline(n_points: list[int], params: list[dict], target: float, gr
         return total, loads, probs
 
     hi = 1.0
-    while best(hi)[0] < target:
+    while _best(hi)[0] < target:
         hi *= 2
         if hi > 1e9:
             raise ValueError("no deadline reaches the target return")
     lo = 0.0
     while hi - lo > 1e-6 * hi:
         mid = 0.5 * (lo + hi)
-        if best(mid)[0] >= target:
+        if _best(mid)[0] >= target:
             hi = mid
         else:
             lo = mid
-    _, loads, probs = best(hi)
+    _, loads, probs = _best(hi)
     return hi, loads, probs
 
 

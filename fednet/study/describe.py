@@ -34,7 +34,7 @@ def attribute_docs(cls: type) -> dict[str, str]:
         lines = m.group(1).splitlines()
         indent = min((len(x) - len(x.lstrip()) for x in lines if x.strip()), default=0)
 
-        def flush() -> None:
+        def _flush() -> None:
             for n in names:
                 docs[n] = " ".join(body).strip()
 
@@ -42,12 +42,12 @@ def attribute_docs(cls: type) -> dict[str, str]:
             if not line.strip():
                 continue
             if len(line) - len(line.lstrip()) == indent:
-                flush()
+                _flush()
                 head = line.strip().split(" : ")[0]
                 names, body = [n.strip() for n in head.split(",")], []
             else:
                 body.append(line.strip())
-        flush()
+        _flush()
     return docs
 
 

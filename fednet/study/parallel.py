@@ -218,14 +218,14 @@ def _round_reporter(topic: str | None, tag: str) -> Any:
         return None
     state = {"rounds": 0, "last": 0.0}
 
-    def on_round(row: dict[str, Any]) -> None:
+    def _on_round(row: dict[str, Any]) -> None:
         state["rounds"] += 1
         now = time.monotonic()
         if now - state["last"] >= 0.5:
             state["last"] = now
             worker.log_event(topic, {"task": tag, "rounds": state["rounds"]})
 
-    return on_round
+    return _on_round
 
 
 def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLike | None = None,
@@ -380,17 +380,17 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
         bar = tqdm(total=sum(expect[i] * left[i] for i in expect), desc=study.name, unit="round",
                    disable=not progress, leave=False, mininterval=0.5)
 
-        def refresh() -> None:
+        def _refresh() -> None:
             bar.n = done_rounds + sum(running.values())
             bar.total = max(bar.n, done_rounds + sum(expect[i] * left[i] for i in expect))
             bar.refresh()
 
-        def on_event(event: tuple[float, dict[str, Any]]) -> None:
+        def _on_event(event: tuple[float, dict[str, Any]]) -> None:
             msg = event[1]
             with lock:
                 if msg["task"] in running:
                     running[msg["task"]] = max(running[msg["task"]], int(msg["rounds"]))
-                    refresh()
+                    _refresh()
 
         futures = {}
         for i, seed in order:
@@ -399,7 +399,7 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                                 pure=False, key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
             futures[fut] = (i, seed)
         if progress:
-            client.subscribe_topic(topic, on_event)
+            client.subscribe_topic(topic, _on_event)
         results: dict[tuple[int, int], dict[str, Any]] = {}
         with bar:
             try:
@@ -413,7 +413,7 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                         left[i] -= 1
                         expect[i] = min(expect[i], len(res["rows"]))
                         bar.set_postfix_str(f"{study.runs[i].name} seed {seed} done")
-                        refresh()
+                        _refresh()
                     rows = res["rows"]
                     log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name,
                              study.runs[i].name, seed, len(rows) - 1, rows[-1]["time_s"], res["wall_s"])

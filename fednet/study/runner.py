@@ -460,7 +460,7 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
     written; the files then go to a staging folder renamed to ``out_dir``. An existing
     ``out_dir`` is replaced only if fednet wrote it (:class:`~fednet.study.output.StagedOutput`).
     """
-    def simulate() -> StudyResult:
+    def _run() -> StudyResult:
         if jobs is not None or scheduler is not None:
             return _simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir, progress=progress,
                                       blas_threads=blas_threads, command=command)
@@ -472,10 +472,10 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
             return _simulate(study, data_dir=data_dir, progress=progress, command=command)
 
     if out_dir is None:
-        return simulate()
+        return _run()
     out_dir = Path(out_dir)
     with StagedOutput(out_dir) as tmp:
-        result = simulate()
+        result = _run()
         write_results(result, study, tmp, plot=plot)
     result.out_dir = out_dir
     return result
