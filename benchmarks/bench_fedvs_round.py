@@ -19,6 +19,7 @@ import time
 
 
 def main() -> None:
+    """Parse the command line and print host seconds per FedVS round (host wall-clock, not simulated time)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--K", type=int, default=2)
     ap.add_argument("--T", type=int, default=1)

@@ -90,6 +90,7 @@ def main() -> None:
         rows = []
 
         def row(name, f_float, f_exact):
+            """Time ``f_float`` and ``f_exact`` (best of ``--repeat``) and add the row ``name`` with the slowdown."""
             tf, te = _best_pair(f_float, f_exact, a.repeat)
             rows.append((name, tf, te, te / tf))
 

@@ -40,6 +40,20 @@ class _CheckoutFinder(importlib.abc.MetaPathFinder):
         self.root = root
 
     def find_spec(self, fullname, path=None, target=None):  # noqa: D102 (importlib protocol)
+        """The spec of ``fednet.<name>`` for a mapped top-level package (importlib's meta path finder API).
+
+        Parameters
+        ----------
+        fullname : str
+            Dotted module name being imported.
+        path, target
+            Unused (importlib's protocol).
+
+        Returns
+        -------
+        importlib.machinery.ModuleSpec or None
+            None for every module this finder does not map.
+        """
         head, _, tail = fullname.partition(".")
         if head != __name__ or tail not in _MAPPED:
             return None

@@ -131,6 +131,7 @@ def plot(results, engine, out: Path, p: float) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Command line: the batched study of Makkonen et al., Sec. IV (Figs. 1-2); returns the exit status."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data-dir", default=None, help="directory with mnist/ (default $FEDNET_DATA)")
     ap.add_argument("--out", default="results/approx_gc")

@@ -24,6 +24,13 @@ PAPER = {
 
 
 def report(directory: Path) -> None:
+    """Print the Table 2 comparison (paper accuracy next to fednet's, per method) for one study folder.
+
+    Parameters
+    ----------
+    directory : Path
+        Output folder of a DReS-FL Table 2 study (holds ``study.json`` and the traces).
+    """
     study = json.loads((directory / "study.json").read_text())
     dataset = study["data"]["dataset"]
     print(f"\n{study['name']} ({dataset}), {directory}")

@@ -50,6 +50,7 @@ def mean_ci(values: list[float]) -> str:
 
 
 def main() -> None:
+    """Command line: print accuracy at ``--times`` (simulated s) and time to ``--accuracies`` (FedVS, Figs. 2-4)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out_dir", type=Path, nargs="+")
     ap.add_argument("--times", type=float, nargs="+", default=[25.0, 50.0, 100.0])

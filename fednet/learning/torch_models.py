@@ -51,6 +51,7 @@ class Square(nn.Module):
     """
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        """``z * z`` element-wise: any shape in, the same shape out."""
         return z * z
 
 
@@ -86,6 +87,7 @@ class PolynomialLayer(nn.Module):
         self.powers = nn.ModuleList([nn.Linear(n_inputs, n_outputs, bias=False) for _ in range(int(degree))])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        """``sum_k W_k x^k`` (element-wise powers ``x^k``): shape (b, n_inputs) in, (b, n_outputs) out."""
         out = self.powers[0](x)
         xi = x
         for lin in self.powers[1:]:
@@ -398,6 +400,7 @@ class TorchModel(Model):
         target = self._target(y, xt.shape[0])
 
         def run() -> float:
+            """The mean data loss over the ``b`` rows (a float), without autograd."""
             with torch.no_grad():
                 return float(self._data_loss(functional_call(self.module, tensors, (xt,)), target)) / xt.shape[0]
 
@@ -433,6 +436,7 @@ class TorchModel(Model):
         names = list(tensors)
 
         def run() -> tuple:
+            """The parameter gradients (and the input's, with ``with_input``) of the summed data loss."""
             # a view, not the leaf itself, enters the module: FlopCounterMode's module tracker cannot
             # hook a leaf input while autograd.grad runs
             total = self._data_loss(functional_call(self.module, tensors, (xt.view_as(xt),)), target)
@@ -477,6 +481,7 @@ class TorchModel(Model):
         shape = tuple(xt.shape)
 
         def run() -> tuple:
+            """The parameter gradients (and the input's, with ``input_grad``) given ``grad_output`` on the scores."""
             # views, not the leaves, enter the module and leave it: FlopCounterMode's module tracker
             # cannot hook a leaf input, and hooks the last layer's backward only below its output
             out = functional_call(self.module, tensors, (xt.view_as(xt) if input_grad else xt,))
