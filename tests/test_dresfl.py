@@ -9,10 +9,12 @@ from fednet.algebra.meter import MacMeter
 from fednet.codes.dresfl import (
     DRESFL_PRIME_200,
     DecodeFailure,
+    concat_rows,
     decode_gradients,
     default_points,
     dresfl_update,
     evaluate_on_shares,
+    global_shards,
     gradient_degree,
     max_dropouts,
     psi,
@@ -219,3 +221,19 @@ def test_rns_uploads_decode_like_canonical_uploads():
         d2 = decode_gradients(up_r[1:], alphas[1:], betas, K, T, 8, Q)
     assert m1.macs == m2.macs == K * 9 * model.n_params
     assert all((d1[0][k] == d2[0][k]).all() for k in d1[0])
+
+
+def test_global_shards_and_concat_rows():
+    """Shard k of every client stacked in client order; RnsArray rows stacked with the same values."""
+    xs = [np.arange(12).reshape(4, 3), 100 + np.arange(6).reshape(2, 3)]      # K = 2: shards of 2 and 1 rows
+    g = global_shards(xs, [2, 1], 2)
+    assert [a.tolist() for a in g] == [[[0, 1, 2], [3, 4, 5], [100, 101, 102]],
+                                       [[6, 7, 8], [9, 10, 11], [103, 104, 105]]]
+    q = DRESFL_PRIME_200
+    rng = np.random.default_rng(3)
+    xbar = rng.integers(-50, 50, (4, 3))
+    alphas, betas = default_points(3, 1, 1)
+    xs_r, _ = share_dataset(xbar, xbar[:, :1], 1, 1, alphas, betas, q, rng, as_rns=True)
+    both = concat_rows([xs_r[0], xs_r[1]])
+    assert both.shape == (8, 3)
+    assert (both.to_field() == np.concatenate([xs_r[0].to_field(), xs_r[1].to_field()])).all()
