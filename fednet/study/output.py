@@ -60,16 +60,21 @@ _pending: set[Path] = set()
 _pending_lock = threading.Lock()
 
 
+def _remove_path(p: Path) -> None:
+    """Remove a file, link or folder tree (a link is removed, not followed); errors are ignored."""
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p, ignore_errors=True)
+    else:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
 def _cleanup_pending() -> None:  # pragma: no cover - exercised in subprocess tests
     with _pending_lock:
         for p in list(_pending):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                try:
-                    p.unlink()
-                except OSError:
-                    pass
+            _remove_path(p)
         _pending.clear()
 
 
@@ -110,15 +115,8 @@ def _remove_marked(folder: Path) -> None:
     except OSError:
         return
     for p in entries:
-        if p.name == MARKER:
-            continue
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            try:
-                p.unlink()
-            except OSError:
-                pass
+        if p.name != MARKER:
+            _remove_path(p)
     try:
         (folder / MARKER).unlink()
     except OSError:
