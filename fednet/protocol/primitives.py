@@ -32,6 +32,7 @@ Charged compute is never silently free: a computation run by ``compute_each``, `
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -39,6 +40,7 @@ from typing import Any, Literal
 import networkx as nx
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter
@@ -47,6 +49,10 @@ from fednet.sim.simulation import Node
 
 __all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
            "payload_size", "SCHEDULES", "cyclic_steps"]
+
+#: Whether :meth:`Primitives.gather` and :meth:`Primitives.tree_aggregate` (without tree edges) may take the
+#: event-free path of :meth:`Primitives._fast_rounds` when nothing else is scheduled (same results, bit for bit).
+FAST_PATH = True
 
 #: The sharing schedules of :meth:`Primitives.exchange`.
 SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
@@ -736,8 +742,164 @@ class Primitives:
             yield from self.send(node, self.sim.server, result, kind=kind, n_elements=size, element_bits=upload_bits)
             return result
 
+        if deadline is None and cancel and wait is None and self._fast_ok(up):
+            def size_of(result: Any) -> int:
+                if callable(upload_elements):
+                    return upload_elements(result)
+                return upload_elements if upload_elements is not None else payload_size(result)
+            return (yield from self._fast_rounds(up, first, absent, download, download_kind, download_elements,
+                                                 download_bits, run, macs, kind, size_of, upload_bits))
         return (yield from self.first_k([(n, work(n)) for n in up], first, deadline=deadline, dropped=absent,
                                         cancel=cancel))
+
+    # -- the event-free path of gather ------------------------------------------------------
+    def _fast_ok(self, nodes: Sequence[Node]) -> bool:
+        """Whether a download-compute-upload step over ``nodes`` may skip SimPy's per-device processes.
+
+        True when :data:`FAST_PATH` is on, nothing else is scheduled (every event still queued has no
+        callbacks: leftovers of interrupted work) and every link and processor involved is idle; then no
+        other process can interact with the step and :meth:`_fast_rounds` gives the same results.
+        """
+        if not FAST_PATH:
+            return False
+        for entry in self.sim.env._queue:
+            if entry[3].callbacks:
+                return False
+        for n in nodes:
+            for res in (n.cpu, n.downlink.resource, n.uplink.resource):
+                if res.users or res.queue:
+                    return False
+        return True
+
+    def _fast_rounds(self, nodes: list[Node], first: int | None, absent: list[Node], download: Any,
+                     download_kind: str, download_elements: int | None, download_bits: int | None,
+                     run: Callable[..., Any] | None, macs: Callable[[Node], int] | None, kind: str,
+                     size_of: Callable[[Any], int], upload_bits: int | None) -> Generator:
+        """:meth:`first_k` over :meth:`gather`'s per-node work, computed without per-device processes.
+
+        Each node's events (download request and end, processor request and end, upload request and
+        end) are replayed arithmetically in the order SimPy would process them: an event's place is
+        ``(time, priority, place of the event that scheduled it)`` -- SimPy orders events by time,
+        priority and insertion, and an event is inserted while its parent is processed -- so nested
+        tuples compare exactly as SimPy's heap does. Times are the same float sums (``now + delay``),
+        the keyed draws are drawn for the same stages (a node cancelled before its upload starts draws
+        no upload), ``fn`` runs at its place, and the caller resumes at the ``k``-th arrival with one
+        event. Used only when :meth:`_fast_ok` holds.
+        """
+        sim, env = self.sim, self.sim.env
+        n_counted = len(nodes)
+        need = n_counted if first is None else int(first)
+        result = GatherResult(dropped=list(absent))
+        if need > n_counted:
+            self._note_failures(result)
+            raise StragglerShortfall(f"{self.label}: round {self.epoch} needs {need} results but only "
+                                     f"{n_counted} devices are available")
+        if need == 0 or not n_counted:
+            self._note_failures(result)
+            return result
+        now0 = env.now
+        t0 = float(now0)
+        rnd = sim.round
+        server = sim.server
+        bits = download_bits or self.element_bits
+        up_bits = upload_bits or self.element_bits
+        n_down = None if download is None else (payload_size(download) if download_elements is None
+                                                else int(download_elements))
+        down: list = [None] * n_counted            # (msg, extra, t1, key of the download's end)
+        start_key: list = [None] * n_counted       # key of the processor request
+        for p, node in enumerate(nodes):
+            k_init = (now0, 0, p)
+            if download is None:
+                start_key[p] = (now0, 1, k_init)
+                continue
+            msg = Message(server.index, node.index, download_kind, download, n_down, bits, round=rnd)
+            msg.sent_at = t0
+            seconds, extra = sim.hop_draw(msg, node, "down")
+            t1 = now0 + seconds
+            k_end = (t1, 1, (now0, 1, k_init))
+            down[p] = (msg, extra, t1, k_end)
+            start_key[p] = (t1, 1, k_end)
+        outcome: dict[int, tuple] = {}             # p -> (value, upload msg, extra, t2, t3, key of arrival)
+
+        def land_download(p: int) -> None:
+            if down[p] is None:
+                return
+            msg, extra, t1, _ = down[p]
+            node = nodes[p]
+            sim.hop_done(msg, node, "down", extra, t0, float(t1))
+            sim.deliver(msg, float(t1))
+            node.state.received = msg.payload
+            down[p] = None
+
+        def start_compute(p: int) -> tuple:
+            node = nodes[p]
+            land_download(p)
+            k_req = start_key[p]
+            t1 = k_req[0]
+            value, seconds = sim.compute_now(node, run, (node,), {}, None if macs is None else macs(node), rnd)
+            if seconds > 0:
+                t2 = t1 + seconds
+                return value, t2, (t2, 1, (t2, 1, k_req))
+            return value, t1, (t1, 1, k_req)
+
+        def start_upload(p: int, value: Any, t2: Any) -> tuple:
+            node = nodes[p]
+            msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits, round=rnd)
+            msg.sent_at = float(t2)
+            seconds, extra = sim.hop_draw(msg, node, "up")
+            return msg, extra, t2 + seconds
+
+        arrivals: list[tuple] = []                # (key of arrival, p)
+        if need >= n_counted:                      # everyone is waited for: no cancellation
+            for p in sorted(range(n_counted), key=start_key.__getitem__):
+                value, t2, k_up = start_compute(p)
+                msg, extra, t3 = start_upload(p, value, t2)
+                k_arr = (t3, 1, k_up)
+                outcome[p] = (value, msg, extra, t2, t3)
+                arrivals.append((k_arr, p))
+            arrivals.sort()
+            done_key = None
+        else:                                      # SimPy's order over the three stage events, until done
+            heap = [(start_key[p], p, 0) for p in range(n_counted)]
+            heapq.heapify(heap)
+            pending: dict[int, tuple] = {}
+            done_key = None
+            while heap:
+                key, p, stage = heap[0]
+                if done_key is not None and not key < done_key:
+                    break
+                heapq.heappop(heap)
+                if stage == 0:
+                    value, t2, k_up = start_compute(p)
+                    pending[p] = (value, t2)
+                    heapq.heappush(heap, (k_up, p, 1))
+                elif stage == 1:
+                    value, t2 = pending.pop(p)
+                    msg, extra, t3 = start_upload(p, value, t2)
+                    outcome[p] = (value, msg, extra, t2, t3)
+                    heapq.heappush(heap, ((t3, 1, key), p, 2))
+                else:
+                    arrivals.append((key, p))
+                    if len(arrivals) == need:
+                        done_key = (key[0], 1, key)
+        for k_arr, p in arrivals:                  # uploads land in order of arrival
+            value, msg, extra, t2, t3 = outcome[p]
+            sim.hop_done(msg, nodes[p], "up", extra, float(t2), float(t3))
+            sim.deliver(msg, float(t3))
+        for p in range(n_counted):                 # downloads that ended before the server stopped waiting
+            if down[p] is not None and (done_key is None or down[p][3] < done_key):
+                land_download(p)
+        arrived = [(nodes[p], outcome[p][0]) for _, p in arrivals]
+        result.results, result.surplus = arrived[:need], arrived[need:]
+        got = {p for _, p in arrivals}
+        result.cancelled = [node for p, node in enumerate(nodes) if p not in got]
+        tc = arrivals[need - 1][0][0]
+        resume = env.event()
+        resume._ok, resume._value = True, None
+        heapq.heappush(env._queue, (tc, NORMAL, next(env._eid), resume))
+        yield resume
+        self._note_failures(result)
+        return result
 
     def tree_aggregate(self, tree: nx.DiGraph, fn: Callable[[Node], Any], combine: Callable[[Any, Any], Any], *,
                        kind: str, root_kind: str, first: int | None = None, download: Any = None,
@@ -832,5 +994,10 @@ class Primitives:
                                  element_bits=element_bits)
             return acc
 
+        if tree.number_of_edges() == 0 and self._fast_ok([devs[v] for v in taking_part]):
+            return (yield from self._fast_rounds([devs[v] for v in taking_part], first, absent, download,
+                                                 download_kind, None, download_bits, own, None, root_kind,
+                                                 lambda acc: n_elements if n_elements is not None else payload_size(acc),
+                                                 element_bits))
         items = [(devs[v], root_work(v) if v in complete else inner(v), v in complete) for v in taking_part]
         return (yield from self._first_k(items, first, dropped=absent))

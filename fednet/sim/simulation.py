@@ -280,22 +280,36 @@ class Simulation:
             node.index, r, lambda: self.streams.uniform(node.index, "dropout", r))
 
     # -- timed operations -----------------------------------------------------------------
-    def _hop(self, msg: Message, device: Node, direction: str) -> Generator:
+    def hop_draw(self, msg: Message, device: Node, direction: str) -> tuple[float, int]:
+        """The keyed draw of one hop of ``msg`` on ``device``'s uplink or downlink: (seconds, retransmissions).
+
+        Consumes the next keyed uniform of (device, "uplink"/"downlink", msg.round); the link's
+        occupation time follows :func:`~fednet.sim.network.transmission_time`.
+        """
         link = device.uplink if direction == "up" else device.downlink
-        with link.resource.request() as req:
-            yield req
-            u = self.streams.uniform(device.index, "uplink" if direction == "up" else "downlink", msg.round)
-            seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
-                                                   self.packet_bits, u)
-            start = self.now
-            yield self.env.timeout(seconds)
+        u = self.streams.uniform(device.index, "uplink" if direction == "up" else "downlink", msg.round)
+        seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
+                                               self.packet_bits, u)
+        return seconds, extra
+
+    def hop_done(self, msg: Message, device: Node, direction: str, extra: int, start: float, end: float) -> None:
+        """Account a finished hop (``start`` .. ``end`` simulated seconds): counters and ``msg.hops``."""
         if direction == "up":
             self.counters.bits_up += msg.bits
         else:
             self.counters.bits_down += msg.bits
         self.counters.messages += 1
         self.counters.retransmissions += extra
-        msg.hops.append((direction, device.index, start, self.now))
+        msg.hops.append((direction, device.index, start, end))
+
+    def _hop(self, msg: Message, device: Node, direction: str) -> Generator:
+        link = device.uplink if direction == "up" else device.downlink
+        with link.resource.request() as req:
+            yield req
+            seconds, extra = self.hop_draw(msg, device, direction)
+            start = self.now
+            yield self.env.timeout(seconds)
+        self.hop_done(msg, device, direction, extra, start, self.now)
 
     def _direct_hop(self, msg: Message, link: Link, src: Node) -> Generator:
         with link.resource.request() as req:
@@ -339,10 +353,15 @@ class Simulation:
                     self.server.relayed.append(msg)
         if not dst.is_server:
             yield from self._hop(msg, dst, "down")
-        msg.delivered_at = self.now
-        if self.record_views:
-            (dst.relayed if dst.is_server and msg.encrypted else dst.view).append(msg)
+        self.deliver(msg, self.now)
         return msg
+
+    def deliver(self, msg: Message, at: float) -> None:
+        """Mark a relayed or server-to-device message delivered at ``at`` seconds and file it in the receiver's view."""
+        msg.delivered_at = at
+        if self.record_views:
+            dst = self.nodes[msg.dst]
+            (dst.relayed if dst.is_server and msg.encrypted else dst.view).append(msg)
 
     def compute(self, node: Node, fn: Callable[..., Any] | None, *args: Any,
                 macs: int | None = None, round: int | None = None, **kwargs: Any) -> Generator:
@@ -354,22 +373,32 @@ class Simulation:
         r = self.round if round is None else round
         with node.cpu.request() as req:
             yield req
-            meter = MacMeter()
-            result = None
-            if fn is not None:
-                with meter:
-                    result = fn(*args, **kwargs)
-            total = meter.macs + (int(macs) if macs is not None else 0)
-            seconds = node.compute_model.duration(
-                node.index, r, total, node.mac_rate,
-                lambda: self.streams.standard_exponential(node.index, "compute", r))
-            if node.is_server:
-                self.counters.server_macs += total
-            else:
-                self.counters.device_macs += total
+            result, seconds = self.compute_now(node, fn, args, kwargs, macs, r)
             if seconds > 0:
                 yield self.env.timeout(seconds)
         return result
+
+    def compute_now(self, node: Node, fn: Callable[..., Any] | None, args: tuple, kwargs: dict,
+                    macs: int | None = None, round: int | None = None) -> tuple[Any, float]:
+        """The body of :meth:`compute` once the processor is held: run ``fn`` metered, draw, count.
+
+        Returns ``(result, seconds)``; the caller holds the processor for ``seconds`` (when > 0).
+        """
+        r = self.round if round is None else round
+        meter = MacMeter()
+        result = None
+        if fn is not None:
+            with meter:
+                result = fn(*args, **kwargs)
+        total = meter.macs + (int(macs) if macs is not None else 0)
+        seconds = node.compute_model.duration(
+            node.index, r, total, node.mac_rate,
+            lambda: self.streams.standard_exponential(node.index, "compute", r))
+        if node.is_server:
+            self.counters.server_macs += total
+        else:
+            self.counters.device_macs += total
+        return result, seconds
 
     def run(self, process: Generator, until: float | None = None) -> Any:
         """Run a top-level generator as a SimPy process to completion; returns its value."""

@@ -1,0 +1,111 @@
+"""Engine events per device-epoch: host wall per simulated epoch and device-epochs per second.
+
+Conventional FL (full mode: it has no timing mode) and CodedSecAgg (timing mode) on the LTE star
+with the paper's link and compute models (``lte_star``, shifted-exponential compute), at
+D = 25, 120 and 1000, ``d = 20`` RBF-free Gaussian features (the engine's own overhead dominates).
+One device-epoch is one device's download, compute and upload; a round of D devices is D
+device-epochs (CodedSecAgg's cancelled devices included: they were scheduled).
+
+Run (from the repository root)::
+
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_engine_events.py [--profile NAME D]
+
+Prints one line per (protocol, D): epochs, SimPy events, events per device-epoch, host ms per
+epoch, device-epochs per second and the simulated seconds at the end (to check that a change kept
+the trace: compare ``sim_end`` and ``acc`` across versions).
+"""
+
+from __future__ import annotations
+
+import cProfile
+import pstats
+import sys
+import time
+
+import numpy as np
+
+from fednet.learning.task import LearningTask
+from fednet.protocol import registry
+from fednet.sim.simulation import Simulation
+from fednet.topologies.lte import lte_star
+
+import fednet.protocols.conventional  # noqa: F401  (registers)
+import fednet.protocols.codedsecagg  # noqa: F401
+
+
+def task(D: int, d: int = 20, n: int = 96, c: int = 10) -> LearningTask:
+    """D devices with n Gaussian points of d features, c classes."""
+    rng = np.random.default_rng(0)
+    X = [rng.normal(size=(n, d)) / np.sqrt(d) for _ in range(D)]
+    Y = [np.eye(c)[rng.integers(0, c, n)] for _ in range(D)]
+    return LearningTask(X, Y, rng.normal(size=(200, d)), rng.integers(0, c, 200), learning_rate=0.1)
+
+
+#: name -> (protocol, params)
+SETUPS = {
+    "conventional": ("conventional", {}),
+    "conventional_drop": ("conventional", {"drop_slowest": 0.1}),
+    "codedsecagg": ("codedsecagg", {"z": 1, "mode": "timing"}),
+}
+
+
+def build(name: str, D: int):
+    """The protocol object of set-up ``name`` at D devices, with an event counter on its env."""
+    proto_name, params = SETUPS[name]
+    params = dict(params)
+    if "drop_slowest" in params:
+        params["drop_slowest"] = max(1, int(params["drop_slowest"] * D))
+    sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0)
+    counter = [0]
+    step = sim.env.step
+
+    def counted_step() -> None:
+        counter[0] += 1
+        step()
+
+    sim.env.step = counted_step  # type: ignore[method-assign]
+    return registry.get(proto_name)(sim, task(D), params), counter
+
+
+def bench(name: str, D: int, epochs: int) -> dict:
+    """Run set-up ``name`` for ``epochs`` rounds (setup phase excluded from the timing)."""
+    proto, counter = build(name, D)
+    proto.run(0)                            # setup phase (round 0) outside the measurement
+    counter[0] = 0
+    t0 = time.perf_counter()
+    trace = proto.run(epochs)
+    wall = time.perf_counter() - t0
+    return {"name": name, "D": D, "epochs": epochs, "events": counter[0], "ev_per_dev_epoch": counter[0] / (D * epochs),
+            "ms_per_epoch": 1e3 * wall / epochs, "dev_epochs_per_s": D * epochs / wall,
+            "sim_end": trace[-1]["time_s"], "acc": trace[-1]["accuracy"]}
+
+
+EPOCHS = {25: 200, 120: 60, 1000: 10}
+
+
+def main() -> None:
+    """Print the table (or profile one set-up with ``--profile NAME D``)."""
+    if "--profile" in sys.argv:
+        i = sys.argv.index("--profile")
+        name, D = sys.argv[i + 1], int(sys.argv[i + 2])
+        proto, _ = build(name, D)
+        proto.run(0)
+        prof = cProfile.Profile()
+        prof.enable()
+        proto.run(EPOCHS[D])
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+        return
+    names = [a for a in sys.argv[1:] if a in SETUPS] or list(SETUPS)
+    print(f"{'setup':>18} {'D':>5} {'ep':>4} {'events':>8} {'ev/dev-ep':>9} {'ms/epoch':>9} {'dev-ep/s':>9} "
+          f"{'sim_end':>22} {'acc':>20}")
+    for name in names:
+        for D in (25, 120, 1000):
+            r = bench(name, D, EPOCHS[D])
+            print(f"{r['name']:>18} {r['D']:>5} {r['epochs']:>4} {r['events']:>8} {r['ev_per_dev_epoch']:>9.2f} "
+                  f"{r['ms_per_epoch']:>9.2f} {r['dev_epochs_per_s']:>9.0f} {r['sim_end']!r:>22} {r['acc']!r:>20}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""The event-free path of ``gather`` / edgeless ``tree_aggregate`` equals the SimPy process path bit for bit.
+
+Every scenario runs twice, with :data:`fednet.protocol.primitives.FAST_PATH` on and off, and must give the
+same trace (floats by ``repr``), the same messages in every node's view and relay list (kind, ends, sizes,
+send and delivery times, hops) and the same keyed-draw counters; the fast path must really be taken.
+Ties (deterministic compute, identical links, no loss) check SimPy's insertion order is reproduced.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import fednet.protocol.primitives as primitives
+from fednet.sim.compute import Deterministic
+from fednet.sim.simulation import Simulation
+from fednet.topologies.lte import lte_star
+
+from test_pinned_traces import SCENARIOS, run_scenario, digits_task  # noqa: E402
+
+
+def snapshot(proto) -> tuple:
+    """Trace, views, relays and draw counters of a finished run, as exact comparable values."""
+    rows = [{k: repr(v) for k, v in row.items()} for row in proto.trace]
+
+    def msgs(lst):
+        return [(m.kind, m.src, m.dst, m.bits, repr(m.sent_at), repr(m.delivered_at), repr(m.hops)) for m in lst]
+    views = [(msgs(n.view), msgs(n.relayed)) for n in proto.sim.nodes]
+    draws = {k: v[1].tolist() for k, v in proto.sim.streams._entries.items()}
+    return rows, views, draws
+
+
+def run_both(make, monkeypatch) -> tuple[tuple, tuple, int]:
+    calls = [0]
+    real = primitives.Primitives._fast_rounds
+
+    def counting(self, *a, **k):
+        calls[0] += 1
+        return (yield from real(self, *a, **k))
+    monkeypatch.setattr(primitives.Primitives, "_fast_rounds", counting)
+    monkeypatch.setattr(primitives, "FAST_PATH", True)
+    fast = snapshot(make())
+    monkeypatch.setattr(primitives, "FAST_PATH", False)
+    slow = snapshot(make())
+    return fast, slow, calls[0]
+
+
+class Recorder:
+    """Builds a pinned scenario and keeps the protocol object."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self):
+        import importlib
+        from test_pinned_traces import CLASSES, lossy_sim
+        proto_name, params, D, d, rounds, seed, dropout, kind = SCENARIOS[self.name]
+        module, cls_name = CLASSES[proto_name]
+        cls = getattr(importlib.import_module(module), cls_name)
+        proto = cls(lossy_sim(D, seed, dropout), digits_task(D, d, kind), params, label=self.name)
+        proto.run(rounds)
+        return proto
+
+
+FAST_SCENARIOS = ["conventional", "conventional_drop2", "conventional_dropout", "cfl", "approx_gc",
+                  "codedsecagg_onegroup_z2_full", "codedsecagg_onegroup_z2_timing", "codedpaddedfl_relay_steps_full",
+                  "lightsecagg_bundled_timing"]
+
+
+#: the server works beside the devices (CFL's parity gradient; LightSecAgg's exchange): the general path is kept
+GENERAL_ONLY = {"cfl", "lightsecagg_bundled_timing"}
+
+
+@pytest.mark.parametrize("name", FAST_SCENARIOS)
+def test_fast_path_equals_processes(name: str, monkeypatch) -> None:
+    fast, slow, calls = run_both(Recorder(name), monkeypatch)
+    if name not in GENERAL_ONLY:
+        assert calls > 0, f"{name}: the fast path was never taken"
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]
+    assert fast[2] == slow[2]
+
+
+@pytest.mark.parametrize("proto_name,params", [
+    ("conventional", dict(minibatch_fraction=0.5)),
+    ("conventional", dict(minibatch_fraction=0.5, drop_slowest=3)),
+    ("codedsecagg", dict(z=2, groups=1, mode="timing")),
+])
+def test_fast_path_ties(proto_name: str, params: dict, monkeypatch) -> None:
+    """Identical devices, no loss, deterministic compute: every time ties; SimPy's order must be kept."""
+    from fednet.protocol import registry
+    import fednet.protocols.conventional  # noqa: F401
+    import fednet.protocols.codedsecagg  # noqa: F401
+    D = 7
+
+    def make():
+        g = lte_star(D, loss=0.0, device_mac_rates=[4e6] * D)
+        sim = Simulation(g, 3, device_compute=Deterministic())
+        proto = registry.get(proto_name)(sim, digits_task(D, 16, "iid"), params)
+        proto.run(3)
+        return proto
+    fast, slow, calls = run_both(make, monkeypatch)
+    assert calls > 0
+    assert fast == slow
+    used = [r["used"] for r in fast[0][1:]]
+    assert all(u for u in used)
