@@ -29,6 +29,7 @@ from fednet.protocol import registry
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
+import fednet.protocol.primitives as primitives
 import fednet.protocols.conventional  # noqa: F401  (registers)
 import fednet.protocols.codedsecagg  # noqa: F401
 
@@ -67,15 +68,40 @@ def build(name: str, D: int):
     return registry.get(proto_name)(sim, task(D), params), counter
 
 
-def bench(name: str, D: int, epochs: int) -> dict:
-    """Run set-up ``name`` for ``epochs`` rounds (setup phase excluded from the timing)."""
+def more_rounds(proto, epochs: int, first: int = 1) -> list:
+    """Rounds first..first+epochs-1 after ``proto.run(0)`` did the setup phase (Protocol.run's loop, minus setup)."""
+    def main():
+        for e in range(first, first + epochs):
+            proto.sim.round = proto.epoch = e
+            proto.used = None
+            proto.round_dropped = set()
+            proto.decode_failed = False
+            yield from proto.round(e)
+            proto._record(e)
+    proto.sim.run(main())
+    return proto.trace
+
+
+def bench(name: str, D: int, epochs: int) -> list[dict]:
+    """Run set-up ``name`` for ``epochs`` rounds on the SimPy process path, then ``epochs`` more on the
+    event-free path (:data:`fednet.protocol.primitives.FAST_PATH`), after one setup phase (not timed)."""
     proto, counter = build(name, D)
     proto.run(0)                            # setup phase (round 0) outside the measurement
-    counter[0] = 0
-    t0 = time.perf_counter()
-    trace = proto.run(epochs)
-    wall = time.perf_counter() - t0
-    return {"name": name, "D": D, "epochs": epochs, "events": counter[0], "ev_per_dev_epoch": counter[0] / (D * epochs),
+    out = []
+    for fast in (False, True):
+        primitives.FAST_PATH = fast
+        counter[0] = 0
+        t0 = time.perf_counter()
+        trace = more_rounds(proto, epochs, 1 + fast * epochs)
+        wall = time.perf_counter() - t0
+        out.append(_row(name + ("+fast" if fast else ""), D, epochs, counter[0], wall, trace))
+        proto.trace = proto.trace[:1]
+        proto.theta = np.zeros_like(proto.theta)
+    return out
+
+
+def _row(name, D, epochs, events, wall, trace) -> dict:
+    return {"name": name, "D": D, "epochs": epochs, "events": events, "ev_per_dev_epoch": events / (D * epochs),
             "ms_per_epoch": 1e3 * wall / epochs, "dev_epochs_per_s": D * epochs / wall,
             "sim_end": trace[-1]["time_s"], "acc": trace[-1]["accuracy"]}
 
@@ -90,21 +116,23 @@ def main() -> None:
         name, D = sys.argv[i + 1], int(sys.argv[i + 2])
         proto, _ = build(name, D)
         proto.run(0)
+        primitives.FAST_PATH = "--slow" not in sys.argv
         prof = cProfile.Profile()
         prof.enable()
-        proto.run(EPOCHS[D])
+        more_rounds(proto, EPOCHS[D])
         prof.disable()
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         return
     names = [a for a in sys.argv[1:] if a in SETUPS] or list(SETUPS)
     print(f"{'setup':>18} {'D':>5} {'ep':>4} {'events':>8} {'ev/dev-ep':>9} {'ms/epoch':>9} {'dev-ep/s':>9} "
           f"{'sim_end':>22} {'acc':>20}")
+    sizes = [int(a) for a in sys.argv[1:] if a.isdigit()] or [25, 120, 1000]
     for name in names:
-        for D in (25, 120, 1000):
-            r = bench(name, D, EPOCHS[D])
-            print(f"{r['name']:>18} {r['D']:>5} {r['epochs']:>4} {r['events']:>8} {r['ev_per_dev_epoch']:>9.2f} "
+        for D in sizes:
+            for r in bench(name, D, EPOCHS[D]):
+                print(f"{r['name']:>18} {r['D']:>5} {r['epochs']:>4} {r['events']:>8} {r['ev_per_dev_epoch']:>9.2f} "
                   f"{r['ms_per_epoch']:>9.2f} {r['dev_epochs_per_s']:>9.0f} {r['sim_end']!r:>22} {r['acc']!r:>20}",
-                  flush=True)
+                      flush=True)
 
 
 if __name__ == "__main__":

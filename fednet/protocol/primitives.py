@@ -41,6 +41,7 @@ import networkx as nx
 import numpy as np
 import simpy
 from simpy.events import NORMAL
+from simpy.resources.resource import Release
 
 from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter
@@ -757,13 +758,15 @@ class Primitives:
         """Whether a download-compute-upload step over ``nodes`` may skip SimPy's per-device processes.
 
         True when :data:`FAST_PATH` is on, nothing else is scheduled (every event still queued has no
-        callbacks: leftovers of interrupted work) and every link and processor involved is idle; then no
-        other process can interact with the step and :meth:`_fast_rounds` gives the same results.
+        callbacks -- leftovers of interrupted work -- or releases a resource nobody queues for) and every
+        link and processor involved is idle; then no other process can interact with the step and
+        :meth:`_fast_rounds` gives the same results.
         """
         if not FAST_PATH:
             return False
         for entry in self.sim.env._queue:
-            if entry[3].callbacks:
+            ev = entry[3]
+            if ev.callbacks and not (type(ev) is Release and not ev.resource.put_queue):
                 return False
         for n in nodes:
             for res in (n.cpu, n.downlink.resource, n.uplink.resource):
