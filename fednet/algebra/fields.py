@@ -54,6 +54,7 @@ __all__ = [
 INT64_FIELD_LIMIT = 2**62
 
 
+@lru_cache(maxsize=4096)
 def next_prime_above(bound: int) -> int:
     """Smallest prime strictly greater than ``bound``.
 

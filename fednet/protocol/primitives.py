@@ -960,9 +960,13 @@ class Primitives:
         env = self.sim.env
         devs = self.sim.devices
         roots = [v for v in tree.nodes if tree.out_degree(v) == 0]
-        complete = {r for r in roots
-                    if all(self.available(devs[u]) for u in nx.ancestors(tree, r) | {r})}
-        root_of = {u: r for r in roots for u in nx.ancestors(tree, r) | {r}}
+        if tree.number_of_edges() == 0:      # every node is its own root
+            complete = {r for r in roots if self.available(devs[r])}
+            root_of = {r: r for r in roots}
+        else:
+            complete = {r for r in roots
+                        if all(self.available(devs[u]) for u in nx.ancestors(tree, r) | {r})}
+            root_of = {u: r for r in roots for u in nx.ancestors(tree, r) | {r}}
         taking_part = [v for v in tree.nodes if root_of[v] in complete]
         absent = [devs[v] for v in tree.nodes if root_of[v] not in complete]
         inbox = {(u, v): env.event() for u, v in tree.edges if root_of[v] in complete}
