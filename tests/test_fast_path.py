@@ -104,3 +104,31 @@ def test_fast_path_ties(proto_name: str, params: dict, monkeypatch) -> None:
     assert fast == slow
     used = [r["used"] for r in fast[0][1:]]
     assert all(u for u in used)
+
+
+def test_vector_draws_equal_scalar_draws() -> None:
+    """Streams.uniforms, negative_binomials_from_uniforms and transmission_times equal their scalar forms."""
+    from fednet.sim.network import negative_binomials_from_uniforms, transmission_time, transmission_times
+    from fednet.sim.rng import Streams, negative_binomial_from_uniform
+    a, b = Streams(5, 40, width=3), Streams(5, 40, width=3)
+    nodes = np.array([7, 3, 39, 0, 12])
+    for _ in range(5):                                   # crosses block boundaries (width 3)
+        vec = a.uniforms(nodes, "uplink", 2)
+        assert vec.tolist() == [b.uniform(int(i), "uplink", 2) for i in nodes]
+    assert a.uniform(8, "uplink", 2) == b.uniform(8, "uplink", 2)
+    with pytest.raises(ValueError, match="distinct"):
+        a.uniforms(np.array([1, 1]), "uplink", 2)
+    rng = np.random.default_rng(0)
+    m = 3000
+    u, n, p = rng.random(m), rng.integers(1, 30, m), rng.choice([0.0, 0.05, 0.3, 0.95], m)
+    u[:10] = 0.0
+    want = [negative_binomial_from_uniform(float(x), int(y), float(z)) for x, y, z in zip(u, n, p)]
+    assert negative_binomials_from_uniforms(u, n, p).tolist() == want
+    bits = rng.integers(0, 10**6, m)
+    bits[:5] = 0
+    rates = rng.random(m) * 1e7 + 1.0
+    for pb in (None, 1500):
+        secs, extras = transmission_times(bits, rates, 0.1, p, pb, u)
+        for t in range(0, m, 7):
+            s, _, e = transmission_time(int(bits[t]), float(rates[t]), 0.1, float(p[t]), pb, float(u[t]))
+            assert (secs[t], extras[t]) == (s, e)

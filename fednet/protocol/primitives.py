@@ -45,7 +45,7 @@ from simpy.resources.resource import Release
 
 from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter
-from fednet.sim.network import Message
+from fednet.sim.network import Message, transmission_times
 from fednet.sim.simulation import Node
 
 __all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
@@ -810,18 +810,23 @@ class Primitives:
                                                 else int(download_elements))
         down: list = [None] * n_counted            # (msg, extra, t1, key of the download's end)
         start_key: list = [None] * n_counted       # key of the processor request
-        for p, node in enumerate(nodes):
-            k_init = (now0, 0, p)
-            if download is None:
-                start_key[p] = (now0, 1, k_init)
-                continue
-            msg = Message(server.index, node.index, download_kind, download, n_down, bits, round=rnd)
-            msg.sent_at = t0
-            seconds, extra = sim.hop_draw(msg, node, "down")
-            t1 = now0 + seconds
-            k_end = (t1, 1, (now0, 1, k_init))
-            down[p] = (msg, extra, t1, k_end)
-            start_key[p] = (t1, 1, k_end)
+        if download is None:
+            for p in range(n_counted):
+                start_key[p] = (now0, 1, (now0, 0, p))
+        else:                                      # every download starts now: one vector of keyed draws
+            msgs = [Message(server.index, node.index, download_kind, download, n_down, bits, round=rnd)
+                    for node in nodes]
+            secs, extras = transmission_times(
+                msgs[0].bits, np.array([node.downlink.rate_bps for node in nodes]), sim.overhead,
+                np.array([node.downlink.loss for node in nodes]), sim.packet_bits,
+                sim.streams.uniforms(np.array([node.index for node in nodes]), "downlink", rnd))
+            for p in range(n_counted):
+                msg = msgs[p]
+                msg.sent_at = t0
+                t1 = now0 + secs[p]
+                k_end = (t1, 1, (now0, 1, (now0, 0, p)))
+                down[p] = (msg, extras[p], t1, k_end)
+                start_key[p] = (t1, 1, k_end)
         outcome: dict[int, tuple] = {}             # p -> (value, upload msg, extra, t2, t3, key of arrival)
 
         def land_download(p: int) -> None:
@@ -854,12 +859,22 @@ class Primitives:
 
         arrivals: list[tuple] = []                # (key of arrival, p)
         if need >= n_counted:                      # everyone is waited for: no cancellation
+            started = []
             for p in sorted(range(n_counted), key=start_key.__getitem__):
                 value, t2, k_up = start_compute(p)
-                msg, extra, t3 = start_upload(p, value, t2)
-                k_arr = (t3, 1, k_up)
+                node = nodes[p]
+                msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits, round=rnd)
+                msg.sent_at = float(t2)
+                started.append((p, value, t2, k_up, msg))
+            order = [nodes[p] for p, *_ in started]        # every upload starts: one vector of keyed draws
+            secs, extras = transmission_times(
+                np.array([m.bits for *_, m in started], dtype=np.int64), np.array([n.uplink.rate_bps for n in order]),
+                sim.overhead, np.array([n.uplink.loss for n in order]), sim.packet_bits,
+                sim.streams.uniforms(np.array([n.index for n in order]), "uplink", rnd))
+            for (p, value, t2, k_up, msg), seconds, extra in zip(started, secs, extras):
+                t3 = t2 + seconds
                 outcome[p] = (value, msg, extra, t2, t3)
-                arrivals.append((k_arr, p))
+                arrivals.append(((t3, 1, k_up), p))
             arrivals.sort()
             done_key = None
         else:                                      # SimPy's order over the three stage events, until done
