@@ -116,6 +116,7 @@ def prime_field(q: int) -> type[galois.FieldArray]:
     return galois.GF(check_prime(q))
 
 
+@lru_cache(maxsize=1024)
 def fixed_point_field(k: int, f: int) -> int:
     """Prime ``q > 2**(k+f)`` for CodedSecAgg over ``Q<k,f>`` (Schlegel et al., Remark 3).
 
