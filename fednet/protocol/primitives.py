@@ -46,7 +46,7 @@ from simpy.resources.resource import Release
 from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter
 from fednet.sim.network import Message, transmission_times
-from fednet.sim.simulation import Node
+from fednet.sim.simulation import Node, Simulation
 
 __all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
            "payload_size", "SCHEDULES", "cyclic_steps"]
@@ -757,13 +757,18 @@ class Primitives:
     def _fast_ok(self, nodes: Sequence[Node]) -> bool:
         """Whether a download-compute-upload step over ``nodes`` may skip SimPy's per-device processes.
 
-        True when :data:`FAST_PATH` is on, nothing else is scheduled (every event still queued has no
+        True when :data:`FAST_PATH` is on, neither the protocol's ``send`` nor the simulation's ``transfer``,
+        ``_hop`` or ``compute`` is overridden, nothing else is scheduled (every event still queued has no
         callbacks -- leftovers of interrupted work -- or releases a resource nobody queues for) and every
         link and processor involved is idle; then no other process can interact with the step and
         :meth:`_fast_rounds` gives the same results.
         """
         if not FAST_PATH:
             return False
+        sim_type = type(self.sim)
+        if (type(self).send is not Primitives.send or sim_type.transfer is not Simulation.transfer
+                or sim_type.compute is not Simulation.compute or sim_type._hop is not Simulation._hop):
+            return False                       # an override must see every message: keep the process path
         for entry in self.sim.env._queue:
             ev = entry[3]
             if ev.callbacks and not (type(ev) is Release and not ev.resource.put_queue):
