@@ -47,6 +47,7 @@ SETUPS = {
     "conventional": ("conventional", {}),
     "conventional_drop": ("conventional", {"drop_slowest": 0.1}),
     "codedsecagg": ("codedsecagg", {"z": 1, "mode": "timing"}),
+    "lightsecagg": ("lightsecagg", {"z": 1, "U": 0.5, "mode": "timing"}),
 }
 
 
@@ -54,6 +55,8 @@ def build(name: str, D: int):
     """The protocol object of set-up ``name`` at D devices, with an event counter on its env."""
     proto_name, params = SETUPS[name]
     params = dict(params)
+    if "U" in params:
+        params["U"] = max(2, int(params["U"] * D))
     if "drop_slowest" in params:
         params["drop_slowest"] = max(1, int(params["drop_slowest"] * D))
     sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0)
@@ -89,7 +92,7 @@ def bench(name: str, D: int, epochs: int) -> list[dict]:
     proto.run(0)                            # setup phase (round 0) outside the measurement
     out = []
     for fast in (False, True):
-        primitives.FAST_PATH = fast
+        primitives.FAST_PATH = primitives.LAZY_MAILBOX = fast
         counter[0] = 0
         t0 = time.perf_counter()
         trace = more_rounds(proto, epochs, 1 + fast * epochs)
@@ -107,6 +110,8 @@ def _row(name, D, epochs, events, wall, trace) -> dict:
 
 
 EPOCHS = {25: 200, 120: 60, 1000: 10}
+if "lightsecagg" in sys.argv:
+    EPOCHS = {25: 40, 120: 10, 1000: 1}
 
 
 def main() -> None:
@@ -116,7 +121,7 @@ def main() -> None:
         name, D = sys.argv[i + 1], int(sys.argv[i + 2])
         proto, _ = build(name, D)
         proto.run(0)
-        primitives.FAST_PATH = "--slow" not in sys.argv
+        primitives.FAST_PATH = primitives.LAZY_MAILBOX = "--slow" not in sys.argv
         prof = cProfile.Profile()
         prof.enable()
         more_rounds(proto, EPOCHS[D])

@@ -27,6 +27,7 @@ operations are SimPy sub-generators used with ``yield from``:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from .compute import AlwaysAvailable, Availability, ComputeModel, Deterministic,
 from .network import Link, Message, transmission_time
 from .rng import Streams
 
-__all__ = ["Node", "Simulation", "Counters"]
+__all__ = ["Node", "Simulation", "Counters", "Environment"]
 
 #: Link parameters a device's node may carry instead of its edge to the server.
 _LINK_KEYS = ("uplink_bps", "downlink_bps", "loss", "uplink_loss", "downlink_loss")
@@ -130,6 +131,40 @@ class Node:
         return f"Node({self.index}, {self.role}, name={self.name!r})"
 
 
+class Environment(simpy.Environment):
+    """A :class:`simpy.Environment` that remembers the place of the event it is processing.
+
+    ``current`` is ``(time, priority, id)`` of that event -- SimPy's heap key -- so that lazily
+    materialised events (:class:`fednet.protocol.primitives.Mailbox`) can tell whether an event
+    scheduled at a known key would already have been processed. :meth:`step` is SimPy 4's, plus
+    that one assignment.
+    """
+
+    #: Key of the event being processed (``(time, priority, id)``); before the first step, one below any.
+    current: tuple = (-math.inf, 0, -1)
+
+    def step(self) -> None:
+        """Process the next event (:meth:`simpy.Environment.step`), recording its key in ``current``."""
+        try:
+            now, prio, eid, event = heapq.heappop(self._queue)
+        except IndexError:
+            raise simpy.core.EmptySchedule from None
+        self._now = now
+        self.current = (now, prio, eid)
+        callbacks, event.callbacks = event.callbacks, None
+        try:
+            for callback in callbacks:
+                callback(event)
+        except simpy.core.StopSimulation:
+            event.callbacks = callbacks[callbacks.index(callback) + 1:]
+            self.schedule(event, simpy.core.EventPriority(-1))
+            raise
+        if not event._ok and not hasattr(event, "_defused"):
+            exc = type(event._value)(*event._value.args)
+            exc.__cause__ = event._value
+            raise exc
+
+
 def _positive(value: Any, what: str) -> float:
     try:
         v = float(value)
@@ -179,7 +214,7 @@ class Simulation:
     def __init__(self, graph: nx.Graph, seed: int, *, device_compute: ComputeModel | None = None,
                  server_compute: ComputeModel | None = None, availability: Availability | None = None,
                  record_views: bool = True) -> None:
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.graph = graph
         self.record_views = record_views
         self.availability = availability or AlwaysAvailable()
