@@ -1,18 +1,21 @@
 """Engine events per device-epoch: host wall per simulated epoch and device-epochs per second.
 
-Conventional FL (full mode: it has no timing mode) and CodedSecAgg (timing mode) on the LTE star
-with the paper's link and compute models (``lte_star``, shifted-exponential compute), at
-D = 25, 120 and 1000, ``d = 20`` RBF-free Gaussian features (the engine's own overhead dominates).
-One device-epoch is one device's download, compute and upload; a round of D devices is D
-device-epochs (CodedSecAgg's cancelled devices included: they were scheduled).
+Conventional FL (full mode: it has no timing mode), conventional FL dropping the slowest 10 %,
+CodedSecAgg (timing mode, z = 1, one group) and LightSecAgg (timing mode, z = 1, U = D/2) on the LTE
+star with the paper's link and compute models, at D = 25, 120 and 1000, ``d = 20`` Gaussian features
+(the engine's own overhead dominates). One device-epoch is one device's download, compute and upload;
+a round of D devices counts D device-epochs (CodedSecAgg's cancelled devices included).
+
+Each set-up runs its setup phase once (not timed), then ``E`` rounds on the SimPy process path
+(``FAST_PATH = LAZY_MAILBOX = False`` in :mod:`fednet.protocol.primitives`: one process per device,
+one event per mask) and ``E`` further rounds on the event-free path (rows ``+fast``). The two rows
+run different rounds, so their ``sim_end`` differ; bit-identity of the two paths is what
+``tests/test_fast_path.py`` checks.
 
 Run (from the repository root)::
 
-    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_engine_events.py [--profile NAME D]
-
-Prints one line per (protocol, D): epochs, SimPy events, events per device-epoch, host ms per
-epoch, device-epochs per second and the simulated seconds at the end (to check that a change kept
-the trace: compare ``sim_end`` and ``acc`` across versions).
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_engine_events.py [SETUP ...] [D ...]
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_engine_events.py --profile SETUP D [--slow]
 """
 
 from __future__ import annotations
