@@ -8,7 +8,8 @@ a round of D devices counts D device-epochs (CodedSecAgg's cancelled devices inc
 
 Each set-up runs its setup phase once (not timed), then ``E`` rounds on the SimPy process path
 (``FAST_PATH = LAZY_MAILBOX = False`` in :mod:`fednet.protocol.primitives`: one process per device,
-one event per mask) and ``E`` further rounds on the event-free path (rows ``+fast``). The two rows
+one event per mask; the collector left alone) and ``E`` further rounds on the event-free path with
+:meth:`Protocol.run`'s collector handling (rows ``+fast``). The two rows
 run different rounds, so their ``sim_end`` differ; bit-identity of the two paths is what
 ``tests/test_fast_path.py`` checks.
 
@@ -21,6 +22,7 @@ Run (from the repository root)::
 from __future__ import annotations
 
 import cProfile
+import gc
 import pstats
 import sys
 import time
@@ -32,6 +34,7 @@ from fednet.protocol import registry
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
+import fednet.protocol.base as base
 import fednet.protocol.primitives as primitives
 import fednet.protocols.conventional  # noqa: F401  (registers)
 import fednet.protocols.codedsecagg  # noqa: F401
@@ -74,17 +77,27 @@ def build(name: str, D: int):
     return registry.get(proto_name)(sim, task(D), params), counter
 
 
-def more_rounds(proto, epochs: int, first: int = 1) -> list:
-    """Rounds first..first+epochs-1 after ``proto.run(0)`` did the setup phase (Protocol.run's loop, minus setup)."""
+def more_rounds(proto, epochs: int, first: int = 1, gc_rounds: int = 0) -> list:
+    """Rounds first..first+epochs-1 after ``proto.run(0)`` did the setup phase (Protocol.run's loop, minus
+    setup, with its garbage-collector handling when ``gc_rounds``: :data:`fednet.protocol.base.GC_ROUNDS`)."""
     def main():
+        if gc_rounds:
+            gc.freeze()
+            gc.disable()
         for e in range(first, first + epochs):
+            if gc_rounds and e > first:
+                gc.collect(1 if (e - first) % gc_rounds else 2)
             proto.sim.round = proto.epoch = e
             proto.used = None
             proto.round_dropped = set()
             proto.decode_failed = False
             yield from proto.round(e)
             proto._record(e)
-    proto.sim.run(main())
+    try:
+        proto.sim.run(main())
+    finally:
+        gc.unfreeze()
+        gc.enable()
     return proto.trace
 
 
@@ -98,7 +111,7 @@ def bench(name: str, D: int, epochs: int) -> list[dict]:
         primitives.FAST_PATH = primitives.LAZY_MAILBOX = fast
         counter[0] = 0
         t0 = time.perf_counter()
-        trace = more_rounds(proto, epochs, 1 + fast * epochs)
+        trace = more_rounds(proto, epochs, 1 + fast * epochs, base.GC_ROUNDS if fast else 0)
         wall = time.perf_counter() - t0
         out.append(_row(name + ("+fast" if fast else ""), D, epochs, counter[0], wall, trace))
         proto.trace = proto.trace[:1]
