@@ -182,3 +182,20 @@ def test_lazy_mailbox_ties(offline_parallel: bool, monkeypatch) -> None:
     eager = snapshot(make())
     assert lazy == eager
     assert counts[0] < counts[1]
+
+
+def test_run_restores_the_garbage_collector() -> None:
+    """Protocol.run freezes and disables the collector for its rounds only, also when a round raises."""
+    import gc
+    from fednet.protocol.base import StragglerShortfall
+    assert gc.isenabled()
+    before = gc.get_freeze_count()
+    Recorder("conventional")()
+    assert gc.isenabled() and gc.get_freeze_count() == before
+    from fednet.protocol import registry
+    import fednet.protocols.conventional  # noqa: F401
+    from test_pinned_traces import lossy_sim
+    proto = registry.get("conventional")(lossy_sim(6, 0, dropout=0.9), digits_task(6, 24, "noniid"), {})
+    with pytest.raises(StragglerShortfall):
+        proto.run(3)                          # too few devices: the first round raises
+    assert gc.isenabled() and gc.get_freeze_count() == before
