@@ -64,11 +64,13 @@ class Recorder:
 
 FAST_SCENARIOS = ["conventional", "conventional_drop2", "conventional_dropout", "cfl", "approx_gc",
                   "codedsecagg_onegroup_z2_full", "codedsecagg_onegroup_z2_timing", "codedpaddedfl_relay_steps_full",
-                  "lightsecagg_bundled_timing"]
+                  "lightsecagg_bundled_timing", "codedsecagg_dropout_timing", "codedpaddedfl_dropout_timing",
+                  "lightsecagg_dropout_timing"]
 
 
 #: the server works beside the devices (CFL's parity gradient; LightSecAgg's exchange): the general path is kept
-GENERAL_ONLY = {"cfl", "lightsecagg_bundled_timing"}
+GENERAL_ONLY = {"cfl", "lightsecagg_bundled_timing", "lightsecagg_dropout_timing",
+                "codedsecagg_dropout_timing"}   # (groups = 2 / the exchange: equality still checked)
 
 
 @pytest.mark.parametrize("name", FAST_SCENARIOS)
@@ -233,3 +235,32 @@ def test_fast_path_timing_key(drop_slowest: int, dropout: float, monkeypatch) ->
     assert purpose_id("uplink") not in purposes and purpose_id("compute") not in purposes
     used = [r["used"] for r in fast[0][1:]]
     assert all(u for u in used)
+
+
+@pytest.mark.parametrize("name,params", [
+    ("fedavg", {"hidden": [8, 8], "batch_size": 8}),
+    ("scaffold", {"hidden": [8, 8], "batch_size": 8}),
+    ("fedavg_lightsecagg", {"hidden": [8, 8], "batch_size": 8, "U": 3}),
+    ("dresfl", {"hidden": [3, 3], "batch_size": 8, "weight_bits": 4}),
+])
+def test_fast_path_new_protocols_under_dropouts(name: str, params: dict, monkeypatch) -> None:
+    """Protocols merged after the fast path (DReS-FL and its baselines), with per-client dropouts in the
+    rounds and in the setup phase (setup attempts): the fast path gives the same traces, views and draws."""
+    from factories import make_task
+    from fednet.protocol import registry
+    from fednet.sim.dropout import PerClientDropout
+    D = 10
+
+    def make():
+        sim = Simulation(lte_star(D, device_mac_rates=[1e6 * (1 + i % 3) for i in range(D)], loss=0.1), 3,
+                         availability=PerClientDropout([0.2] * D))
+        proto = registry.get(name)(sim, make_task(D=D, n=40, d=12, c=3), params)
+        proto.run(4)
+        return proto
+    fast, slow, calls = run_both(make, monkeypatch)
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1]
+    assert fast[2] == slow[2]
+    assert any(r["dropped"] for r in fast[0][1:]), "no dropout happened: the scenario tests nothing"
+    if name != "fedavg_lightsecagg":
+        assert calls > 0

@@ -850,8 +850,9 @@ class Primitives:
     def _fast_ok(self, nodes: Sequence[Node]) -> bool:
         """Whether a download-compute-upload step over ``nodes`` may skip SimPy's per-device processes.
 
-        True when :data:`FAST_PATH` is on, neither the protocol's ``send`` nor the simulation's ``transfer``,
-        ``_hop`` or ``compute`` is overridden, nothing else is scheduled (every event still queued has no
+        True when :data:`FAST_PATH` is on, neither the protocol's ``send`` / ``_message`` nor the
+        simulation's ``transfer``, ``_hop``, ``hop_draw``, ``hop_done``, ``deliver``, ``compute`` or
+        ``compute_now`` is overridden, nothing else is scheduled (every event still queued has no
         callbacks -- leftovers of interrupted work -- or releases a resource nobody queues for) and every
         link and processor involved is idle; then no other process can interact with the step and
         :meth:`_fast_rounds` gives the same results.
@@ -859,8 +860,9 @@ class Primitives:
         if not FAST_PATH:
             return False
         sim_type = type(self.sim)
-        if (type(self).send is not Primitives.send or sim_type.transfer is not Simulation.transfer
-                or sim_type.compute is not Simulation.compute or sim_type._hop is not Simulation._hop):
+        if (type(self).send is not Primitives.send or type(self)._message is not Primitives._message
+                or any(getattr(sim_type, name) is not getattr(Simulation, name)
+                       for name in ("transfer", "compute", "_hop", "hop_draw", "hop_done", "deliver", "compute_now"))):
             return False                       # an override must see every message: keep the process path
         for entry in self.sim.env._queue:
             ev = entry[3]
