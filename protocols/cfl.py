@@ -90,9 +90,13 @@ class CFLState(NodeState):
     ----------
     rows : ndarray of int, (l_j,)
         Indices of the points of its load (drawn from the device's own "cfl-load" stream).
+    X_load, Y_load : ndarray, (l_j, d) and (l_j, c)
+        Its load's points ``X_j[rows]``, ``Y_j[rows]``, gathered once in the set-up (the load is fixed).
     """
 
     rows: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    X_load: np.ndarray | None = None
+    Y_load: np.ndarray | None = None
 
 
 @dataclass
@@ -162,6 +166,7 @@ class CFL(Protocol):
         for dev, l_j, p_j in zip(self.devices, loads, probs):
             X, Y = task.X[dev.index], task.Y[dev.index]
             dev.state.rows = self.sim.rng(dev, "cfl-load").permutation(X.shape[0])[:l_j]
+            dev.state.X_load, dev.state.Y_load = X[dev.state.rows], Y[dev.state.rows]
             AtA += weighted_gram(X, Y, load_weights(X.shape[0], dev.state.rows, p_j))   # offline
         gram = parity_gram(AtA, plan.c_p, self.sim.rng(self.server, "cfl-parity"))
         self.server.state.XtX, self.server.state.XtY = gram[:d, :d], gram[:d, d:]
@@ -175,8 +180,7 @@ class CFL(Protocol):
     def local_gradient(self, dev: Node) -> np.ndarray:
         """Plain gradient of the device's load (eq. 3 on ``l_j`` points); ``2 l_j d c`` MACs."""
         theta = dev.state.received.astype(np.float64)
-        X, Y = self.task.X[dev.index][dev.state.rows], self.task.Y[dev.index][dev.state.rows]
-        return ridge_gradient(X, Y, theta)
+        return ridge_gradient(dev.state.X_load, dev.state.Y_load, theta)
 
     def parity_gradient(self) -> np.ndarray:
         """Server: ``X~^T X~ Theta - X~^T Y~`` (``d^2 c`` MACs)."""

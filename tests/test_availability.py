@@ -171,7 +171,15 @@ def test_training_steps_of_two_protocols_use_the_same_timing_draw(monkeypatch):
         calls[self.tag].append((node, purpose, round, value))
         return value
 
+    real_many = Streams.uniforms
+
+    def spy_many(self, nodes, purpose, round):          # the vectorised draws of gather's fast path
+        values = real_many(self, nodes, purpose, round)
+        calls[self.tag].extend((int(n), purpose, round, float(v)) for n, v in zip(nodes, values))
+        return values
+
     monkeypatch.setattr(Streams, "uniform", spy)
+    monkeypatch.setattr(Streams, "uniforms", spy_many)
     task = make_task(D=6, n=15, d=5, c=2, lr=0.5)
     for cls, cfg in ((ConventionalFL, {}), (LightSecAgg, dict(z=1, U=6, mode="full"))):
         s = Simulation(lte_star(6, device_mac_rates=[1e6] * 6, loss=0.1), 4)     # shifted-exponential compute

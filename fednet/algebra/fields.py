@@ -57,6 +57,7 @@ __all__ = [
 INT64_FIELD_LIMIT = 2**62
 
 
+@lru_cache(maxsize=4096)
 def next_prime_above(bound: int) -> int:
     """Smallest prime strictly greater than ``bound``.
 
@@ -118,6 +119,7 @@ def prime_field(q: int) -> type[galois.FieldArray]:
     return galois.GF(check_prime(q))
 
 
+@lru_cache(maxsize=1024)
 def fixed_point_field(k: int, f: int) -> int:
     """Prime ``q > 2**(k+f)`` for CodedSecAgg over ``Q<k,f>`` (Schlegel et al., Remark 3).
 

@@ -45,6 +45,7 @@ protocol declares its reaction in :attr:`Protocol.setup_dropouts`:
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -75,6 +76,13 @@ __all__ = ["Protocol", "ProtocolConfig", "NodeState", "ServerState", "Outgoing",
 
 #: The reactions a protocol may declare to devices absent in the setup phase (module docstring).
 SETUP_DROPOUT_REACTIONS = ("none", "offline", "reshare", "fail")
+
+
+#: Garbage collection in :meth:`Protocol.run`: after the set-up everything alive is frozen
+#: (``gc.freeze``) and automatic collection is off; each round boundary collects the young
+#: generations, every ``GC_ROUNDS``-th a full collection; the previous state is restored at the end.
+#: 0 leaves the collector alone. (LightSecAgg, D = 120: 2x less host time; issue 12.)
+GC_ROUNDS = 16
 
 
 class ProtocolConfig(BaseModel):
@@ -439,7 +447,12 @@ class Protocol(Primitives):
             row = self._record(0)
             if on_round:
                 on_round(row)
+            if GC_ROUNDS:                       # the set-up's objects stay: keep the collector off them
+                gc.freeze()
+                gc.disable()
             for e in range(1, epochs + 1):
+                if GC_ROUNDS and e > 1:        # a round's cyclic garbage is dead at its end
+                    gc.collect(1 if (e - 1) % GC_ROUNDS else 2)
                 self.sim.round = self.epoch = e
                 self.used = None
                 self.round_dropped = set()
@@ -459,5 +472,12 @@ class Protocol(Primitives):
                 if stop_at is not None and row["accuracy"] >= stop_at:
                     break
 
-        self.sim.run(main())
+        enabled = gc.isenabled()
+        try:
+            self.sim.run(main())
+        finally:
+            if GC_ROUNDS:
+                gc.unfreeze()
+                if enabled:
+                    gc.enable()
         return self.trace

@@ -259,12 +259,19 @@ class Timing(Mode):
 
     def run(self, fn, *args, macs=None, like=None, stand_in=None, key=None, **kwargs):
         """Charge ``fn``'s metered MACs at these shapes; return stand-ins (with ``stand_in()`` as value)."""
+        if isinstance(macs, int) and not isinstance(macs, bool):   # a closed form: no key needed
+            charge(macs)
+            out = like
+            if stand_in is not None:
+                if not isinstance(out, Shape):
+                    raise TypeError(f"stand_in needs a single array output of {getattr(fn, '__qualname__', fn)}; "
+                                    f"pass like=Shape(...)")
+                out = Shape(out.shape, out.dtype, stand_in())
+            return out
         key = ("fednet.protocol.modes", getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn)),
-               (_signature(args), _signature(kwargs)) if key is None or macs is None or isinstance(macs, int)
+               (_signature(args), _signature(kwargs)) if key is None or macs is None
                else ("key", key))
-        if isinstance(macs, int) and not isinstance(macs, bool):
-            n, out = macs, like
-        elif macs is not None:
+        if macs is not None:
             n, out = macs_of(key, macs), like
         else:
             if key not in _OUTPUTS:

@@ -39,6 +39,7 @@ Charged compute is never silently free: a computation run by ``compute_each``, `
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -46,14 +47,23 @@ from typing import Any, Literal
 import networkx as nx
 import numpy as np
 import simpy
+from simpy.events import NORMAL
+from simpy.resources.resource import Release
 
 from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter
-from fednet.sim.network import Message
-from fednet.sim.simulation import Node
+from fednet.sim.network import Message, transmission_times
+from fednet.sim.simulation import Node, Simulation
 
 __all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
            "payload_size", "SCHEDULES", "cyclic_steps", "compute_key"]
+
+#: Whether :meth:`Primitives.gather` and :meth:`Primitives.tree_aggregate` (without tree edges) may take the
+#: event-free path of :meth:`Primitives._fast_rounds` when nothing else is scheduled (same results, bit for bit).
+FAST_PATH = True
+
+#: Whether a :class:`Mailbox` materialises only the events that complete a wait (same results, O(N) events).
+LAZY_MAILBOX = True
 
 #: The sharing schedules of :meth:`Primitives.exchange`.
 SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
@@ -180,6 +190,16 @@ class Mailbox:
     :meth:`Primitives.exchange` posts every delivered payload here when given one; a protocol may
     post a node's own share itself. Nodes are named by index.
 
+    The behaviour is that of one SimPy event per ``(src, dst)`` pair, triggered by :meth:`put`, and of
+    :meth:`wait` as ``env.all_of`` over a receiver's pairs -- but in an
+    :class:`fednet.sim.simulation.Environment` only the event that completes a wait is materialised:
+    :meth:`put` stamps the pair with the heap key its event would have had (its time, priority and
+    a fresh id); a wait completes when the event of its last delivered pair is processed, which is
+    pushed at exactly that key (or, if that key is below the event being processed, the wait
+    completes at once). Processing the other pairs' events had no effect but counting, so an
+    all-to-all exchange of ``N`` devices costs ``O(N)`` events instead of ``N^2`` and everything
+    happens in the same order (LightSecAgg at D = 1000: issue 12).
+
     Parameters
     ----------
     env : simpy.Environment
@@ -188,12 +208,25 @@ class Mailbox:
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
         self._box: dict[tuple[int, int], Any] = {}
-        self._events: dict[tuple[int, int], simpy.Event] = {}
+        self._lazy = LAZY_MAILBOX and hasattr(env, "current")
+        self._events: dict[tuple[int, int], simpy.Event] = {}      # eager mode: one event per pair
+        self._stamp: dict[tuple[int, int], tuple] = {}             # pair -> heap key of its (virtual) event
+        self._relay: dict[tuple[int, int], simpy.Event] = {}       # pair -> its event, once materialised
+        self._waiting: dict[tuple[int, int], list] = {}            # pair -> waiters still missing it
 
     def _event(self, src: int, dst: int) -> simpy.Event:
         if (src, dst) not in self._events:
             self._events[(src, dst)] = self.env.event()
         return self._events[(src, dst)]
+
+    def _materialise(self, pair: tuple[int, int], then: Callable[[Any], None]) -> None:
+        """Put the pair's event in the heap at its stamped key (once) and call ``then`` when it is processed."""
+        ev = self._relay.get(pair)
+        if ev is None:
+            ev = self._relay[pair] = simpy.Event(self.env)
+            ev._ok, ev._value = True, None
+            heapq.heappush(self.env._queue, (*self._stamp[pair], ev))
+        ev.callbacks.append(then)
 
     def put(self, src: int, dst: int, payload: Any) -> None:
         """Deliver ``payload`` from ``src`` to ``dst`` (once per pair).
@@ -206,15 +239,46 @@ class Mailbox:
         if (src, dst) in self._box:
             raise ValueError(f"a payload from {src} to {dst} was already delivered")
         self._box[(src, dst)] = payload
-        self._event(src, dst).succeed()
+        if not self._lazy:
+            self._event(src, dst).succeed()
+            return
+        pair = (src, dst)
+        self._stamp[pair] = (self.env.now, NORMAL, next(self.env._eid))
+        for waiter in self._waiting.pop(pair, ()):
+            waiter[0] -= 1
+            if waiter[0] == 0:                      # the last pair it needed: its event completes the wait
+                self._materialise(pair, lambda _ev, done=waiter[1]: done.succeed())
 
     def get(self, src: int, dst: int) -> Any:
         """The payload ``src`` delivered to ``dst`` (KeyError if none)."""
         return self._box[(src, dst)]
 
     def wait(self, dst: int, srcs: Iterable[int]) -> simpy.Event:
-        """An event that fires once ``dst`` holds a payload from every node of ``srcs``."""
-        return self.env.all_of([self._event(int(i), dst) for i in srcs])
+        """An event that fires once ``dst`` holds a payload from every node of ``srcs``.
+
+        It fires when the event of the last of these pairs to be delivered is processed, as
+        ``env.all_of`` over the pairs' events would (its value is None, not a condition value).
+        """
+        if not self._lazy:
+            return self.env.all_of([self._event(int(i), dst) for i in srcs])
+        env = self.env
+        done = env.event()
+        pairs = list(dict.fromkeys((int(i), dst) for i in srcs))
+        missing = [pair for pair in pairs if pair not in self._stamp]
+        if missing:
+            waiter = [len(missing), done]
+            for pair in missing:
+                self._waiting.setdefault(pair, []).append(waiter)
+            return done
+        if not pairs:
+            done.succeed()
+            return done
+        last = max(pairs, key=self._stamp.__getitem__)
+        if self._stamp[last] < env.current:         # every pair's event was processed already
+            done.succeed()
+        else:                                       # the last one is still in SimPy's queue
+            self._materialise(last, lambda _ev: done.succeed())
+        return done
 
 
 def cyclic_steps(groups: Sequence[Sequence[Node]]) -> list[list[tuple[Node, Node]]]:
@@ -771,8 +835,198 @@ class Primitives:
                                  timing_key=timing_key)
             return result
 
+        if deadline is None and cancel and wait is None and self._fast_ok(up):
+            def size_of(result: Any) -> int:
+                if callable(upload_elements):
+                    return upload_elements(result)
+                return upload_elements if upload_elements is not None else payload_size(result)
+            return (yield from self._fast_rounds(up, first, absent, download, download_kind, download_elements,
+                                                 download_bits, run, macs, kind, size_of, upload_bits,
+                                                 timing_key=timing_key))
         return (yield from self.first_k([(n, work(n)) for n in up], first, deadline=deadline, dropped=absent,
                                         cancel=cancel))
+
+    # -- the event-free path of gather ------------------------------------------------------
+    def _fast_ok(self, nodes: Sequence[Node]) -> bool:
+        """Whether a download-compute-upload step over ``nodes`` may skip SimPy's per-device processes.
+
+        True when :data:`FAST_PATH` is on, neither the protocol's ``send`` / ``_message`` nor the
+        simulation's ``transfer``, ``_hop``, ``hop_draw``, ``hop_done``, ``deliver``, ``compute`` or
+        ``compute_now`` is overridden, nothing else is scheduled (every event still queued has no
+        callbacks -- leftovers of interrupted work -- or releases a resource nobody queues for) and every
+        link and processor involved is idle; then no other process can interact with the step and
+        :meth:`_fast_rounds` gives the same results.
+        """
+        if not FAST_PATH:
+            return False
+        sim_type = type(self.sim)
+        if (type(self).send is not Primitives.send or type(self)._message is not Primitives._message
+                or any(getattr(sim_type, name) is not getattr(Simulation, name)
+                       for name in ("transfer", "compute", "_hop", "hop_draw", "hop_done", "deliver", "compute_now"))):
+            return False                       # an override must see every message: keep the process path
+        for entry in self.sim.env._queue:
+            ev = entry[3]
+            if ev.callbacks and not (type(ev) is Release and not ev.resource.put_queue):
+                return False
+        for n in nodes:
+            for res in (n.cpu, n.downlink.resource, n.uplink.resource):
+                if res.users or res.queue:
+                    return False
+        return True
+
+    def _fast_rounds(self, nodes: list[Node], first: int | None, absent: list[Node], download: Any,
+                     download_kind: str, download_elements: int | None, download_bits: int | None,
+                     run: Callable[..., Any] | None, macs: Callable[[Node], int] | None, kind: str,
+                     size_of: Callable[[Any], int], upload_bits: int | None, *,
+                     timing_key: str = "") -> Generator:
+        """:meth:`first_k` over :meth:`gather`'s per-node work, computed without per-device processes.
+
+        Each node's events (download request and end, processor request and end, upload request and
+        end) are replayed arithmetically in the order SimPy would process them: an event's place is
+        ``(time, priority, place of the event that scheduled it)`` -- SimPy orders events by time,
+        priority and insertion, and an event is inserted while its parent is processed -- so nested
+        tuples compare exactly as SimPy's heap does. Times are the same float sums (``now + delay``),
+        the keyed draws are drawn for the same stages (a node cancelled before its upload starts draws
+        no upload), ``fn`` runs at its place, and the caller resumes at the ``k``-th arrival with one
+        event. ``timing_key`` names the draws as :meth:`gather`'s (``"downlink:<key>"``,
+        ``"compute-<key>"``, ``"uplink:<key>"``; the shared ones for ``""``). Used only when
+        :meth:`_fast_ok` holds.
+        """
+        sim, env = self.sim, self.sim.env
+        n_counted = len(nodes)
+        need = n_counted if first is None else int(first)
+        result = GatherResult(dropped=list(absent))
+        if need > n_counted:
+            self._note_failures(result)
+            raise StragglerShortfall(f"{self.label}: round {self.epoch} needs {need} results but only "
+                                     f"{n_counted} devices are available")
+        if need == 0 or not n_counted:
+            self._note_failures(result)
+            return result
+        now0 = env.now
+        t0 = float(now0)
+        rnd = sim.round
+        server = sim.server
+        bits = download_bits or self.element_bits
+        up_bits = upload_bits or self.element_bits
+        down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"   # as Simulation.hop_draw
+        up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"
+        c_key = compute_key(timing_key)
+        n_down = None if download is None else (payload_size(download) if download_elements is None
+                                                else int(download_elements))
+        down: list = [None] * n_counted            # (msg, extra, t1, key of the download's end)
+        start_key: list = [None] * n_counted       # key of the processor request
+        if download is None:
+            for p in range(n_counted):
+                start_key[p] = (now0, 1, (now0, 0, p))
+        else:                                      # every download starts now: one vector of keyed draws
+            msgs = [Message(server.index, node.index, download_kind, download, n_down, bits, round=rnd,
+                            timing_key=timing_key) for node in nodes]
+            secs, extras = transmission_times(
+                msgs[0].bits, np.array([node.downlink.rate_bps for node in nodes]), sim.overhead,
+                np.array([node.downlink.loss for node in nodes]), sim.packet_bits,
+                sim.streams.uniforms(np.array([node.index for node in nodes]), down_purpose, rnd))
+            for p in range(n_counted):
+                msg = msgs[p]
+                msg.sent_at = t0
+                t1 = now0 + secs[p]
+                k_end = (t1, 1, (now0, 1, (now0, 0, p)))
+                down[p] = (msg, extras[p], t1, k_end)
+                start_key[p] = (t1, 1, k_end)
+        outcome: dict[int, tuple] = {}             # p -> (value, upload msg, extra, t2, t3, key of arrival)
+
+        def land_download(p: int) -> None:
+            if down[p] is None:
+                return
+            msg, extra, t1, _ = down[p]
+            node = nodes[p]
+            sim.hop_done(msg, node, "down", extra, t0, float(t1))
+            sim.deliver(msg, float(t1))
+            node.state.received = msg.payload
+            down[p] = None
+
+        def start_compute(p: int) -> tuple:
+            node = nodes[p]
+            land_download(p)
+            k_req = start_key[p]
+            t1 = k_req[0]
+            value, seconds = sim.compute_now(node, run, (node,), {}, None if macs is None else macs(node), rnd,
+                                             timing_key=c_key)
+            if seconds > 0:
+                t2 = t1 + seconds
+                return value, t2, (t2, 1, (t2, 1, k_req))
+            return value, t1, (t1, 1, k_req)
+
+        def start_upload(p: int, value: Any, t2: Any) -> tuple:
+            node = nodes[p]
+            msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits, round=rnd,
+                          timing_key=timing_key)
+            msg.sent_at = float(t2)
+            seconds, extra = sim.hop_draw(msg, node, "up")
+            return msg, extra, t2 + seconds
+
+        arrivals: list[tuple] = []                # (key of arrival, p)
+        if need >= n_counted:                      # everyone is waited for: no cancellation
+            started = []
+            for p in sorted(range(n_counted), key=start_key.__getitem__):
+                value, t2, k_up = start_compute(p)
+                node = nodes[p]
+                msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits, round=rnd,
+                          timing_key=timing_key)
+                msg.sent_at = float(t2)
+                started.append((p, value, t2, k_up, msg))
+            order = [nodes[p] for p, *_ in started]        # every upload starts: one vector of keyed draws
+            secs, extras = transmission_times(
+                np.array([m.bits for *_, m in started], dtype=np.int64), np.array([n.uplink.rate_bps for n in order]),
+                sim.overhead, np.array([n.uplink.loss for n in order]), sim.packet_bits,
+                sim.streams.uniforms(np.array([n.index for n in order]), up_purpose, rnd))
+            for (p, value, t2, k_up, msg), seconds, extra in zip(started, secs, extras):
+                t3 = t2 + seconds
+                outcome[p] = (value, msg, extra, t2, t3)
+                arrivals.append(((t3, 1, k_up), p))
+            arrivals.sort()
+            done_key = None
+        else:                                      # SimPy's order over the three stage events, until done
+            heap = [(start_key[p], p, 0) for p in range(n_counted)]
+            heapq.heapify(heap)
+            pending: dict[int, tuple] = {}
+            done_key = None
+            while heap:
+                key, p, stage = heap[0]
+                if done_key is not None and not key < done_key:
+                    break
+                heapq.heappop(heap)
+                if stage == 0:
+                    value, t2, k_up = start_compute(p)
+                    pending[p] = (value, t2)
+                    heapq.heappush(heap, (k_up, p, 1))
+                elif stage == 1:
+                    value, t2 = pending.pop(p)
+                    msg, extra, t3 = start_upload(p, value, t2)
+                    outcome[p] = (value, msg, extra, t2, t3)
+                    heapq.heappush(heap, ((t3, 1, key), p, 2))
+                else:
+                    arrivals.append((key, p))
+                    if len(arrivals) == need:
+                        done_key = (key[0], 1, key)
+        for k_arr, p in arrivals:                  # uploads land in order of arrival
+            value, msg, extra, t2, t3 = outcome[p]
+            sim.hop_done(msg, nodes[p], "up", extra, float(t2), float(t3))
+            sim.deliver(msg, float(t3))
+        for p in range(n_counted):                 # downloads that ended before the server stopped waiting
+            if down[p] is not None and (done_key is None or down[p][3] < done_key):
+                land_download(p)
+        arrived = [(nodes[p], outcome[p][0]) for _, p in arrivals]
+        result.results, result.surplus = arrived[:need], arrived[need:]
+        got = {p for _, p in arrivals}
+        result.cancelled = [node for p, node in enumerate(nodes) if p not in got]
+        tc = arrivals[need - 1][0][0]
+        resume = env.event()
+        resume._ok, resume._value = True, None
+        heapq.heappush(env._queue, (tc, NORMAL, next(env._eid), resume))
+        yield resume
+        self._note_failures(result)
+        return result
 
     def tree_aggregate(self, tree: nx.DiGraph, fn: Callable[[Node], Any], combine: Callable[[Any, Any], Any], *,
                        kind: str, root_kind: str, first: int | None = None, download: Any = None,
@@ -830,9 +1084,13 @@ class Primitives:
         env = self.sim.env
         devs = self.sim.devices
         roots = [v for v in tree.nodes if tree.out_degree(v) == 0]
-        complete = {r for r in roots
-                    if all(self.available(devs[u]) for u in nx.ancestors(tree, r) | {r})}
-        root_of = {u: r for r in roots for u in nx.ancestors(tree, r) | {r}}
+        if tree.number_of_edges() == 0:      # every node is its own root
+            complete = {r for r in roots if self.available(devs[r])}
+            root_of = {r: r for r in roots}
+        else:
+            complete = {r for r in roots
+                        if all(self.available(devs[u]) for u in nx.ancestors(tree, r) | {r})}
+            root_of = {u: r for r in roots for u in nx.ancestors(tree, r) | {r}}
         taking_part = [v for v in tree.nodes if root_of[v] in complete]
         absent = [devs[v] for v in tree.nodes if root_of[v] not in complete]
         inbox = {(u, v): env.event() for u, v in tree.edges if root_of[v] in complete}
@@ -867,5 +1125,10 @@ class Primitives:
                                  element_bits=element_bits)
             return acc
 
+        if tree.number_of_edges() == 0 and self._fast_ok([devs[v] for v in taking_part]):
+            return (yield from self._fast_rounds([devs[v] for v in taking_part], first, absent, download,
+                                                 download_kind, None, download_bits, own, None, root_kind,
+                                                 lambda acc: n_elements if n_elements is not None else payload_size(acc),
+                                                 element_bits))
         items = [(devs[v], root_work(v) if v in complete else inner(v), v in complete) for v in taking_part]
         return (yield from self._first_k(items, first, dropped=absent))

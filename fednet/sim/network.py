@@ -23,9 +23,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+from scipy import special
+
 from .rng import negative_binomial_from_uniform
 
-__all__ = ["Message", "Link", "transmission_time"]
+__all__ = ["Message", "Link", "transmission_time", "negative_binomials_from_uniforms"]
 
 
 @dataclass(eq=False)
@@ -136,3 +139,84 @@ class Link:
     rate_bps: float
     loss: float
     resource: Any
+
+
+def negative_binomials_from_uniforms(u: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """:func:`~fednet.sim.rng.negative_binomial_from_uniform` element by element, with array ufuncs.
+
+    The same CDF inversion (continuous first guess ``nbdtrik``, then steps to the exact discrete
+    quantile with ``nbdtr``), evaluated on arrays: element ``t`` equals
+    ``negative_binomial_from_uniform(u[t], n[t], p[t])`` (tested on random inputs).
+
+    Parameters
+    ----------
+    u : ndarray of float, (m,)
+        Uniforms in [0, 1).
+    n : ndarray of int, (m,)
+        Packets (>= 1).
+    p : ndarray of float, (m,)
+        Per-packet loss probabilities in [0, 1).
+
+    Returns
+    -------
+    ndarray of int64, (m,)
+        Retransmitted packets.
+    """
+    u = np.asarray(u, dtype=float)
+    n = np.broadcast_to(np.asarray(n, dtype=np.int64), u.shape)
+    p = np.broadcast_to(np.asarray(p, dtype=float), u.shape)
+    out = np.zeros(u.shape, dtype=np.int64)
+    live = (p != 0.0) & (u > 0.0)
+    if not live.any():
+        return out
+    uu, nn, qq = u[live], n[live], 1.0 - p[live]
+    guess = special.nbdtrik(uu, nn, qq)
+    k = np.where(np.isfinite(guess), np.maximum(0, np.ceil(np.where(np.isfinite(guess), guess, 0.0))), 0)
+    k = k.astype(np.int64)
+    while True:
+        down = (k > 0) & (special.nbdtr(k - 1, nn, qq) >= uu)
+        if not down.any():
+            break
+        k -= down
+    while True:
+        up = special.nbdtr(k, nn, qq) < uu
+        if not up.any():
+            break
+        k += up
+    out[live] = k
+    return out
+
+
+def transmission_times(bits: np.ndarray | int, rate_bps: np.ndarray, overhead: float, loss: np.ndarray,
+                       packet_bits: int | None, u: np.ndarray) -> tuple[list[float], list[int]]:
+    """:func:`transmission_time` for many messages at once (one per link), the same float operations.
+
+    Parameters
+    ----------
+    bits : int or ndarray of int, (m,)
+        Payload bits of each message.
+    rate_bps, loss : ndarray, (m,)
+        Each link's rate (bit/s) and per-packet loss probability.
+    overhead : float
+    packet_bits : int or None
+    u : ndarray, (m,)
+        The keyed uniforms.
+
+    Returns
+    -------
+    seconds : list of float
+        Element ``t`` equals ``transmission_time(bits[t], rate_bps[t], overhead, loss[t], packet_bits, u[t])[0]``.
+    retransmissions : list of int
+    """
+    u = np.asarray(u, dtype=float)
+    bits_a = np.broadcast_to(np.asarray(bits, dtype=np.int64), u.shape)
+    air = bits_a * (1.0 + overhead)
+    if packet_bits is None:
+        n = np.ones(u.shape, dtype=np.int64)
+    else:
+        n = np.maximum(1, np.ceil(air / packet_bits)).astype(np.int64)
+    extra = negative_binomials_from_uniforms(u, n, np.asarray(loss, dtype=float))
+    seconds = air / np.asarray(rate_bps, dtype=float) * (n + extra) / n
+    seconds[bits_a == 0] = 0.0
+    extra[bits_a == 0] = 0
+    return seconds.tolist(), extra.tolist()

@@ -227,6 +227,45 @@ class Streams:
         counts[node] = j + 1
         return float(self._block(pid, round, blocks, j // self.width)[node, j % self.width])
 
+    def uniforms(self, nodes: np.ndarray, purpose: str, round: int) -> np.ndarray:
+        """The next keyed uniforms of several distinct nodes at once: ``uniform(i, purpose, round)`` for each.
+
+        Parameters
+        ----------
+        nodes : ndarray of int, (n,)
+            Distinct node indices in ``[0, n_nodes)``.
+        purpose : str
+        round : int
+
+        Returns
+        -------
+        ndarray of float64, (n,)
+            Element ``t`` equals what ``uniform(nodes[t], purpose, round)`` would have returned (and
+            each node's stream advances by one, as it would).
+
+        Raises
+        ------
+        ValueError
+            For a node out of range, repeated nodes, or a negative round.
+        """
+        nodes = np.asarray(nodes, dtype=np.intp)
+        if nodes.size and (nodes.min() < 0 or nodes.max() >= self.n_nodes):
+            raise ValueError(f"nodes must be in [0, {self.n_nodes}), got {nodes.min()}..{nodes.max()}")
+        if round < 0:
+            raise ValueError(f"round must be non-negative, got {round}")
+        if np.unique(nodes).size != nodes.size:
+            raise ValueError("nodes must be distinct (one draw per node)")
+        pid = purpose_id(purpose)
+        blocks, counts = self._entry(pid, round)
+        j = counts[nodes]
+        counts[nodes] = j + 1
+        b, col = np.divmod(j, self.width)
+        out = np.empty(nodes.size)
+        for bb in np.unique(b):
+            sel = b == bb
+            out[sel] = self._block(pid, round, blocks, int(bb))[nodes[sel], col[sel]]
+        return out
+
     def standard_exponential(self, node: int, purpose: str, round: int) -> float:
         """The next keyed Exp(1) draw, ``-log1p(-U)`` of :meth:`uniform`."""
         return -math.log1p(-self.uniform(node, purpose, round))

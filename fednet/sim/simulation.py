@@ -27,6 +27,7 @@ operations are SimPy sub-generators used with ``yield from``:
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ from .compute import AlwaysAvailable, Availability, ComputeModel, Deterministic,
 from .network import Link, Message, transmission_time
 from .rng import Streams
 
-__all__ = ["Node", "Simulation", "Counters"]
+__all__ = ["Node", "Simulation", "Counters", "Environment"]
 
 #: Link parameters a device's node may carry instead of its edge to the server.
 _LINK_KEYS = ("uplink_bps", "downlink_bps", "loss", "uplink_loss", "downlink_loss")
@@ -130,6 +131,40 @@ class Node:
         return f"Node({self.index}, {self.role}, name={self.name!r})"
 
 
+class Environment(simpy.Environment):
+    """A :class:`simpy.Environment` that remembers the place of the event it is processing.
+
+    ``current`` is ``(time, priority, id)`` of that event -- SimPy's heap key -- so that lazily
+    materialised events (:class:`fednet.protocol.primitives.Mailbox`) can tell whether an event
+    scheduled at a known key would already have been processed. :meth:`step` is SimPy 4's, plus
+    that one assignment.
+    """
+
+    #: Key of the event being processed (``(time, priority, id)``); before the first step, one below any.
+    current: tuple = (-math.inf, 0, -1)
+
+    def step(self) -> None:
+        """Process the next event (:meth:`simpy.Environment.step`), recording its key in ``current``."""
+        try:
+            now, prio, eid, event = heapq.heappop(self._queue)
+        except IndexError:
+            raise simpy.core.EmptySchedule from None
+        self._now = now
+        self.current = (now, prio, eid)
+        callbacks, event.callbacks = event.callbacks, None
+        try:
+            for callback in callbacks:
+                callback(event)
+        except simpy.core.StopSimulation:
+            event.callbacks = callbacks[callbacks.index(callback) + 1:]
+            self.schedule(event, simpy.core.EventPriority(-1))
+            raise
+        if not event._ok and not hasattr(event, "_defused"):
+            exc = type(event._value)(*event._value.args)
+            exc.__cause__ = event._value
+            raise exc
+
+
 def _positive(value: Any, what: str) -> float:
     try:
         v = float(value)
@@ -183,7 +218,7 @@ class Simulation:
     def __init__(self, graph: nx.Graph, seed: int, *, device_compute: ComputeModel | None = None,
                  server_compute: ComputeModel | None = None, availability: Availability | None = None,
                  record_views: bool = True, secret_seed: int | None = None) -> None:
-        self.env = simpy.Environment()
+        self.env = Environment()
         self.graph = graph
         self.record_views = record_views
         self.availability = availability or AlwaysAvailable()
@@ -333,24 +368,38 @@ class Simulation:
         return [dev.index for dev in self.devices if not self.available(dev, round, phase=phase)]
 
     # -- timed operations -----------------------------------------------------------------
-    def _hop(self, msg: Message, device: Node, direction: str) -> Generator:
+    def hop_draw(self, msg: Message, device: Node, direction: str) -> tuple[float, int]:
+        """The keyed draw of one hop of ``msg`` on ``device``'s uplink or downlink: (seconds, retransmissions).
+
+        Consumes the next keyed uniform of (device, "uplink"/"downlink", msg.round); the link's
+        occupation time follows :func:`~fednet.sim.network.transmission_time`.
+        """
         link = device.uplink if direction == "up" else device.downlink
-        with link.resource.request() as req:
-            yield req
-            purpose = "uplink" if direction == "up" else "downlink"
-            u = self.streams.uniform(device.index, f"{purpose}:{msg.timing_key}" if msg.timing_key else purpose,
-                                     msg.round)
-            seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
-                                                   self.packet_bits, u)
-            start = self.now
-            yield self.env.timeout(seconds)
+        purpose = "uplink" if direction == "up" else "downlink"
+        u = self.streams.uniform(device.index, f"{purpose}:{msg.timing_key}" if msg.timing_key else purpose,
+                                 msg.round)
+        seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
+                                               self.packet_bits, u)
+        return seconds, extra
+
+    def hop_done(self, msg: Message, device: Node, direction: str, extra: int, start: float, end: float) -> None:
+        """Account a finished hop (``start`` .. ``end`` simulated seconds): counters and ``msg.hops``."""
         if direction == "up":
             self.counters.bits_up += msg.bits
         else:
             self.counters.bits_down += msg.bits
         self.counters.messages += 1
         self.counters.retransmissions += extra
-        msg.hops.append((direction, device.index, start, self.now))
+        msg.hops.append((direction, device.index, start, end))
+
+    def _hop(self, msg: Message, device: Node, direction: str) -> Generator:
+        link = device.uplink if direction == "up" else device.downlink
+        with link.resource.request() as req:
+            yield req
+            seconds, extra = self.hop_draw(msg, device, direction)
+            start = self.now
+            yield self.env.timeout(seconds)
+        self.hop_done(msg, device, direction, extra, start, self.now)
 
     def _direct_hop(self, msg: Message, link: Link, src: Node) -> Generator:
         with link.resource.request() as req:
@@ -394,10 +443,15 @@ class Simulation:
                     self.server.relayed.append(msg)
         if not dst.is_server:
             yield from self._hop(msg, dst, "down")
-        msg.delivered_at = self.now
-        if self.record_views:
-            (dst.relayed if dst.is_server and msg.encrypted else dst.view).append(msg)
+        self.deliver(msg, self.now)
         return msg
+
+    def deliver(self, msg: Message, at: float) -> None:
+        """Mark a relayed or server-to-device message delivered at ``at`` seconds and file it in the receiver's view."""
+        msg.delivered_at = at
+        if self.record_views:
+            dst = self.nodes[msg.dst]
+            (dst.relayed if dst.is_server and msg.encrypted else dst.view).append(msg)
 
     def compute(self, node: Node, fn: Callable[..., Any] | None, *args: Any,
                 macs: int | None = None, round: int | None = None, timing_key: str = "compute",
@@ -414,22 +468,34 @@ class Simulation:
         r = self.round if round is None else round
         with node.cpu.request() as req:
             yield req
-            meter = MacMeter()
-            result = None
-            if fn is not None:
-                with meter:
-                    result = fn(*args, **kwargs)
-            total = meter.macs + (int(macs) if macs is not None else 0)
-            seconds = node.compute_model.duration(
-                node.index, r, total, node.mac_rate,
-                lambda: self.streams.standard_exponential(node.index, timing_key, r))
-            if node.is_server:
-                self.counters.server_macs += total
-            else:
-                self.counters.device_macs += total
+            result, seconds = self.compute_now(node, fn, args, kwargs, macs, r, timing_key=timing_key)
             if seconds > 0:
                 yield self.env.timeout(seconds)
         return result
+
+    def compute_now(self, node: Node, fn: Callable[..., Any] | None, args: tuple, kwargs: dict,
+                    macs: int | None = None, round: int | None = None, *,
+                    timing_key: str = "compute") -> tuple[Any, float]:
+        """The body of :meth:`compute` once the processor is held: run ``fn`` metered, draw, count.
+
+        The random part of the time is the next keyed draw of ``(node, timing_key, round)``.
+        Returns ``(result, seconds)``; the caller holds the processor for ``seconds`` (when > 0).
+        """
+        r = self.round if round is None else round
+        meter = MacMeter()
+        result = None
+        if fn is not None:
+            with meter:
+                result = fn(*args, **kwargs)
+        total = meter.macs + (int(macs) if macs is not None else 0)
+        seconds = node.compute_model.duration(
+            node.index, r, total, node.mac_rate,
+            lambda: self.streams.standard_exponential(node.index, timing_key, r))
+        if node.is_server:
+            self.counters.server_macs += total
+        else:
+            self.counters.device_macs += total
+        return result, seconds
 
     def run(self, process: Generator, until: float | None = None) -> Any:
         """Run a top-level generator as a SimPy process to completion; returns its value."""
