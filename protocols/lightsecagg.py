@@ -222,6 +222,7 @@ class LightSecAgg(Protocol):
         masks = Mailbox(self.env)
 
         def encode(dev: Node) -> Generator:            # offline phase of user i: z_i and its N encoded shares
+            """Offline phase of user i: its mask z_i and its N encoded shares."""
             dev.state.rng_mask = self.sim.secret_rng(dev, "masks", epoch)      # a secret: never the public seed
             dev.state.mask = self.mode.offline(uniform, dev.state.rng_mask, cfg.p, d * c, like=Shape((d * c,), np.int64))
             dev.state.encoded = yield from self.compute(dev, self._encode, dev, timing_key="mask")

@@ -442,6 +442,7 @@ class Protocol(Primitives):
             raise ConfigError(f"epochs must be >= 0, got {epochs}")
 
         def main() -> Generator:
+            """The run's process: set-up (with its attempts), then the rounds."""
             self.sim.round = self.epoch = 0
             yield from self._setup_phase()
             row = self._record(0)

@@ -335,6 +335,7 @@ class Primitives:
             return fn
 
         def run(*args: Any, **kwargs: Any) -> Any:
+            """Run ``fn`` under a MAC meter; raise :class:`UnchargedCompute` if it charged none."""
             with MacMeter() as meter:
                 out = fn(*args, **kwargs)
             if meter.macs == 0:
@@ -506,7 +507,9 @@ class Primitives:
             return delivered
 
         def spawn(gen: Generator) -> simpy.Process:
+            """Start ``gen`` as a SimPy process tracked for cancellation."""
             def guarded() -> Generator:
+                """Run ``gen``, ending quietly when the process is cancelled."""
                 try:
                     return (yield from gen)
                 except simpy.Interrupt:
@@ -516,16 +519,19 @@ class Primitives:
             return p
 
         def post(src: Node, dst: Node, value: Any) -> None:
+            """Deliver ``value`` from ``src`` to ``dst``'s mailbox."""
             delivered[(src.index, dst.index)] = value
             if mailbox is not None:
                 mailbox.put(src.index, dst.index, value)
 
         def relay(src: Node, dst: Node, value: Any) -> Generator:
+            """Send ``value`` from ``src`` to ``dst`` through the server (upload, then download)."""
             msg = yield from self.send(src, dst, value, kind=kind, n_elements=n_elements, element_bits=element_bits,
                                        timing_key=timing_key)
             post(src, dst, msg.payload)
 
         def upload(src: Node) -> Generator:
+            """Upload ``src``'s shares to the server once (``upload_once`` / ``bundled``)."""
             if prepare is not None:
                 yield from prepare(src)
             if schedule == "bundled":
@@ -539,6 +545,7 @@ class Primitives:
             return msg.payload
 
         def forward(dst: Node, parts: list[tuple[Node, Any]]) -> Generator:
+            """Forward the shares the server holds for ``dst`` in one download."""
             size = None if n_elements is None else n_elements * len(parts)
             msg = yield from self.send(self.sim.server, dst, [v for _, v in parts], kind=kind, n_elements=size,
                                        element_bits=element_bits, timing_key=timing_key)
@@ -546,11 +553,13 @@ class Primitives:
                 post(src, dst, value)
 
         def forward_copy(src: Node, dst: Node, value: Any) -> Generator:
+            """Forward one stored share of ``src`` to ``dst``."""
             msg = yield from self.send(self.sim.server, dst, value, kind=kind, n_elements=n_elements,
                                        element_bits=element_bits, timing_key=timing_key)
             post(src, dst, msg.payload)
 
         def prepared_sends(src: Node) -> Generator:
+            """Wait until ``src`` is prepared, then send its shares by the schedule."""
             if prepare is not None:
                 yield from prepare(src)
             sends = [spawn(relay(src, dst, payload(src, dst))) for dst in dsts[src.index]]
@@ -713,6 +722,7 @@ class Primitives:
         finished = 0
 
         def wrap(node: Node, gen: Generator) -> Generator:
+            """Run one node's work and record its arrival; trigger the wait when enough arrived."""
             nonlocal finished
             try:
                 value = yield from gen
@@ -725,6 +735,7 @@ class Primitives:
                 done.succeed()
 
         def background(gen: Generator) -> Generator:
+            """Run ``gen`` to completion unless it is cancelled."""
             try:
                 yield from gen
             except simpy.Interrupt:
@@ -816,6 +827,7 @@ class Primitives:
         run = None if fn is None else self._charged(fn, f"gather {kind!r}", free or macs is not None)
 
         def work(node: Node) -> Generator:
+            """One node's download, computation and upload."""
             if download is not None:
                 msg = yield from self.send(self.sim.server, node, download, kind=download_kind,
                                            n_elements=download_elements, element_bits=download_bits,
@@ -837,6 +849,7 @@ class Primitives:
 
         if deadline is None and cancel and wait is None and self._fast_ok(up):
             def size_of(result: Any) -> int:
+                """Number of uploaded elements of ``result``."""
                 if callable(upload_elements):
                     return upload_elements(result)
                 return upload_elements if upload_elements is not None else payload_size(result)
@@ -936,6 +949,7 @@ class Primitives:
         outcome: dict[int, tuple] = {}             # p -> (value, upload msg, extra, t2, t3, key of arrival)
 
         def land_download(p: int) -> None:
+            """Fast path: the download of device ``p`` lands (its payload is set)."""
             if down[p] is None:
                 return
             msg, extra, t1, _ = down[p]
@@ -946,6 +960,7 @@ class Primitives:
             down[p] = None
 
         def start_compute(p: int) -> tuple:
+            """Fast path: device ``p`` computes; returns its value and compute time."""
             node = nodes[p]
             land_download(p)
             k_req = start_key[p]
@@ -958,6 +973,7 @@ class Primitives:
             return value, t1, (t1, 1, k_req)
 
         def start_upload(p: int, value: Any, t2: Any) -> tuple:
+            """Fast path: device ``p`` starts its upload; returns its arrival record."""
             node = nodes[p]
             msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits, round=rnd,
                           timing_key=timing_key)
@@ -1098,6 +1114,7 @@ class Primitives:
         add = self._charged(combine, f"tree_aggregate {kind!r} combine", free)
 
         def node_work(v: int) -> Generator:
+            """A tree node: compute its part and add its children's parts."""
             node = devs[v]
             if download is not None:
                 msg = yield from self.send(self.sim.server, node, download, kind=download_kind,
@@ -1111,6 +1128,7 @@ class Primitives:
             return acc
 
         def inner(v: int) -> Generator:
+            """An inner tree node: combine the children's parts and send up."""
             acc = yield from node_work(v)
             (parent,) = tree.successors(v)
             yield from self.send(devs[v], devs[parent], acc, kind=kind, n_elements=n_elements,
@@ -1120,6 +1138,7 @@ class Primitives:
                 ev.succeed(acc)
 
         def root_work(v: int) -> Generator:
+            """The root's part of the tree aggregation."""
             acc = yield from node_work(v)
             yield from self.send(devs[v], self.sim.server, acc, kind=root_kind, n_elements=n_elements,
                                  element_bits=element_bits)
