@@ -34,6 +34,8 @@ from fednet.protocol import registry
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
+from bench_engine import count_events  # benchmarks/ is first on sys.path when run as a file
+
 import fednet.protocol.base as base
 import fednet.protocol.primitives as primitives
 import fednet.protocols.conventional  # noqa: F401  (registers)
@@ -66,21 +68,14 @@ def build(name: str, D: int):
     if "drop_slowest" in params:
         params["drop_slowest"] = max(1, int(params["drop_slowest"] * D))
     sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0)
-    counter = [0]
-    step = sim.env.step
-
-    def counted_step() -> None:
-        counter[0] += 1
-        step()
-
-    sim.env.step = counted_step  # type: ignore[method-assign]
-    return registry.get(proto_name)(sim, task(D), params), counter
+    return registry.get(proto_name)(sim, task(D), params), count_events(sim)
 
 
 def more_rounds(proto, epochs: int, first: int = 1, gc_rounds: int = 0) -> list:
     """Rounds first..first+epochs-1 after ``proto.run(0)`` did the setup phase (Protocol.run's loop, minus
     setup, with its garbage-collector handling when ``gc_rounds``: :data:`fednet.protocol.base.GC_ROUNDS`)."""
     def main():
+        """The rounds as one SimPy process."""
         if gc_rounds:
             gc.freeze()
             gc.disable()
@@ -109,11 +104,11 @@ def bench(name: str, D: int, epochs: int) -> list[dict]:
     out = []
     for fast in (False, True):
         primitives.FAST_PATH = primitives.LAZY_MAILBOX = fast
-        counter[0] = 0
+        start = counter()
         t0 = time.perf_counter()
         trace = more_rounds(proto, epochs, 1 + fast * epochs, base.GC_ROUNDS if fast else 0)
         wall = time.perf_counter() - t0
-        out.append(_row(name + ("+fast" if fast else ""), D, epochs, counter[0], wall, trace))
+        out.append(_row(name + ("+fast" if fast else ""), D, epochs, counter() - start, wall, trace))
         proto.trace = proto.trace[:1]
         proto.theta = np.zeros_like(proto.theta)
     return out

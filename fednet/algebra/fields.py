@@ -137,10 +137,7 @@ def fixed_point_field(k: int, f: int) -> int:
     ValueError
         If ``k`` or ``f`` is out of range.
     """
-    if not isinstance(k, (int, np.integer)) or k < 2:
-        raise ValueError(f"k must be an integer >= 2, got {k!r}")
-    if not isinstance(f, (int, np.integer)) or not 0 <= f < k:
-        raise ValueError(f"f must satisfy 0 <= f < k = {k}, got {f!r}")
+    _check_fixed_point_format(k, f)
     return next_prime_above(2 ** (int(k) + int(f)))
 
 
@@ -162,11 +159,16 @@ def paper_field(k: int, f: int) -> int:
     ValueError
         If ``k`` or ``f`` is out of range.
     """
+    _check_fixed_point_format(k, f)
+    return int(galois.prev_prime(2 ** (int(k) + int(f)) - 1))
+
+
+def _check_fixed_point_format(k: int, f: int) -> None:
+    """Raise ``ValueError`` naming ``k`` or ``f`` unless ``k >= 2`` and ``0 <= f < k`` are integers."""
     if not isinstance(k, (int, np.integer)) or k < 2:
         raise ValueError(f"k must be an integer >= 2, got {k!r}")
     if not isinstance(f, (int, np.integer)) or not 0 <= f < k:
         raise ValueError(f"f must satisfy 0 <= f < k = {k}, got {f!r}")
-    return int(galois.prev_prime(2 ** (int(k) + int(f)) - 1))
 
 
 def field_dtype(q: int) -> np.dtype:
