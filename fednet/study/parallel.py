@@ -310,6 +310,8 @@ def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_t
         # 10 ms; the client owns this cluster: closing the client closes it
         environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
                    if k != "MALLOC_TRIM_THRESHOLD_"}
+        if not logging.getLogger("fednet").isEnabledFor(logging.INFO):   # without -v: no Dask start-up chatter
+            logging.getLogger("distributed").setLevel(logging.WARNING)
         with dask.config.set({"distributed.nanny.pre-spawn-environ": environ,
                               "distributed.worker.profile.enabled": False}):
             client = Client(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
