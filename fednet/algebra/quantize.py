@@ -10,7 +10,7 @@ import numpy as np
 
 from fednet.algebra.fields import check_field_capacity, from_field, to_field
 
-__all__ = ["quantize", "dequantize"]
+__all__ = ["quantize", "dequantize", "stochastic_round"]
 
 
 def quantize(x: np.ndarray, b: int, q: int, *, n_summands: int = 1) -> np.ndarray:
@@ -51,3 +51,45 @@ def quantize(x: np.ndarray, b: int, q: int, *, n_summands: int = 1) -> np.ndarra
 def dequantize(v: np.ndarray, b: int, q: int) -> np.ndarray:
     """Inverse of :func:`quantize`: values above ``(q-1)/2`` read as negative, divided by ``2**b``."""
     return from_field(v, q).astype(np.float64) / 2.0**b
+
+
+def stochastic_round(z, rng: np.random.Generator, *, den: int = 1) -> np.ndarray:
+    """Unbiased stochastic rounding (DReS-FL ``Q``, eq. 7; FedVS ``Round_stoc``, eq. 3): ``floor(z)`` w.p. ``1 - frac(z)``, else ``floor(z) + 1``.
+
+    Parameters
+    ----------
+    z : ndarray of float, or of int (Python or int64) numerators when ``den`` is given
+        Values to round; with ``den > 1`` the value is the exact rational ``z / den``.
+    rng : numpy.random.Generator
+        The server's secret stream (one uniform draw per element).
+    den : int
+        Positive common denominator for exact rational input.
+
+    Returns
+    -------
+    ndarray, same shape
+        Integers: int64 for float input, Python ints (object) for integer numerators.
+        ``E[Q(z)] = z`` up to the float64 rounding of ``frac(z)``; ``|Q(z) - z| < 1``.
+
+    Raises
+    ------
+    ValueError
+        If ``den < 1`` or a float input is not finite.
+    """
+    den = int(den)
+    if den < 1:
+        raise ValueError(f"den must be a positive integer, got {den}")
+    z = np.asarray(z)
+    u = rng.random(z.shape)
+    if z.dtype.kind == "f":
+        if den != 1:
+            z = z / den
+        if z.size and not np.all(np.isfinite(z)):
+            raise ValueError("z must be finite")
+        fl = np.floor(z)
+        return (fl + (u < (z - fl))).astype(np.int64)
+    num = z.astype(object)
+    fl = num // den
+    rem = num - fl * den
+    frac = rem.astype(np.float64) / float(den)  # rem < den: probability to float64 precision
+    return fl + (u < frac).astype(np.int64).astype(object)

@@ -31,6 +31,7 @@ import numpy as np
 
 from fednet.algebra.fields import as_field, distinct_points, lagrange_coefficients, to_field, uniform
 from fednet.algebra.modp import lincomb_mod
+from fednet.algebra.quantize import stochastic_round  # Q of eq. (7)
 from fednet.algebra.rns import RnsArray, RnsContext, rns_context
 from fednet.codes.lagrange import lcc_recovery_threshold
 
@@ -439,48 +440,6 @@ def psi(v: np.ndarray, q: int) -> np.ndarray:
     q = int(q)
     a = as_field(v, q, name="v")
     return np.where(a >= (q - 1) // 2, a - q, a)
-
-
-def stochastic_round(z, rng: np.random.Generator, *, den: int = 1) -> np.ndarray:
-    """Unbiased stochastic rounding ``Q`` of eq. (7): ``floor(z)`` w.p. ``1 - frac(z)``, else ``floor(z) + 1``.
-
-    Parameters
-    ----------
-    z : ndarray of float, or of int (Python or int64) numerators when ``den`` is given
-        Values to round; with ``den > 1`` the value is the exact rational ``z / den``.
-    rng : numpy.random.Generator
-        The server's secret stream (one uniform draw per element).
-    den : int
-        Positive common denominator for exact rational input.
-
-    Returns
-    -------
-    ndarray, same shape
-        Integers: int64 for float input, Python ints (object) for integer numerators.
-        ``E[Q(z)] = z`` up to the float64 rounding of ``frac(z)``; ``|Q(z) - z| < 1``.
-
-    Raises
-    ------
-    ValueError
-        If ``den < 1`` or a float input is not finite.
-    """
-    den = int(den)
-    if den < 1:
-        raise ValueError(f"den must be a positive integer, got {den}")
-    z = np.asarray(z)
-    u = rng.random(z.shape)
-    if z.dtype.kind == "f":
-        if den != 1:
-            z = z / den
-        if z.size and not np.all(np.isfinite(z)):
-            raise ValueError("z must be finite")
-        fl = np.floor(z)
-        return (fl + (u < (z - fl))).astype(np.int64)
-    num = z.astype(object)
-    fl = num // den
-    rem = num - fl * den
-    frac = rem.astype(np.float64) / float(den)  # rem < den: probability to float64 precision
-    return fl + (u < frac).astype(np.int64).astype(object)
 
 
 def clip_factor(g: Mapping[str, np.ndarray] | np.ndarray, max_norm: float | None, scale_bits: int = 0) -> Fraction:

@@ -43,6 +43,7 @@ from fednet.algebra.fields import (
 )
 from fednet.algebra.meter import charge
 from fednet.algebra.modp import lincomb_mod, matmul_mod
+from fednet.algebra.quantize import stochastic_round  # Round_stoc of eq. (3)
 
 try:  # the project-wide error family, where this checkout has it (branch reliability)
     from fednet.errors import CapacityError as _CapacityBase  # type: ignore
@@ -205,16 +206,6 @@ def quantize_data(x_hat: np.ndarray, l_x: int, p: int) -> np.ndarray:
     if x_hat.size and not np.all(np.isfinite(x_hat)):
         raise ValueError("x_hat must be finite")
     return to_field(round_half_up(np.ldexp(x_hat, l_x)), p, name="Round(2^l_x X_hat)")
-
-
-def stochastic_round(y: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """``Round_stoc`` of eq. (3): ``floor(y) + 1`` with probability ``y - floor(y)``, else ``floor(y)``; int64.
-
-    Unbiased: ``E[Round_stoc(y)] = y``.  ``rng`` is a secret stream of the client.
-    """
-    y = np.asarray(y, dtype=np.float64)
-    f = np.floor(y)
-    return (f + (rng.random(y.shape) < (y - f))).astype(np.int64)
 
 
 def quantize_model(w: np.ndarray, l_w: int, p: int, rng: np.random.Generator) -> np.ndarray:
