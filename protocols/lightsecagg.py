@@ -39,12 +39,7 @@ Choice of U: ``U`` is a parameter; the baseline's study sweeps ``U`` for each ``
 fastest to the target accuracy (smaller ``U`` waits for fewer users but drops more of the non-iid
 data each round and lengthens the pieces, ``L = dc / (U - T)``).  ``U`` defaults to ``N``.
 
-What each party sees: the server sees each survivor's masked gradient (uniform in GF(p)^(dc) for
-``T >= 0``: a one-time pad), the ``s_j`` of the survivors (which reveal nothing beyond the aggregate
-mask for up to ``T`` colluders) and so learns only ``sum_{i in U1} G_i``; a user sees ``Theta``, the
-survivor list and one encoded mask share ``z~_ij`` from each user, which for any ``T`` colluding
-users is uniformly distributed (the ``T`` noise pieces).  Device-to-device shares are relayed
-through the (encrypted) server; audits drop them from the relay's view.
+What each party sees (and why the server learns only the aggregate): :mod:`fednet.codes.lightsecagg`.
 
 Modes (:mod:`fednet.protocol.modes`, one code path): ``full`` runs the finite-field math above every
 round; ``timing`` computes the same quantised gradients on the host (so the same survivor sets and

@@ -4,6 +4,13 @@ Source: So, He, Yang, Li, Yu, Ali, Guler, Avestimehr, "LightSecAgg: a lightweigh
 for secure aggregation in federated learning", MLSys 2022 (summary and test vectors in
 ``shared/references.md``).  The ``lsa_*`` helpers moved here from ``fednet.codes.lagrange`` (issue 9);
 the protocol (``protocols/lightsecagg.py``) moves these values around.
+
+What each party sees: the server sees each survivor's masked gradient (uniform in GF(p)^(dc) for
+``T >= 0``: a one-time pad), the ``s_j`` of the survivors (which reveal nothing beyond the aggregate
+mask for up to ``T`` colluders) and so learns only ``sum_{i in U1} G_i``; a user sees ``Theta``, the
+survivor list and one encoded mask share ``z~_ij`` from each user, which for any ``T`` colluding
+users is uniformly distributed (the ``T`` noise pieces).  Device-to-device shares are relayed
+through the (encrypted) server; audits drop them from the relay's view.
 """
 
 from __future__ import annotations
