@@ -200,6 +200,7 @@ class LightSecAgg(Protocol):
         """No data sharing: per-device minibatch sizes and the mask-code points."""
         self.alphas, self.betas = default_lsa_points(self.sim.n_devices, self.U)
         self._host_batch: tuple[int, dict] = (-1, {})
+        self._rows_cache: dict[tuple[int, int], np.ndarray] = {}
         for dev in self.devices:
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * self.task.X[dev.index].shape[0])))
         return
@@ -284,27 +285,40 @@ class LightSecAgg(Protocol):
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
         not depend on which earlier rounds the device took part in (full and timing modes agree)."""
-        return self.minibatch_rows(dev, dev.state.batch, epoch)
+        key = (dev.index, epoch)
+        rows = self._rows_cache.get(key)
+        if rows is None:                                  # timing mode asks twice a round: draw once
+            if self._rows_cache and next(iter(self._rows_cache))[1] != epoch:
+                self._rows_cache.clear()
+            rows = self._rows_cache[key] = self.minibatch_rows(dev, dev.state.batch, epoch)
+        return rows
 
     def _host_gradients(self) -> dict[int, np.ndarray]:
-        """Timing mode's stand-ins: this round's quantised minibatch gradient of every available user, in a few
-        batched host products (not charged: each user is charged its own kernels' MACs when it computes)."""
+        """Timing mode's stand-ins: this round's quantised minibatch gradient of every available user (not
+        charged: each user is charged its own kernels' MACs when it computes).
+
+        One ``X_b^T (X_b Theta - Y_b)`` per user, the same BLAS products (and floats) as a stacked
+        ``np.matmul`` over users of the same shapes would give, without copying every minibatch twice;
+        the capacity check of :func:`~fednet.algebra.quantize.quantize` runs once over all users (and
+        per user, in order, only to name the first that fails).
+        """
         if self._host_batch[0] != self.epoch:
-            b, epoch = self.config.quant_bits, self.epoch
+            b, epoch, scale = self.config.quant_bits, self.epoch, 2.0**self.config.quant_bits
             theta = self.theta.astype(np.float32).astype(np.float64)     # the model the devices download
             out: dict[int, np.ndarray] = {}
-            shapes: dict[tuple[int, int], list[Node]] = {}
-            for dev in (dev for dev in self.devices if self.available(dev)):
-                shapes.setdefault((self.task.X[dev.index].shape[0], dev.state.batch), []).append(dev)
-            for (n, bsz), group in shapes.items():
-                for start in range(0, len(group), 32):
-                    part = group[start:start + 32]
-                    rows = [self._rows(dev, epoch) for dev in part]
-                    Xb = np.stack([self.task.X[dev.index][r] for dev, r in zip(part, rows)])
-                    Yb = np.stack([self.task.Y[dev.index][r] for dev, r in zip(part, rows)])
-                    G = np.matmul(Xb.transpose(0, 2, 1), np.matmul(Xb, theta) - Yb) * (n / bsz)
-                    for dev, g in zip(part, G):
-                        quantize(g.reshape(-1), b, self.config.p, n_summands=self.U)   # the capacity check
-                        out[dev.index] = np.rint(g * 2.0**b) / 2.0**b
+            top = np.float64(0.0)
+            for dev in self.devices:
+                if not self.available(dev):
+                    continue
+                i = dev.index
+                X, rows = self.task.X[i], self._rows(dev, epoch)
+                Xb = X[rows]
+                g = (Xb.T @ (Xb @ theta - self.task.Y[i][rows])) * (X.shape[0] / dev.state.batch)
+                v = np.rint(g * scale)
+                top = np.maximum(top, np.max(np.abs(v)))        # nan propagates: caught below
+                out[i] = v / scale
+            if out and not (np.isfinite(top) and int(top) * self.U <= (self.config.p - 1) // 2):
+                for g in out.values():                        # the first user that fails names the problem
+                    quantize(g, b, self.config.p, n_summands=self.U)
             self._host_batch = (self.epoch, out)
         return self._host_batch[1]

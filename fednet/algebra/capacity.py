@@ -132,7 +132,8 @@ def statistics_bounds(q: FixedPoint, X: np.ndarray, Y: np.ndarray) -> tuple[floa
 
 
 def check_statistics_capacity(q: FixedPoint, Xs: Sequence[np.ndarray], Ys: Sequence[np.ndarray],
-                              groups: Sequence[Sequence[int]] | None = None, *, param: str = "k") -> None:
+                              groups: Sequence[Sequence[int]] | None = None, *, param: str = "k",
+                              bounds: Sequence[tuple[float, float, float]] | None = None) -> None:
     """Refuse ``Q<k,f>`` if the devices' data, Gram sums or first gradients (or their sums) overflow it.
 
     Checks, on the data, every value the setup of CodedPaddedFL / CodedSecAgg forms in ``Q<k,f>``
@@ -150,16 +151,24 @@ def check_statistics_capacity(q: FixedPoint, Xs: Sequence[np.ndarray], Ys: Seque
         Devices whose first gradients are summed exactly (default: all devices).
     param : str
         Parameter to name in the message.
+    bounds : sequence of (float, float, float), optional
+        :func:`statistics_bounds` of every device at ``q.f``, already computed (they depend on the
+        data and ``q.f`` only; a study computes them once per task and reuses them for every run).
 
     Raises
     ------
     fednet.errors.CapacityError
         Naming ``param``, the offending quantity, its bound and the smallest ``k``.
+    ValueError
+        If ``bounds`` does not hold one entry per device.
     """
+    if bounds is None:
+        bounds = [statistics_bounds(q, X, Y) for X, Y in zip(Xs, Ys)]
+    elif len(bounds) != len(Xs):
+        raise ValueError(f"bounds must hold one entry per device ({len(Xs)}), got {len(bounds)}")
     cross = []
     worst: tuple[float, str] = (0.0, "")
-    for i, (X, Y) in enumerate(zip(Xs, Ys)):
-        data, gram, cr = statistics_bounds(q, X, Y)
+    for i, (data, gram, cr) in enumerate(bounds):
         cross.append(cr)
         for value, name in ((data, f"the data of device {i}"), (gram, f"X_i^T X_i of device {i}"),
                             (cr, f"G_i^(1) = -X_i^T Y_i of device {i}")):

@@ -8,8 +8,9 @@ by 0.8 at epochs 200 and 350, lambda = 9e-6).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,7 @@ class LearningTask:
     lr_decay: float = 0.8
     weight_decay: float = 9e-6
     _trajectory: FullBatchTrajectory | None = field(init=False, repr=False, default=None)
+    _memo: dict = field(init=False, repr=False, compare=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.X) != len(self.Y) or not self.X:
@@ -123,6 +125,27 @@ class LearningTask:
             ``1/(2 m_test) ||X_test Theta - Y_test||_F^2 + lambda/2 ||Theta||_F^2``.
         """
         return self.model.evaluate(theta, self.x_test, self.y_test)
+
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``, computed once per task and ``key`` and kept (quantities derived from the data only).
+
+        The task's data are treated as immutable: every run of a study shares one task, so what a
+        protocol derives from the data alone (bounds for a capacity check, say) is computed once for
+        all its runs. Keys should name the function and every parameter it depends on.
+
+        Parameters
+        ----------
+        key : hashable
+        compute : callable() -> Any
+
+        Returns
+        -------
+        Any
+            The kept value (shared: do not modify).
+        """
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def full_batch_trajectory(self, upto: int) -> list[tuple[float, float]]:
         """Test (accuracy, loss) after epochs ``0..upto`` of plain full-batch GD, cached on the task.
