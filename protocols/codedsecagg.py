@@ -41,11 +41,12 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from fednet.algebra.capacity import check_statistics_capacity, statistics_bounds
+from fednet.algebra.capacity import check_statistics_capacity
 from fednet.algebra.fields import field_dtype
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.codes import secagg
 from fednet.codes.gram import local_statistics
+from fednet.algebra.capacity import statistics_bounds  # noqa: I001 (own line: merges beside other branches)
 from fednet.codes.secagg import decode_aggregate, device_share, shamir_share_macs, share_secrets  # re-exported
 from fednet.codes.secagg_tree import aggregation_tree
 from fednet.codes.shamir import default_points
