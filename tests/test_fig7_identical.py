@@ -117,3 +117,20 @@ def test_per_user_gradients_equal_the_stacked_product_at_fig7_shapes() -> None:
     for i in range(3):
         one = (X[i][rows[i]].T @ (X[i][rows[i]] @ theta - Y[i][rows[i]])) * 5.0
         assert np.array_equal(one, stacked[i])
+
+
+@pytest.mark.parametrize("scale,error", [(1e9, "the smallest prime that works"), (np.nan, "must be finite")])
+def test_lightsecagg_timing_gradients_keep_the_capacity_check(scale: float, error: str) -> None:
+    """One check per round over every user still refuses a quantised gradient the field cannot sum
+    (with quantize's own message), and a non-finite one."""
+    from tests.factories import make_sim, make_task
+
+    import fednet.protocols.lightsecagg  # noqa: F401
+    from fednet.protocol import registry
+
+    proto = registry.get("lightsecagg")(make_sim(D=6), make_task(D=6, n=20, d=6, c=3),
+                                        dict(z=1, U=5, mode="timing"))
+    proto.run(1)                                    # a normal round
+    proto.theta = np.full_like(proto.theta, scale)
+    with pytest.raises(ValueError, match=error):
+        proto.run(2)
