@@ -1,0 +1,67 @@
+"""Host CPU seconds of a study's runs, split into set-up and per epoch, to estimate a whole study (issue 12).
+
+Usage::
+
+    FEDNET_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/bench_study_runs.py STUDY.toml \
+        [--epochs 60] [--seed 0] [--stride 1] [--skip PREFIX ...] [--json OUT.json]
+
+Prepares the study's task for ``--seed`` once, builds the full-batch trajectory (the exactly decoding
+protocols' timing modes replay it; its cost is printed apart, as a study pays it once per seed and
+worker process), then runs every ``--stride``-th run (labels starting with a ``--skip`` prefix left out)
+for at most ``--epochs`` rounds with one BLAS thread, and prints for each the CPU seconds of its
+set-up (up to its round-0 row) and its mean CPU seconds per epoch. A run's cost to a target is then
+``setup + epochs_to_target * per_epoch``; CPU seconds (``time.process_time``) rather than wall clock,
+so that other jobs on a shared host inflate the numbers less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from fednet.protocol import registry
+from fednet.study.config import load_study
+from fednet.study.runner import _build_protocol, prepare_task
+from fednet.study.threads import limit_threads
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("study")
+    ap.add_argument("--epochs", type=int, default=60)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--stride", type=int, default=1)
+    ap.add_argument("--skip", nargs="*", default=[])
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    study = load_study(args.study, max_epochs=args.epochs)
+    for run in study.runs:
+        registry.get(run.protocol)
+    out: dict[str, dict[str, float]] = {}
+    with limit_threads(1):
+        c0 = time.process_time()
+        task = prepare_task(study, os.environ.get("FEDNET_DATA"), feature_seed=study.data.feature_seed_for(args.seed))
+        c1 = time.process_time()
+        task.full_batch_trajectory(args.epochs)
+        print(f"task {c1 - c0:.1f} CPU s; trajectory of {args.epochs} epochs {time.process_time() - c1:.1f} CPU s",
+              flush=True)
+        for k, run in enumerate(study.runs):
+            if k % args.stride or any(run.name.startswith(s) for s in args.skip):
+                continue
+            marks: list[float] = []
+            proto = _build_protocol(study, run, args.seed, task)
+            c0 = time.process_time()
+            rows = proto.run(study.run_epochs(run), stop_at=study.stop_accuracy,
+                             on_round=lambda row: marks.append(time.process_time()), strict=study.strict)
+            setup, per = marks[0] - c0, (time.process_time() - marks[0]) / max(1, len(rows) - 1)
+            out[run.name] = {"setup_s": setup, "epoch_s": per}
+            print(f"{run.name}: set-up {setup:.2f} CPU s, {per * 1e3:.1f} CPU ms per epoch", flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(out, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
