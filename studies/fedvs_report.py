@@ -11,6 +11,8 @@ folders, e.g. one per seed, are pooled).  Prints a Markdown table.
   ended before t counts as missing (the count is shown).
 * Time to an accuracy: the first row reaching it; geometric mean over the seeds that reach it with a 95 %
   t-interval on the log times, and the count of seeds.
+* ``s/row``: simulated seconds per trace row after row 0 (a round; for VAFL an asynchronous update), mean
+  over the seeds.
 * ``--from-training``: times are measured from the end of each run's set-up phase (trace row 0: FedVS's
   data sharing, VAFL's initial embeddings), instead of from 0.
 """
@@ -95,10 +97,11 @@ def time_cell(hits: list[float], n: int) -> str:
 def table(runs: dict[str, dict[int, list[tuple[float, float]]]], times: list[float],
           accuracies: list[float]) -> list[list[str]]:
     """Header and one row per run (see the module docstring for the cells)."""
-    head = ["run", "seeds", "horizon [s]"] + [f"acc@{t:g}s" for t in times] + [f"t->{a:.0%} [s]" for a in accuracies]
+    head = ["run", "seeds", "horizon [s]", "s/row"] + [f"acc@{t:g}s" for t in times] + [f"t->{a:.0%} [s]" for a in accuracies]
     lines = [head]
     for label, by_seed in runs.items():
-        cells = [label, str(len(by_seed)), f"{min(r[-1][0] for r in by_seed.values()):.0f}"]
+        per_row = [(r[-1][0] - r[0][0]) / max(1, len(r) - 1) for r in by_seed.values()]
+        cells = [label, str(len(by_seed)), f"{min(r[-1][0] for r in by_seed.values()):.0f}", f"{np.mean(per_row):.3f}"]
         for t in times:
             vals = [v for v in (acc_at(r, t) for r in by_seed.values()) if v is not None]
             cells.append(acc_cell(vals) + ("" if len(vals) == len(by_seed) else f" ({len(vals)}/{len(by_seed)})"))

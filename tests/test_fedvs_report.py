@@ -38,7 +38,8 @@ def test_logit_interval_matches_the_t_interval_on_logits():
 def test_table_cells():
     runs = {"A": {0: [(1.0, 0.1), (5.0, 0.6), (9.0, 0.8)], 1: [(1.0, 0.1), (4.0, 0.5), (8.0, 0.7)]}}
     rows = report.table(runs, [4.5, 8.0, 8.5], [0.6, 0.9])
-    assert rows[1][3].startswith("0.300 [") and rows[1][4].startswith("0.650 [")   # means of (0.1, 0.5), (0.6, 0.7)
-    assert rows[1][5] == "0.600 (1/2)"                                              # seed 1 ended at 8 s
-    assert rows[1][6].startswith(f"{np.sqrt(5.0 * 8.0):.1f} [") and rows[1][6].endswith("(2/2)")
-    assert rows[1][7] == "not reached"
+    assert rows[1][3] == f"{(8 / 2 + 7 / 2) / 2:.3f}"                              # simulated s per round
+    assert rows[1][4].startswith("0.300 [") and rows[1][5].startswith("0.650 [")   # means of (0.1, 0.5), (0.6, 0.7)
+    assert rows[1][6] == "0.600 (1/2)"                                              # seed 1 ended at 8 s
+    assert rows[1][7].startswith(f"{np.sqrt(5.0 * 8.0):.1f} [") and rows[1][7].endswith("(2/2)")
+    assert rows[1][8] == "not reached"
