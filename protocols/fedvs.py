@@ -22,14 +22,38 @@ Each round (Sec. 4.3, Alg. 1 lines 12-35):
    it steps its top model and broadcasts ``dL/dH``; every client updates its PN (``dL/dH_n = dL/dH / N``).
 
 With a ``deadline``, a round whose uploads fall short of the threshold is a decode failure: recorded in
-the trace (``decode_failed``), no update.  Only the full mode exists (the math always runs).
+the trace (``decode_failed``), no update.
+
+Model-sharing delay (``sharing_wait``).  Sec. 6.2 adds "an exponential delay at each client" to the model
+sharing phase, of mean ``(log2 N)^2 / |B|`` times "the corresponding delay's mean for embedding uploading"
+(read as: that client's own upload mean, 0.1 s or ``2 + 4i/N``; :meth:`fednet.sim.delays.FedVSDelays.
+sharing_mean`).  How it composes is not stated, so it is a parameter:
+
+* ``"all"`` (default, Alg. 1 as written): the delay is part of the all-to-all share exchange; since eq. (5)
+  needs the model share of *every* client (lines 18-19 and 23), every client waits for the slowest sharer
+  before its coded embedding, stragglers included (a round costs about the largest of the N sharing delays);
+* ``"own"``: the delay only adds to the client's own latency before its coded embedding (the shares are
+  exchanged at network speed), as a simulation adding one more delay per client would compose it; the
+  server's wait for the first ``2(K+T-1)+1`` then also skips the stragglers' sharing delays.
+
+Modes (``mode``, :mod:`fednet.protocol.modes`; one code path).  ``"full"`` runs every step's field math.
+``"timing"`` charges the same metered MACs at the same shapes and message sizes but skips the field math
+whose result the protocol never needs beyond what the plain computation gives: the data shares of the
+batch (eq. 2), the LCC encoding of the models (eq. 4), the coded embeddings (eq. 5) and the interpolation
+of psi (eq. 6).  The decoded sum it carries is the plain quantised sum ``sum_n X_bar_n W_bar_n``, which
+full mode proves equal to the decoded one every round (:meth:`FedVS.check_exact`).  What the trajectory
+depends on still runs in timing mode: the stochastic rounding (eq. 3) and the mask draws (they advance the
+client's secret stream, so both modes round alike), which uploads arrive first (the keyed delays), the
+dequantisation (eq. 7), the server's and the clients' SGD steps.  Both modes give the same trace bit for
+bit except ``checked_rounds`` (the full-mode observer's count; 0 in timing mode), tested in
+``tests/test_fedvs_protocol.py``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -37,6 +61,7 @@ from pydantic import Field
 from fednet.codes import fedvs as fv
 from fednet.learning.model import unmetered
 from fednet.protocol.base import NodeState
+from fednet.protocol.modes import Shape
 from fednet.protocol.vertical import VerticalConfig, VerticalProtocol
 
 __all__ = ["FedVSConfig", "FedVS", "FedVSState"]
@@ -65,7 +90,13 @@ class FedVSConfig(VerticalConfig):
     deadline : float or None
         Seconds the server waits for coded embeddings before giving up on a round.
     sharing_scale : float
-        Multiplies the model-sharing delay of Sec. 6.2 (1 = the paper; 0 removes it, a diagnostic).
+        Multiplies the model-sharing delay of Sec. 6.2 (1 = the paper with ``log2``; ``(ln 2)^2 = 0.480``
+        reads the paper's ``log`` as natural; 0 removes it, a diagnostic).
+    sharing_wait : {"all", "own"}
+        Who waits for a client's model-sharing delay (module docstring): every client (``"all"``, Alg. 1:
+        eq. 5 needs every client's share) or only the client itself (``"own"``).
+    mode : {"full", "timing"}
+        Run the field math (full) or charge its metered MACs only (timing; module docstring).
     """
 
     K: int = Field(1, ge=1)
@@ -76,6 +107,8 @@ class FedVSConfig(VerticalConfig):
     p: int = P31
     deadline: float | None = Field(None, ge=0)
     sharing_scale: float = Field(1.0, ge=0)
+    sharing_wait: Literal["all", "own"] = "all"
+    mode: Literal["full", "timing"] = "full"
 
 
 @dataclass
@@ -153,36 +186,74 @@ class FedVS(VerticalProtocol):
             xh = fv.powers(seg.reshape(-1, x.shape[1]), self.model.D[n])
             return fv.quantize_data(xh, c.l_x, self.p).reshape(c.K, len(rows), -1)
 
-    def share_model(self, dev) -> tuple[np.ndarray, np.ndarray]:
-        """Quantise (eq. 3) and LCC-share (eq. 4) the client's PN: ``(W_bar_n, shares (N, d_n D_n, h))``."""
+    def share_model(self, dev) -> tuple[np.ndarray, Any]:
+        """Quantise (eq. 3) and LCC-share (eq. 4) the client's PN: ``(W_bar_n, shares (N, d_n D_n, h))``.
+
+        The rounding and the masks ``V`` are drawn in both modes (in this order, from the client's secret
+        stream, as :func:`fednet.codes.fedvs.share_model` draws them); the encoding runs through the mode
+        (timing mode: its ``N (K + T) d_n D_n h`` MACs and a stand-in of the shares' shape).
+        """
         c, W = self.config, self.model.W[dev.index]
         if np.abs(W).max() > c.w_max:
             raise ValueError(f"client {dev.index}'s PN weights reach {np.abs(W).max():.3g} > w_max = {c.w_max}: "
                              "the field was sized for w_max; raise w_max (and p)")
         w_bar = fv.quantize_model(W, c.l_w, self.p, dev.state.model_rng)
-        return w_bar, fv.share_model(w_bar, c.K, c.T, self.alphas, self.betas, self.p, dev.state.model_rng)
+        masks = fv.draw_masks(dev.state.model_rng, self.p, c.T, w_bar.shape)
+        N = self.sim.n_devices
+        shares = self.mode.run(_encode_model, w_bar, masks, c.K, self.alphas, self.betas, self.p,
+                               macs=N * (c.K + c.T) * w_bar.size, like=Shape((N,) + w_bar.shape, np.dtype(np.int64)))
+        return w_bar, shares
 
-    def coded_embedding(self, dev) -> np.ndarray:
-        """Client ``n'``'s ``H~_n' = sum_n X~_{n,n'} W~_{n,n'}`` (eq. 5) on the round's coded rows, (|B|, h)."""
-        j = dev.index
-        return fv.coded_embedding([self.round_data[n][j] for n in range(self.sim.n_devices)],
-                                  [self.model_shares[(n, j)] for n in range(self.sim.n_devices)], self.p)
+    def coded_embedding(self, dev) -> Any:
+        """Client ``n'``'s ``H~_n' = sum_n X~_{n,n'} W~_{n,n'}`` (eq. 5) on the round's coded rows, (|B|, h).
+
+        Charges ``|B| h sum_n d_n D_n`` MACs (timing mode: the count, a stand-in of the shape).
+        """
+        j, N = dev.index, self.sim.n_devices
+        width = sum(d * D for d, D in zip(self.data.sizes, self.model.D))
+        return self.mode.run(fv.coded_embedding, [self.round_data[n][j] for n in range(N)],
+                             [self.model_shares[(n, j)] for n in range(N)], self.p,
+                             macs=self.coded_batch * width * self.model.h,
+                             like=Shape((self.coded_batch, self.model.h), np.dtype(np.int64)))
 
     def decode(self, uploads: list) -> np.ndarray:
-        """Interpolate psi (eq. 6) at beta_1..beta_K and dequantise (eq. 7): the mean embedding (K |B|, h)."""
+        """Interpolate psi (eq. 6) at beta_1..beta_K and dequantise (eq. 7): the mean embedding (K |B|, h).
+
+        Timing mode charges the interpolation's ``K R b h`` MACs (``R = 2(K+T-1)+1``) and carries the plain
+        quantised sum (:meth:`plain_sum`) as the decoded value.
+        """
         c = self.config
-        H_bar = fv.decode_embedding_sum(np.stack([v for _, v in uploads]), [self.alphas[n.index] for n, _ in uploads],
-                                        self.betas, c.K, c.T, self.p)
-        self.H_bar = H_bar
-        return fv.dequantize(H_bar, c.l_x, c.l_w, self.sim.n_devices, self.p)
+        results = [v for _, v in uploads]
+        alphas = [self.alphas[n.index] for n, _ in uploads]
+        H_bar = self.mode.run(_decode, results, alphas, self.betas, c.K, c.T, self.p,
+                              macs=c.K * self.need * self.coded_batch * self.model.h,
+                              like=Shape((c.K * self.coded_batch, self.model.h), np.dtype(np.int64)),
+                              stand_in=lambda: fv.to_field(self.plain_sum(self.rows), self.p))
+        self.H_bar = self.mode.value(H_bar)
+        return fv.dequantize(self.H_bar, c.l_x, c.l_w, self.sim.n_devices, self.p)
+
+    def plain_sum(self, rows: np.ndarray) -> np.ndarray:
+        """``sum_n X_bar_n W_bar_n`` of the round's K |B| rows as signed int64, (K |B|, h) (uncharged host work).
+
+        Exact in int64: every partial sum is bounded by :func:`fednet.codes.fedvs.embedding_bound`
+        ``< p / 2 < 2**61`` (the field check of the set-up and the ``w_max`` check of every round).
+        """
+        with unmetered():
+            total = 0
+            for n in range(self.sim.n_devices):
+                xq = fv.from_field(self._quantised_segments(n, rows), self.p).reshape(-1, self.w_bars[n].shape[0])
+                total = total + xq @ fv.from_field(self.w_bars[n], self.p)
+        return total
 
     def check_exact(self, rows: np.ndarray) -> None:
-        """Full mode: the decoded sum equals ``sum_n X_bar_n W_bar_n`` bit-exactly (int64: |sum| < p/2 < 2**61)."""
-        total = np.zeros_like(self.H_bar)
-        for n in range(self.sim.n_devices):
-            xq = fv.from_field(self._quantised_segments(n, rows), self.p).reshape(-1, self.w_bars[n].shape[0])
-            total = total + xq @ fv.from_field(self.w_bars[n], self.p)
-        if not np.array_equal(fv.from_field(self.H_bar, self.p), total):
+        """Full mode's observer: the decoded sum equals ``sum_n X_bar_n W_bar_n`` bit-exactly.
+
+        Raises
+        ------
+        AssertionError
+            If they differ.
+        """
+        if not np.array_equal(fv.from_field(self.H_bar, self.p), self.plain_sum(rows)):
             raise AssertionError(f"round {self.epoch}: the decoded embedding sum differs from the plain quantised sum")
         self.checked_rounds += 1
 
@@ -190,12 +261,19 @@ class FedVS(VerticalProtocol):
     def round(self, epoch: int) -> Generator:
         """Model sharing, coded embeddings, decoding of the first 2(K+T-1)+1, server and client updates."""
         c, N = self.config, self.sim.n_devices
-        rows = self.batch_rows(epoch, self.coded_batch, self.seg_rows)            # B in [M/K]
-        self.round_data = [self.data_shares(n, rows) for n in range(N)]            # materialised set-up shares
+        rows = self.rows = self.batch_rows(epoch, self.coded_batch, self.seg_rows)   # B in [M/K]
+        widths = [d * D for d, D in zip(self.data.sizes, self.model.D)]
+        self.round_data = [self.mode.offline(self.data_shares, n, rows,               # materialised set-up shares
+                                             like=Shape((N, len(rows), widths[n]), np.dtype(np.int64)))
+                           for n in range(N)]
+
+        def _sharing_delay(dev) -> float:
+            return c.sharing_scale * self.delays.sharing_delay(dev.index, epoch, self.coded_batch)
 
         def _prepare(dev) -> Generator:                                               # eqs. (3)-(4)
             self.shared[dev.index] = yield from self.compute(dev, self.share_model, dev)
-            yield self.env.timeout(c.sharing_scale * self.delays.sharing_delay(dev.index, epoch, self.coded_batch))
+            if c.sharing_wait == "all":                                               # part of the exchange
+                yield self.env.timeout(_sharing_delay(dev))
 
         self.shared = {}
         pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
@@ -203,8 +281,13 @@ class FedVS(VerticalProtocol):
                                  schedule="bundled", element_bits=self.bits, prepare=_prepare)
         self.w_bars = [self.shared[n][0] for n in range(N)]
         self.model_shares = {(n, j): self.shared[n][1][j] for n in range(N) for j in range(N)}
-        work = [(dev, self.delayed_upload(dev, self.coded_embedding, kind="coded_embedding", key_round=epoch,
-                                          element_bits=self.bits)) for dev in self.devices]   # eq. (5)
+        def _upload(dev) -> Generator:                                                # eq. (5)
+            if c.sharing_wait == "own":                                               # the client's own latency
+                yield self.env.timeout(_sharing_delay(dev))
+            return (yield from self.delayed_upload(dev, self.coded_embedding, kind="coded_embedding",
+                                                   key_round=epoch, element_bits=self.bits))
+
+        work = [(dev, _upload(dev)) for dev in self.devices]
         got = yield from self.first_k(work, self.need, deadline=c.deadline)
         self.used = [n.index for n in got.nodes]
         if len(got) < self.need:                                                    # Thm. 5.1 not met
@@ -212,7 +295,7 @@ class FedVS(VerticalProtocol):
             self.decode_error = str(fv.FedVSDecodeFailure(len(got), self.need, c.K, c.T))
             return
         H = yield from self.server_compute(self.decode, got.results)                # eqs. (6)-(7)
-        self.check_exact(rows)
+        self.mode.observe(self.check_exact, rows)
         samples = np.concatenate([k * self.seg_rows + rows for k in range(c.K)])
         g_H = yield from self.server_compute(self.model.server_step, H, samples)
         yield from self.broadcast(g_H.astype(np.float32), kind="embedding_gradient")
@@ -221,6 +304,16 @@ class FedVS(VerticalProtocol):
     def round_metrics(self, round: int) -> dict[str, Any]:
         """``checked_rounds``: rounds whose decoded sum was verified bit-exact so far."""
         return {"checked_rounds": getattr(self, "checked_rounds", 0)}
+
+
+def _encode_model(w_bar: np.ndarray, masks: np.ndarray, K: int, alphas, betas, p: int) -> np.ndarray:
+    """Eq. (4) with the masks already drawn: ``G_n(alpha_1..alpha_N)``, (N, d_n D_n, h); ``N (K+T) size`` MACs."""
+    return fv.lagrange_shares(np.broadcast_to(w_bar, (K,) + w_bar.shape), masks, alphas, betas, p)
+
+
+def _decode(results: list, alphas: list[int], betas: list[int], K: int, T: int, p: int) -> np.ndarray:
+    """Eq. (6) at beta_1..beta_K from the responders' coded embeddings (:func:`fednet.codes.fedvs.decode_embedding_sum`)."""
+    return fv.decode_embedding_sum(np.stack(results), alphas, betas, K, T, p)
 
 
 @dataclass(frozen=True)

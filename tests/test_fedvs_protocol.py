@@ -21,10 +21,10 @@ def _task(n=N, M=120, d=3, seed=0):
     return as_learning_task(data)
 
 
-def _sim(n=N, seed=3):
+def _sim(n=N, seed=3, secret_seed=None):
     g = lte_star(n, uplink_bps=300e6, downlink_bps=300e6, loss=0.0, header_overhead=0.0, server_mac_rate=1e10,
                  device_mac_rates=[1e8] * n)
-    return Simulation(g, seed, device_compute=Deterministic(), record_views=False)
+    return Simulation(g, seed, device_compute=Deterministic(), record_views=False, secret_seed=secret_seed)
 
 
 BASE = {"embedding": 4, "hidden": [8, 8], "batch_size": 16, "lr_client": 0.5, "lr_server": 0.5}
@@ -113,3 +113,49 @@ def test_wait_dp_noise_is_laplace_with_the_stated_scale():
     assert abs(np.abs(noise).mean() / b - 1) < 0.02          # E|Laplace(b)| = b; 64000 draws: s.e. 0.4 %
     assert abs(noise.std() / (np.sqrt(2) * b) - 1) < 0.03
     assert np.abs(clipped).sum(axis=1).max() <= 0.5 + 1e-12
+
+
+@pytest.mark.parametrize("K,T,wait", [(1, 1, "all"), (2, 1, "all"), (2, 2, "own"), (1, 2, "own")])
+def test_timing_mode_trace_equals_full_mode_bit_for_bit(K, T, wait):
+    """Timing mode skips the LCC encodings, coded embeddings and interpolation; everything else is identical."""
+    cfg = dict(BASE, K=K, T=T, sharing_wait=wait)
+    full = registry.get("fedvs")(_sim(secret_seed=5), _task(), dict(cfg, mode="full"))
+    tf = full.run(5)
+    timing = registry.get("fedvs")(_sim(secret_seed=5), _task(), dict(cfg, mode="timing"))
+    tt = timing.run(5)
+    assert [r["checked_rounds"] for r in tf] == [0, 1, 2, 3, 4, 5]             # full mode verified every round
+    assert [r["checked_rounds"] for r in tt] == [0] * 6                         # timing mode has no observer
+    assert [{k: v for k, v in r.items() if k != "checked_rounds"} for r in tt] == \
+        [{k: v for k, v in r.items() if k != "checked_rounds"} for r in tf]
+    assert all(np.array_equal(a, b) for a, b in zip(full.model.W, timing.model.W))
+    assert tt[-1]["device_macs"] > 0 and tt[-1]["server_macs"] > 0
+    assert len({r["accuracy"] for r in tt}) > 1 or len({r["loss"] for r in tt}) > 1      # the model moves
+
+
+def test_timing_mode_differs_from_full_mode_only_in_skipped_math():
+    """A different secret seed changes the stochastic rounding: timing mode must not follow a fixed trajectory."""
+    a = registry.get("fedvs")(_sim(secret_seed=5), _task(), dict(BASE, K=2, T=1, mode="timing")).run(3)
+    b = registry.get("fedvs")(_sim(secret_seed=6), _task(), dict(BASE, K=2, T=1, mode="timing")).run(3)
+    assert [r["time_s"] for r in a] == [r["time_s"] for r in b]                 # delays are public, keyed
+    assert [r["loss"] for r in a[1:]] != [r["loss"] for r in b[1:]]            # rounding is secret
+
+
+def test_sharing_wait_own_does_not_wait_for_the_stragglers_sharing_delays():
+    """'all': every client waits for the slowest sharer; 'own': only its own delay (module docstring)."""
+    sim_all, sim_own = _sim(secret_seed=5), _sim(secret_seed=5)
+    p_all = registry.get("fedvs")(sim_all, _task(), dict(BASE, K=1, T=1, sharing_wait="all", mode="timing"))
+    p_own = registry.get("fedvs")(sim_own, _task(), dict(BASE, K=1, T=1, sharing_wait="own", mode="timing"))
+    t_all, t_own = p_all.run(4), p_own.run(4)
+    d = p_all.delays
+    b = p_all.coded_batch
+    for r in range(1, 5):
+        dt_all = t_all[r]["time_s"] - t_all[r - 1]["time_s"]
+        dt_own = t_own[r]["time_s"] - t_own[r - 1]["time_s"]
+        slowest = max(d.sharing_delay(n, r, b) for n in range(N))
+        used = [int(i) for i in t_own[r]["used"].split()]
+        # 'all': the round lasts at least the slowest sharing delay plus the threshold-th upload delay
+        assert dt_all >= slowest
+        # 'own': the round lasts at least (sharing + upload delay) of the last responder, and less than 'all'
+        assert dt_own >= max(d.sharing_delay(n, r, b) + d.upload_delay(n, r) for n in used) - 1e-12
+        assert dt_own < dt_all
+    assert d.sharing_mean(N - 1, b) == pytest.approx(np.log2(N) ** 2 / b * d.upload_means[N - 1])

@@ -212,8 +212,23 @@ def as_learning_task(data: VerticalData, learning_rate: float = 0.05) -> Learnin
 
 
 def vertical_from_task(task: LearningTask) -> VerticalData:
-    """Inverse of :func:`as_learning_task` (the test blocks are cut by the clients' widths)."""
+    """Inverse of :func:`as_learning_task` (the test blocks are cut by the clients' widths).
+
+    Raises
+    ------
+    ValueError
+        If the task is not vertical: the clients' blocks do not hold the same examples (different row
+        counts or labels), or the test features are not the clients' widths side by side.
+    """
+    rows = {int(x.shape[0]) for x in task.X}
+    if len(rows) != 1 or any(y is not task.Y[0] and not np.array_equal(y, task.Y[0]) for y in task.Y[1:]):
+        raise ValueError(f"the task is not vertical: the clients hold {sorted(rows)} training rows with different "
+                         "labels (a horizontal split); give the study [data] split = 'vertical' or the protocol a "
+                         "dataset")
     sizes = [x.shape[1] for x in task.X]
+    if np.asarray(task.x_test).shape[1] != sum(sizes):
+        raise ValueError(f"the task is not vertical: test features have {np.asarray(task.x_test).shape[1]} columns, "
+                         f"the clients' blocks {sum(sizes)}")
     cuts = np.cumsum(sizes)[:-1]
     return VerticalData(list(task.X), np.argmax(task.Y[0], axis=1).astype(np.int64),
                         np.split(np.asarray(task.x_test), cuts, axis=1), np.asarray(task.y_test),

@@ -121,21 +121,58 @@ class DataSpec(_Strict):
         the same cut, DReS-FL's skewed label partition (Sec. 6.1).
     dirichlet_alpha : float, optional
         Concentration for ``partition = "dirichlet"``.
+    split : {"horizontal", "vertical"}
+        ``horizontal`` (default): every device holds some examples, all features (the pipeline above).
+        ``vertical``: every device holds a block of features of *every* example and the labels sit at
+        the server (FedVS, Li, Yao, Liu, ICML 2023, Sec. 3 and 6.1): ``fashion-mnist`` / ``mnist`` are
+        split evenly over ``network.n_devices`` clients, ``handwritten`` (UCI mfeat) gives one of its 6
+        views to each of 6 clients (:func:`fednet.learning.vertical.load_vertical`); the raw features
+        are used (``features``, ``rbf_gamma``, ``n_components``, ``feature_seed``, ``partition`` and
+        ``dirichlet_alpha`` have no meaning there and are refused when set).
+    max_train, max_test : int, optional
+        ``split = "vertical"`` only: keep the first training / test examples (reduced studies).
     """
 
-    dataset: Literal["digits", "mnist", "fashion-mnist", "emnist", "cifar10", "cifar100", "svhn"] = "digits"
+    dataset: Literal["digits", "mnist", "fashion-mnist", "emnist", "cifar10", "cifar100", "svhn", "handwritten"] = "digits"
     features: Literal["rbf", "raw"] = "rbf"
     rbf_gamma: float | None = Field(None, gt=0)
     n_components: int = Field(2000, ge=1, le=100_000)
     feature_seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | Literal["per_seed"] = 0
     partition: Literal["noniid", "skewed_label", "dirichlet", "iid"] = "noniid"
     dirichlet_alpha: float | None = Field(None, gt=0)
+    split: Literal["horizontal", "vertical"] = "horizontal"
+    max_train: int | None = Field(None, ge=1)
+    max_test: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _alpha_for_dirichlet(self) -> "DataSpec":
         if self.partition == "dirichlet" and self.dirichlet_alpha is None:
             raise ValueError("partition = 'dirichlet' needs dirichlet_alpha")
         return self
+
+    @model_validator(mode="after")
+    def _split_fields(self) -> "DataSpec":
+        if self.split == "vertical":
+            if self.dataset not in _VERTICAL_DATASETS:
+                raise ValueError(f"split = 'vertical' needs dataset in {list(_VERTICAL_DATASETS)}, got "
+                                 f"{self.dataset!r}")
+            unused = sorted(self.model_fields_set & _HORIZONTAL_ONLY)
+            if unused:
+                raise ValueError(f"{', '.join(unused)} ha{'s' if len(unused) == 1 else 've'} no meaning for "
+                                 f"split = 'vertical' (the clients hold raw feature blocks); remove "
+                                 f"{'it' if len(unused) == 1 else 'them'}")
+        else:
+            if self.dataset == "handwritten":
+                raise ValueError("dataset = 'handwritten' is a multi-view (vertical) data set: set split = 'vertical'")
+            given = sorted({"max_train", "max_test"} & self.model_fields_set)
+            if given:
+                raise ValueError(f"{', '.join(given)} only apply to split = 'vertical'")
+        return self
+
+    @property
+    def vertical(self) -> bool:
+        """Whether the devices hold feature blocks of every example (``split = "vertical"``)."""
+        return self.split == "vertical"
 
     def feature_seed_for(self, seed: int) -> int:
         """The random-Fourier ``random_state`` used at study seed ``seed`` (see ``feature_seed``)."""
@@ -146,6 +183,11 @@ class DataSpec(_Strict):
         """Seed of the partition's draw (``feature_seed`` when fixed, 0 when ``"per_seed"``)."""
         return 0 if self.feature_seed == "per_seed" else self.feature_seed
 
+
+#: Data sets a vertical split can load (:data:`fednet.learning.vertical.VERTICAL_DATASETS`).
+_VERTICAL_DATASETS = ("fashion-mnist", "mnist", "handwritten")
+#: Fields of the horizontal pipeline that a vertical split refuses when set.
+_HORIZONTAL_ONLY = frozenset({"features", "rbf_gamma", "n_components", "feature_seed", "partition", "dirichlet_alpha"})
 
 _RATE = TypeAdapter(Annotated[float, Field(ge=1, allow_inf_nan=False)])
 _LOSS = TypeAdapter(Annotated[float, Field(ge=0, le=0.999, allow_inf_nan=False)])

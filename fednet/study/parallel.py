@@ -165,19 +165,17 @@ def cached_task(study: Study, feature_seed: int, data_dir: str | os.PathLike | N
     fednet.learning.datasets.DatasetError
         For a missing or corrupted data file.
     """
-    from fednet.learning.datasets import load_dataset
-
-    from .runner import prepare_task
+    from .runner import load_source, prepare_task
 
     key = _features_key(study, feature_seed, data_dir)
     if key in _TASKS:
         _TASKS.move_to_end(key)
         return _TASKS[key], 0.0
     t0 = time.perf_counter()
-    dkey = (study.data.dataset, None if data_dir is None else os.fspath(data_dir))
+    dkey = (study.data.dataset, study.data.split, None if data_dir is None else os.fspath(data_dir))
     if dkey not in _DATA:
         _DATA.clear()
-        _DATA[dkey] = load_dataset(study.data.dataset, data_dir)
+        _DATA[dkey] = load_source(study, data_dir)
     task = prepare_task(study, data_dir, feature_seed=feature_seed, data=_DATA[dkey])
     _TASKS[key] = task
     while len(_TASKS) > CACHE_SIZE:

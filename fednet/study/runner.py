@@ -60,7 +60,7 @@ from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
 from .output import StagedOutput
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
 
-__all__ = ["prepare_task", "build_network", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
+__all__ = ["prepare_task", "vertical_task", "load_source", "build_network", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
            "write_results"]
 
 from fednet.protocol.trace import COLUMNS
@@ -97,6 +97,8 @@ def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, fea
         When the partition cannot give every device at least one training point.
     """
     spec: DataSpec = study.data
+    if spec.vertical:
+        return vertical_task(study, data_dir)
     if data is None:
         data = load_dataset(spec.dataset, data_dir)
     fs = spec.feature_seed_for(study.seeds[0]) if feature_seed is None else feature_seed
@@ -121,6 +123,47 @@ def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, fea
         x_test=feats.x_test, y_test=np.asarray(data.y_test),
         learning_rate=tr.learning_rate, lr_milestones=tuple(tr.lr_milestones), lr_decay=tr.lr_decay,
         weight_decay=tr.weight_decay)
+
+
+def vertical_task(study: Study, data_dir: str | os.PathLike | None = None) -> LearningTask:
+    """The task of a ``[data] split = "vertical"`` study: every device a feature block of every example.
+
+    :func:`fednet.learning.vertical.load_vertical` splits the data set over ``network.n_devices``
+    clients (FedVS, Sec. 6.1, App. C) and :func:`fednet.learning.vertical.as_learning_task` wraps it
+    (``X[n]``: client ``n``'s block of all training rows; ``Y[n]``: the same labels for every ``n``,
+    read by the server only); the vertical protocols unwrap it with
+    :func:`fednet.learning.vertical.vertical_from_task`.
+
+    Raises
+    ------
+    fednet.learning.datasets.DatasetError
+        For a missing data set (the FedVS data sets not on this machine are named).
+    fednet.errors.ConfigError
+        When the data set cannot be split over ``network.n_devices`` (``handwritten`` has 6 views).
+    """
+    from fednet.learning.vertical import as_learning_task, load_vertical
+
+    spec, n = study.data, study.network.n_devices
+    if spec.dataset == "handwritten" and n != 6:
+        raise ConfigError(f"data.dataset = 'handwritten' has 6 views, one per client: network.n_devices must be 6, "
+                          f"got {n}")
+    try:
+        data = load_vertical(spec.dataset, None if spec.dataset == "handwritten" else n, data_dir,
+                             max_train=spec.max_train, max_test=spec.max_test)
+    except ValueError as e:
+        if isinstance(e, FednetError):
+            raise
+        raise ConfigError(f"data.dataset = {spec.dataset!r} cannot be split over network.n_devices = {n}: {e}") from e
+    return as_learning_task(data, learning_rate=study.training.learning_rate)
+
+
+def load_source(study: Study, data_dir: str | os.PathLike | None = None) -> Any:
+    """The raw data set a horizontal study's :func:`prepare_task` draws from (None for a vertical one).
+
+    Loaded once per study and shared by its feature draws; a vertical study's task is built directly
+    by :func:`vertical_task`.
+    """
+    return None if study.data.vertical else load_dataset(study.data.dataset, data_dir)
 
 
 def _stream(seed: int, field: str, value: Any) -> np.random.Generator:
@@ -348,13 +391,14 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
               leave=False, mininterval=0.5) as bar:
         data = None
         for fs, seeds in groups.items():
-            bar.set_postfix_str(f"loading {study.data.dataset}, {study.data.n_components} random features "
+            bar.set_postfix_str(f"loading {study.data.dataset}, vertical split" if study.data.vertical else
+                                f"loading {study.data.dataset}, {study.data.n_components} random features "
                                 f"(draw {fs})")
             bar.refresh()
             t0 = time.perf_counter()
             task = None
             if data is None:
-                data = load_dataset(study.data.dataset, data_dir)
+                data = load_source(study, data_dir)
             task = prepare_task(study, data_dir, feature_seed=fs, data=data)
             data_s[str(fs)] = time.perf_counter() - t0
             log.info("%s: data %s with feature draw %d ready in %.1f s", study.name, study.data.dataset, fs,
