@@ -770,7 +770,21 @@ def _patch_phase(phase: str, sig: int) -> None:
         output_mod.StagedOutput.commit = killer(output_mod.StagedOutput.commit)
 
 
+def _fresh_signal_handlers() -> None:
+    """In a forked child: the handlers a CLI process starts with, whatever earlier tests installed.
+
+    The child inherits pytest's handlers; a library used by an earlier test in the same session
+    (Dask's cluster, for one) may have replaced SIGINT's, and the child would then ignore the signal
+    it is meant to be stopped by. A shell-started ``fednet`` has Python's defaults.
+    """
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if s is not None:
+            signal.signal(s, signal.SIG_DFL)
+
+
 def _child(phase: str, sig: int, study: str, out: str) -> None:
+    _fresh_signal_handlers()
     _patch_phase(phase, sig)
     sys.stderr = open(os.devnull, "w")
     code = main(["run", study, "--out", out, "--quiet"])
@@ -817,6 +831,7 @@ def test_sigkill_in_each_output_phase_then_rerun_cleans_up(tmp_path, tiny, phase
 
 
 def _child_mid_commit(study: str, out: str) -> None:
+    _fresh_signal_handlers()
     calls = {"n": 0}
     orig = output_mod.check_output_target
 
