@@ -67,7 +67,7 @@ def build(name: str, D: int):
         params["U"] = max(2, int(params["U"] * D))
     if "drop_slowest" in params:
         params["drop_slowest"] = max(1, int(params["drop_slowest"] * D))
-    sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0)
+    sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0, record_views="--views" in sys.argv)
     return registry.get(proto_name)(sim, task(D), params), count_events(sim)
 
 
