@@ -92,7 +92,7 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
     X, Y : sequences of ndarray, (n_i, d) and (n_i, c)
         The devices' points.
     theta : ndarray, (d, c)
-    rows : sequence of ndarray of int, (b_i,)
+    rows : sequence of ndarray of int, (b_i,), or ndarray (D, b)
         Each device's minibatch.
     cache : dict, optional
         Keeps each group's stacked points (up to :data:`STACK_BYTES`) between calls with the same
@@ -112,13 +112,14 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
     for p, (x, r) in enumerate(zip(X, rows)):
         shapes.setdefault((x.shape, Y[p].shape, len(r), x.dtype, Y[p].dtype), []).append(p)
     for (xs, ys, b, _, _), members in shapes.items():
-        key = tuple(id(X[p]) for p in members)
+        whole = len(members) == len(X)
+        key = tuple(map(id, X)) if whole else tuple(id(X[p]) for p in members)
         stacked = None if cache is None else cache.get(key)
         if stacked is None and cache is not None and len(members) * xs[0] * (xs[1] + ys[1]) * 8 <= STACK_BYTES:
             stacked = cache[key] = (np.stack([X[p] for p in members]), np.stack([Y[p] for p in members]),
                                     [X[p] for p in members])        # the arrays stay alive: ids stay theirs
         if stacked is not None:
-            sel = np.stack([rows[p] for p in members])
+            sel = rows if whole and isinstance(rows, np.ndarray) else np.stack([rows[p] for p in members])
             which = np.arange(len(members))[:, None]
             xb, yb = stacked[0][which, sel], stacked[1][which, sel]
         else:
@@ -126,7 +127,7 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
             yb = np.stack([Y[p][rows[p]] for p in members])
         g = ridge_gradients(xb, yb, theta, scale=xs[0] / b)
         per = 2 * b * xs[1] * theta.shape[1]
-        if len(members) == len(X):                  # one group, in order: the stack itself
+        if whole:                                   # one group, in order: the stack itself
             return g, [per] * len(X)
         for j, p in enumerate(members):
             out[p] = g[j]

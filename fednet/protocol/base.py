@@ -325,9 +325,15 @@ class Protocol(Primitives):
         return self.sim.rng(dev, "minibatch", e).choice(n, size=batch, replace=False)
 
     def minibatch_rows_many(self, devs: Sequence[Node], batches: Sequence[int],
-                            epoch: int | None = None) -> list[np.ndarray]:
+                            epoch: int | None = None) -> list[np.ndarray] | np.ndarray:
         """:meth:`minibatch_rows` of many devices at once (the same rows; ``Streams.choices`` draws
-        the devices of equal size and batch as one vector where that is faster)."""
+        the devices of equal size and batch as one vector where that is faster).
+
+        Returns
+        -------
+        list of ndarray of int, (b_i,), or ndarray (len(devs), b)
+            Each device's rows, in the order of ``devs``; one 2-D array when they were drawn as one.
+        """
         e = self.epoch if epoch is None else epoch
         out: list[np.ndarray | None] = [None] * len(devs)
         groups: dict[tuple[int, int], list[int]] = {}
@@ -337,6 +343,8 @@ class Protocol(Primitives):
             K = len(members)
             if pcg.COMPILED or K * 15 > 24 * b * (1 + 0.005 * K):   # measured costs (microseconds): vector wins
                 rows = self.sim.streams.choices(np.array([devs[p].index for p in members]), "minibatch", (e,), n, b)
+                if K == len(devs):
+                    return rows
                 for j, p in enumerate(members):
                     out[p] = rows[j]
             else:
