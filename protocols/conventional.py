@@ -106,42 +106,63 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
     macs : list of int
         ``2 b_i d c`` per device (the batched kernels meter their sum).
     """
+    ids = (tuple(map(id, X)), tuple(map(id, Y)))
+    layout = None if cache is None else cache.get(ids)
+    if layout is None:                              # devices of equal shapes and types, each group's stack
+        shapes: dict[tuple, list[int]] = {}
+        for p, (x, y) in enumerate(zip(X, Y)):
+            shapes.setdefault((x.shape, y.shape, x.dtype, y.dtype), []).append(p)
+        layout = []
+        for (xs, ys, _, _), members in shapes.items():
+            fits = cache is not None and len(members) * xs[0] * (xs[1] + ys[1]) * 8 <= STACK_BYTES
+            layout.append((xs, members, (np.concatenate([X[p] for p in members]),   # (K n, d): row p n + r
+                                         np.concatenate([Y[p] for p in members])) if fits else None))
+        if cache is not None:
+            cache[ids] = layout
+            cache.setdefault("alive", []).append((list(X), list(Y)))   # the arrays stay alive: ids stay theirs
     out: list[np.ndarray | None] = [None] * len(X)
     macs = [0] * len(X)
-    shapes: dict[tuple, list[int]] = {}
-    for p, (x, r) in enumerate(zip(X, rows)):
-        shapes.setdefault((x.shape, Y[p].shape, len(r), x.dtype, Y[p].dtype), []).append(p)
-    for (xs, ys, b, _, _), members in shapes.items():
-        whole = len(members) == len(X)
-        key = tuple(map(id, X)) if whole else tuple(id(X[p]) for p in members)
-        stacked = None if cache is None else cache.get(key)
-        if stacked is None and cache is not None and len(members) * xs[0] * (xs[1] + ys[1]) * 8 <= STACK_BYTES:
-            stacked = cache[key] = (np.stack([X[p] for p in members]), np.stack([Y[p] for p in members]),
-                                    [X[p] for p in members])        # the arrays stay alive: ids stay theirs
-        if stacked is not None:
-            sel = rows if whole and isinstance(rows, np.ndarray) else np.stack([rows[p] for p in members])
-            which = np.arange(len(members))[:, None]
-            xb, yb = stacked[0][which, sel], stacked[1][which, sel]
+    one = isinstance(rows, np.ndarray) and rows.ndim == 2
+    for xs, members, stacked in layout:
+        if one:
+            by_size = {rows.shape[1]: members}
         else:
-            xb = np.stack([X[p][rows[p]] for p in members])
-            yb = np.stack([Y[p][rows[p]] for p in members])
-        g = ridge_gradients(xb, yb, theta, scale=xs[0] / b)
-        per = 2 * b * xs[1] * theta.shape[1]
-        if whole:                                   # one group, in order: the stack itself
-            return g, [per] * len(X)
-        for j, p in enumerate(members):
-            out[p] = g[j]
-            macs[p] = per
+            by_size = {}
+            for p in members:
+                by_size.setdefault(len(rows[p]), []).append(p)
+        for b, part in by_size.items():
+            whole = len(part) == len(X)
+            if stacked is not None:
+                sel = rows if whole and one else np.stack([rows[p] for p in part])
+                which = np.arange(len(members)) if len(part) == len(members) else np.searchsorted(members, part)
+                at = (sel + (which * xs[0])[:, None]).ravel()
+                xb = np.take(stacked[0], at, axis=0).reshape(len(part), b, -1)
+                yb = np.take(stacked[1], at, axis=0).reshape(len(part), b, -1)
+            else:
+                xb = np.stack([X[p][rows[p]] for p in part])
+                yb = np.stack([Y[p][rows[p]] for p in part])
+            g = ridge_gradients(xb, yb, theta, scale=xs[0] / b)
+            per = 2 * b * xs[1] * theta.shape[1]
+            if whole:                               # one group, in order: the stack itself
+                return g, [per] * len(X)
+            for j, p in enumerate(part):
+                out[p] = g[j]
+                macs[p] = per
     return out, macs
 
 
-def sum_gradients(gradients: Sequence[np.ndarray]) -> np.ndarray:
+def sum_gradients(gradients: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
     """``G = sum_i G_i`` (eq. 3), one metered axpy per gradient (``d c`` MACs each), in the given order.
+
+    ``gradients``: a sequence of (d, c) arrays, or their stack (K, d, c).
 
     Same-shaped float64 gradients of two or more elements are added as one reduction over the stack
     (NumPy adds along the first axis one row after the other, from 0: the same sums as the loop of
     axpys, bit for bit; ``tests/test_batched.py``).
     """
+    if isinstance(gradients, np.ndarray) and gradients.dtype == np.float64 and gradients[0].size >= 2:
+        charge(len(gradients) * gradients[0].size)          # a stack (rows in order): no copy to make
+        return np.add.reduce(gradients.reshape(len(gradients), -1), axis=0, initial=0.0).reshape(gradients.shape[1:])
     g0 = gradients[0]
     if (isinstance(g0, np.ndarray) and g0.dtype == np.float64 and g0.size >= 2
             and all(isinstance(g, np.ndarray) and g.shape == g0.shape and g.dtype == g0.dtype for g in gradients)):
@@ -209,6 +230,8 @@ class ConventionalFL(Protocol):
         replies = yield from self.gather(self.devices, self.local_gradient, kind="gradient",
                                          first=self.sim.n_devices - self.config.drop_slowest,
                                          download=self.theta.astype(np.float32), batch=self.local_gradients)
-        G = yield from self.server_compute(sum_gradients, replies.values)                # eq. (3)
+        G = yield from self.server_compute(sum_gradients, replies.values if replies.stacked is None
+                                           else replies.stacked)                            # eq. (3)
         self.used = [dev.index for dev in replies.nodes]
-        self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in self.used))      # eqs. (4)-(5)
+        m_used = self.task.m if len(self.used) == len(self.task.X) else sum(self.task.X[i].shape[0] for i in self.used)
+        self.mode.update(self, G, m_used)                                                 # eqs. (4)-(5)

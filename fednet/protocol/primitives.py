@@ -169,6 +169,9 @@ class GatherResult:
     pending : list of (Node, simpy.Process)
         With ``cancel=False``: the work still running when the ``k``-th result arrived (it goes on
         until :meth:`Primitives.cancel`; later results are not collected).
+    stacked : ndarray or None
+        When a batch produced the values as one array: :attr:`values` as one array, rows in order
+        of arrival (the same numbers; saves the server stacking them again).
     """
 
     results: list[tuple[Node, Any]] = field(default_factory=list)
@@ -177,6 +180,7 @@ class GatherResult:
     missed_deadline: list[Node] = field(default_factory=list)
     surplus: list[tuple[Node, Any]] = field(default_factory=list)
     pending: list[tuple[Node, Any]] = field(default_factory=list)
+    stacked: Any = None
 
     @property
     def nodes(self) -> list[Node]:
@@ -1136,14 +1140,22 @@ class Primitives:
         """
         sim, env = self.sim, self.sim.env
         n = len(nodes)
-        models = {type(node.compute_model) for node in nodes}
-        if not models <= {ShiftedExponential, Deterministic} or any(node.is_server for node in nodes):
-            return None
+        # one pass over the nodes: (index, downlink rate, loss, uplink rate, loss, MAC rate, setup fraction or -1)
+        rows = []
+        for node in nodes:
+            model = node.compute_model
+            kind_ = type(model)
+            if node.role == "server" or (kind_ is not ShiftedExponential and kind_ is not Deterministic):
+                return None
+            down_, up_ = node.downlink, node.uplink
+            rows.append((node.index, down_.rate_bps, down_.loss, up_.rate_bps, up_.loss, node.mac_rate,
+                         model.setup_fraction if kind_ is ShiftedExponential else -1.0))
+        table = np.array(rows, dtype=float)
         now0 = env.now
         t0 = float(now0)
         rnd = sim.round
         streams = sim.streams
-        idx = np.fromiter((node.index for node in nodes), dtype=np.intp, count=n)
+        idx = table[:, 0].astype(np.intp)
         up_bits = upload_bits or self.element_bits
         c_key = compute_key(timing_key)
         down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"
@@ -1155,21 +1167,20 @@ class Primitives:
                             round=rnd, timing_key=timing_key)          # validates the sizes as every message does
             u_down = streams.uniforms(idx, down_purpose, rnd, advance=False)
             secs_d, extra_d = transmission_times(
-                probe.bits, np.array([node.downlink.rate_bps for node in nodes]), sim.overhead,
-                np.array([node.downlink.loss for node in nodes]), sim.packet_bits, u_down, arrays=True)
+                probe.bits, table[:, 1], sim.overhead, table[:, 2], sim.packet_bits, u_down, arrays=True)
             t1 = now0 + secs_d
         else:
             t1 = np.full(n, now0, dtype=float)
         totals = node_macs if macs is None else [m + int(macs(node)) for m, node in zip(node_macs, nodes)]
         work = np.array(totals, dtype=float)                   # as Python's int / float divides
-        rates = np.array([node.mac_rate for node in nodes])
+        rates = table[:, 5]
         base = work / rates
         seconds = base.copy()
-        shifted = np.array([type(node.compute_model) is ShiftedExponential for node in nodes]) & (work != 0)
+        shifted = (table[:, 6] >= 0) & (work != 0)
         if shifted.any():
             u_c = streams.uniforms(idx[shifted], c_key, rnd, advance=False)
             expo = np.array([-math.log1p(-u) for u in u_c.tolist()])      # Streams.standard_exponential
-            frac = np.array([nodes[p].compute_model.setup_fraction for p in np.flatnonzero(shifted)])
+            frac = table[shifted, 6]
             b = base[shifted]
             seconds[shifted] = b + frac * b * expo
         seconds[work == 0] = 0.0
@@ -1184,8 +1195,7 @@ class Primitives:
         bits_up = np.array(sizes, dtype=np.int64) * int(up_bits)
         u_up = streams.uniforms(idx, up_purpose, rnd, advance=False)
         secs_u, extra_u = transmission_times(
-            bits_up, np.array([node.uplink.rate_bps for node in nodes]), sim.overhead,
-            np.array([node.uplink.loss for node in nodes]), sim.packet_bits, u_up, arrays=True)
+            bits_up, table[:, 3], sim.overhead, table[:, 4], sim.packet_bits, u_up, arrays=True)
         t3 = t2 + secs_u
         order = np.argsort(t3, kind="stable")
         t3_sorted = t3[order]
@@ -1239,6 +1249,8 @@ class Primitives:
                 msg.hops.append(("up", node.index, start, end))
                 sim.deliver(msg, end)
         result.results = [(nodes[p], values[p]) for p in arrived_l]
+        if isinstance(values, np.ndarray):
+            result.stacked = values[arrived]
         got = np.zeros(n, dtype=bool)
         got[arrived] = True
         result.cancelled = [nodes[p] for p in np.flatnonzero(~got).tolist()]
