@@ -84,8 +84,9 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
     """:func:`minibatch_gradient` of many devices at one model, batched over devices of equal shapes.
 
     Devices with the same number of points and minibatch size form one stack and one batched kernel
-    (:func:`fednet.learning.models.ridge_gradients`); each result equals ``minibatch_gradient(X[i],
-    Y[i], theta, rows[i])`` bit for bit (``tests/test_batched.py``).
+    (:func:`fednet.learning.models.ridge_gradients`), when their points fit in :data:`STACK_BYTES`
+    (larger points gain nothing from batching: they run device by device); each result equals
+    ``minibatch_gradient(X[i], Y[i], theta, rows[i])`` bit for bit (``tests/test_batched.py``).
 
     Parameters
     ----------
@@ -138,9 +139,11 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
                 at = (sel + (which * xs[0])[:, None]).ravel()
                 xb = np.take(stacked[0], at, axis=0).reshape(len(part), b, -1)
                 yb = np.take(stacked[1], at, axis=0).reshape(len(part), b, -1)
-            else:
-                xb = np.stack([X[p][rows[p]] for p in part])
-                yb = np.stack([Y[p][rows[p]] for p in part])
+            else:                                   # large points: device by device (no stack to copy)
+                for p in part:
+                    out[p] = minibatch_gradient(X[p], Y[p], theta, rows[p])
+                    macs[p] = 2 * b * xs[1] * theta.shape[1]
+                continue
             g = ridge_gradients(xb, yb, theta, scale=xs[0] / b)
             per = 2 * b * xs[1] * theta.shape[1]
             if whole:                               # one group, in order: the stack itself
