@@ -335,6 +335,8 @@ class Protocol(Primitives):
             Each device's rows, in the order of ``devs``; one 2-D array when they were drawn as one.
         """
         e = self.epoch if epoch is None else epoch
+        if type(self).minibatch_rows is not _MINIBATCH_ROWS:      # an override must see every device's draw
+            return [self.minibatch_rows(dev, int(b), e) for dev, b in zip(devs, batches)]
         out: list[np.ndarray | None] = [None] * len(devs)
         groups: dict[tuple[int, int], list[int]] = {}
         for p, (dev, b) in enumerate(zip(devs, batches)):
@@ -511,3 +513,7 @@ class Protocol(Primitives):
                 if enabled:
                     gc.enable()
         return self.trace
+
+
+#: :meth:`Protocol.minibatch_rows` as defined here (:meth:`Protocol.minibatch_rows_many` defers to an override).
+_MINIBATCH_ROWS = Protocol.minibatch_rows

@@ -55,6 +55,7 @@ from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter, charge
 from fednet.sim.compute import Deterministic, ShiftedExponential
 from fednet.sim.network import Message, transmission_times
+from fednet.sim.rng import Streams
 from fednet.sim.simulation import Node, Simulation
 
 __all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
@@ -78,6 +79,10 @@ LAZY_MAILBOX = True
 #: and replays the step with vectorised draws and bookkeeping (:meth:`Primitives._replay_vectorised`; same
 #: results, bit for bit: ``tests/test_batched.py``).  False: ``fn`` runs node by node.
 BATCHED = True
+
+#: The keyed draws of :class:`fednet.sim.rng.Streams` as defined there: the vectorised replay looks at draws
+#: before taking them, so where one of these is overridden (or patched) it leaves the step to the node-by-node one.
+_STREAM_DRAWS = {name: getattr(Streams, name) for name in ("uniform", "uniforms", "advance")}
 
 #: The sharing schedules of :meth:`Primitives.exchange`.
 SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
@@ -1136,10 +1141,14 @@ class Primitives:
         the counters charged and the messages filed as :meth:`_fast_rounds` does, arrivals in order of
         ``t3``. Returns None, having changed nothing, where a tie, a compute model other than
         :class:`~fednet.sim.compute.ShiftedExponential` / :class:`~fednet.sim.compute.Deterministic`
-        or the server among ``nodes`` needs the node-by-node replay.
+        or the server among ``nodes`` needs the node-by-node replay, as does a ``Streams`` whose draws are
+        overridden (an override sees each draw as it is taken).
         """
         sim, env = self.sim, self.sim.env
         n = len(nodes)
+        kind_s = type(sim.streams)
+        if any(getattr(kind_s, name) is not f for name, f in _STREAM_DRAWS.items()):
+            return None                        # an override must see each draw as it is drawn: node by node
         # one pass over the nodes: (index, downlink rate, loss, uplink rate, loss, MAC rate, setup fraction or -1)
         rows = []
         for node in nodes:

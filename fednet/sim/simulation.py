@@ -371,6 +371,8 @@ class Simulation:
         :class:`~fednet.sim.compute.AlwaysAvailable`), drawn as one vector; other availability models
         are asked device by device.
         """
+        if type(self).available is not _AVAILABLE:               # an override must see every question
+            return np.array([self.available(node, round, phase=phase) for node in nodes], dtype=bool)
         out = np.ones(len(nodes), dtype=bool)
         dev = [p for p, node in enumerate(nodes) if not node.is_server]
         if not dev:
@@ -540,3 +542,7 @@ class Simulation:
         proc = self.env.process(process)
         self.env.run(until=proc if until is None else until)
         return proc.value if proc.triggered else None
+
+
+#: :meth:`Simulation.available` as defined here (:meth:`Simulation.available_many` defers to an override).
+_AVAILABLE = Simulation.available
