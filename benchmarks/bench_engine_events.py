@@ -6,16 +6,20 @@ star with the paper's link and compute models, at D = 25, 120 and 1000, ``d = 20
 (the engine's own overhead dominates). One device-epoch is one device's download, compute and upload;
 a round of D devices counts D device-epochs (CodedSecAgg's cancelled devices included).
 
-Each set-up runs its setup phase once (not timed), then ``E`` rounds on the SimPy process path
-(``FAST_PATH = LAZY_MAILBOX = False`` in :mod:`fednet.protocol.primitives`: one process per device,
-one event per mask; the collector left alone) and ``E`` further rounds on the event-free path with
-:meth:`Protocol.run`'s collector handling (rows ``+fast``). The two rows
-run different rounds, so their ``sim_end`` differ; bit-identity of the two paths is what
-``tests/test_fast_path.py`` checks.
+Each set-up runs its setup phase and one warm-up round once (not timed), then ``E`` rounds on the SimPy
+process path (``FAST_PATH = LAZY_MAILBOX = False`` in :mod:`fednet.protocol.primitives`: one process per
+device, one event per mask; the collector left alone), ``E`` further rounds on the event-free path with each
+device's math node by node (``BATCHED = False``, rows ``+unbatched``) and ``E`` more with batched device math
+and the vectorised replay (the default, rows ``+fast``), the last two with :meth:`Protocol.run`'s collector
+handling. The rows run different rounds, so their ``sim_end`` differ; bit-identity of the paths is what
+``tests/test_fast_path.py`` and ``tests/test_batched.py`` check. Views are not recorded (as in a study;
+``--views`` records them). Host time is given as wall time and as this process's CPU time: on a loaded
+shared host the wall time includes the time other processes held the cores.
 
 Run (from the repository root)::
 
-    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_engine_events.py [SETUP ...] [D ...]
+    PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_engine_events.py [SETUP ...] [D ...] [--views]
+        [--paths ,+unbatched,+fast]
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_engine_events.py --profile SETUP D [--slow]
 """
 
@@ -67,7 +71,7 @@ def build(name: str, D: int):
         params["U"] = max(2, int(params["U"] * D))
     if "drop_slowest" in params:
         params["drop_slowest"] = max(1, int(params["drop_slowest"] * D))
-    sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0)
+    sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0, record_views="--views" in sys.argv)
     return registry.get(proto_name)(sim, task(D), params), count_events(sim)
 
 
@@ -96,31 +100,44 @@ def more_rounds(proto, epochs: int, first: int = 1, gc_rounds: int = 0) -> list:
     return proto.trace
 
 
+#: (row suffix, FAST_PATH and LAZY_MAILBOX, BATCHED): SimPy processes; the event-free path with the step's
+#: math node by node; the event-free path with batched math and the vectorised replay (the default).
+PATHS = (("", False, False), ("+unbatched", True, False), ("+fast", True, True))
+
+
 def bench(name: str, D: int, epochs: int) -> list[dict]:
-    """Run set-up ``name`` for ``epochs`` rounds on the SimPy process path, then ``epochs`` more on the
-    event-free path (:data:`fednet.protocol.primitives.FAST_PATH`), after one setup phase (not timed)."""
+    """Run set-up ``name`` for ``epochs`` rounds on each path of :data:`PATHS` in turn, after one setup phase
+    and one warm-up round (compiled kernels, cached stacks; neither timed)."""
     proto, counter = build(name, D)
     proto.run(0)                            # setup phase (round 0) outside the measurement
+    more_rounds(proto, 1, 1)                # warm-up round (default path)
     out = []
-    for fast in (False, True):
+    first = 2
+    for suffix, fast, batched in PATHS:
+        if "--paths" in sys.argv and suffix not in sys.argv[sys.argv.index("--paths") + 1].split(","):
+            continue
         primitives.FAST_PATH = primitives.LAZY_MAILBOX = fast
+        primitives.BATCHED = batched
         start = counter()
-        t0 = time.perf_counter()
-        trace = more_rounds(proto, epochs, 1 + fast * epochs, base.GC_ROUNDS if fast else 0)
-        wall = time.perf_counter() - t0
-        out.append(_row(name + ("+fast" if fast else ""), D, epochs, counter() - start, wall, trace))
+        t0, c0 = time.perf_counter(), time.process_time()
+        trace = more_rounds(proto, epochs, first, base.GC_ROUNDS if fast else 0)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        out.append(_row(name + suffix, D, epochs, counter() - start, wall, cpu, trace))
+        first += epochs
         proto.trace = proto.trace[:1]
         proto.theta = np.zeros_like(proto.theta)
+    primitives.FAST_PATH = primitives.LAZY_MAILBOX = primitives.BATCHED = True
     return out
 
 
-def _row(name, D, epochs, events, wall, trace) -> dict:
+def _row(name, D, epochs, events, wall, cpu, trace) -> dict:
     return {"name": name, "D": D, "epochs": epochs, "events": events, "ev_per_dev_epoch": events / (D * epochs),
             "ms_per_epoch": 1e3 * wall / epochs, "dev_epochs_per_s": D * epochs / wall,
+            "cpu_ms_per_epoch": 1e3 * cpu / epochs, "dev_epochs_per_cpu_s": D * epochs / cpu,
             "sim_end": trace[-1]["time_s"], "acc": trace[-1]["accuracy"]}
 
 
-EPOCHS = {25: 200, 120: 60, 1000: 10}
+EPOCHS = {25: 200, 120: 60, 1000: 20}
 if "lightsecagg" in sys.argv:
     EPOCHS = {25: 40, 120: 10, 1000: 1}
 
@@ -140,15 +157,17 @@ def main() -> None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(25)
         return
     names = [a for a in sys.argv[1:] if a in SETUPS] or list(SETUPS)
-    print(f"{'setup':>18} {'D':>5} {'ep':>4} {'events':>8} {'ev/dev-ep':>9} {'ms/epoch':>9} {'dev-ep/s':>9} "
-          f"{'sim_end':>22} {'acc':>20}")
+    print(f"# load average {' '.join(f'{x:.2f}' for x in __import__('os').getloadavg())} on "
+          f"{__import__('os').cpu_count()} cores; cpu = this process's CPU time (time.process_time)")
+    print(f"{'setup':>24} {'D':>5} {'ep':>4} {'events':>8} {'ev/dev-ep':>9} {'ms/epoch':>9} {'dev-ep/s':>9} "
+          f"{'cpu ms/ep':>9} {'dev-ep/cpu-s':>12} {'sim_end':>22} {'acc':>20}")
     sizes = [int(a) for a in sys.argv[1:] if a.isdigit()] or [25, 120, 1000]
     for name in names:
         for D in sizes:
             for r in bench(name, D, EPOCHS[D]):
-                print(f"{r['name']:>18} {r['D']:>5} {r['epochs']:>4} {r['events']:>8} {r['ev_per_dev_epoch']:>9.2f} "
-                  f"{r['ms_per_epoch']:>9.2f} {r['dev_epochs_per_s']:>9.0f} {r['sim_end']!r:>22} {r['acc']!r:>20}",
-                      flush=True)
+                print(f"{r['name']:>24} {r['D']:>5} {r['epochs']:>4} {r['events']:>8} {r['ev_per_dev_epoch']:>9.2f} "
+                      f"{r['ms_per_epoch']:>9.2f} {r['dev_epochs_per_s']:>9.0f} {r['cpu_ms_per_epoch']:>9.2f} "
+                      f"{r['dev_epochs_per_cpu_s']:>12.0f} {r['sim_end']!r:>22} {r['acc']!r:>20}", flush=True)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import Field
 
-from fednet.algebra.meter import axpy
-from fednet.learning.models import ridge_gradient
+from fednet.algebra.meter import axpy, charge
+from fednet.learning.models import ridge_gradient, ridge_gradients
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.sim.simulation import Node
 
@@ -75,8 +75,103 @@ def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np
     return ridge_gradient(X[rows], Y[rows], theta, scale=X.shape[0] / len(rows))
 
 
-def sum_gradients(gradients: Sequence[np.ndarray]) -> np.ndarray:
-    """``G = sum_i G_i`` (eq. 3), one metered axpy per gradient (``d c`` MACs each), in the given order."""
+#: Largest stack of the devices' points (bytes) that :func:`minibatch_gradients` keeps between rounds.
+STACK_BYTES = 64 * 2**20
+
+
+def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta: np.ndarray,
+                        rows: Sequence[np.ndarray], cache: dict | None = None) -> tuple[list[np.ndarray], list[int]]:
+    """:func:`minibatch_gradient` of many devices at one model, batched over devices of equal shapes.
+
+    Devices with the same number of points and minibatch size form one stack and one batched kernel
+    (:func:`fednet.learning.models.ridge_gradients`), when their points fit in :data:`STACK_BYTES`
+    (larger points gain nothing from batching: they run device by device); each result equals
+    ``minibatch_gradient(X[i], Y[i], theta, rows[i])`` bit for bit (``tests/test_batched.py``).
+
+    Parameters
+    ----------
+    X, Y : sequences of ndarray, (n_i, d) and (n_i, c)
+        The devices' points.
+    theta : ndarray, (d, c)
+    rows : sequence of ndarray of int, (b_i,), or ndarray (D, b)
+        Each device's minibatch.
+    cache : dict, optional
+        Keeps each group's stacked points (up to :data:`STACK_BYTES`) between calls with the same
+        arrays, so that a group's minibatches are gathered with one index (a caller passes the same
+        dict every round; the points must not change).
+
+    Returns
+    -------
+    gradients : list of ndarray (d, c), or one ndarray (D, d, c)
+        In the order of ``X`` (the stack when every device is in one group).
+    macs : list of int
+        ``2 b_i d c`` per device (the batched kernels meter their sum).
+    """
+    ids = (tuple(map(id, X)), tuple(map(id, Y)))
+    layout = None if cache is None else cache.get(ids)
+    if layout is None:                              # devices of equal shapes and types, each group's stack
+        shapes: dict[tuple, list[int]] = {}
+        for p, (x, y) in enumerate(zip(X, Y)):
+            shapes.setdefault((x.shape, y.shape, x.dtype, y.dtype), []).append(p)
+        layout = []
+        for (xs, ys, _, _), members in shapes.items():
+            fits = cache is not None and len(members) * xs[0] * (xs[1] + ys[1]) * 8 <= STACK_BYTES
+            layout.append((xs, members, (np.concatenate([X[p] for p in members]),   # (K n, d): row p n + r
+                                         np.concatenate([Y[p] for p in members])) if fits else None))
+        if cache is not None:
+            cache[ids] = layout
+            cache.setdefault("alive", []).append((list(X), list(Y)))   # the arrays stay alive: ids stay theirs
+    out: list[np.ndarray | None] = [None] * len(X)
+    macs = [0] * len(X)
+    one = isinstance(rows, np.ndarray) and rows.ndim == 2
+    for xs, members, stacked in layout:
+        if one:
+            by_size = {rows.shape[1]: members}
+        else:
+            by_size = {}
+            for p in members:
+                by_size.setdefault(len(rows[p]), []).append(p)
+        for b, part in by_size.items():
+            whole = len(part) == len(X)
+            if stacked is not None:
+                sel = rows if whole and one else np.stack([rows[p] for p in part])
+                which = np.arange(len(members)) if len(part) == len(members) else np.searchsorted(members, part)
+                at = (sel + (which * xs[0])[:, None]).ravel()
+                xb = np.take(stacked[0], at, axis=0).reshape(len(part), b, -1)
+                yb = np.take(stacked[1], at, axis=0).reshape(len(part), b, -1)
+            else:                                   # large points: device by device (no stack to copy)
+                for p in part:
+                    out[p] = minibatch_gradient(X[p], Y[p], theta, rows[p])
+                    macs[p] = 2 * b * xs[1] * theta.shape[1]
+                continue
+            g = ridge_gradients(xb, yb, theta, scale=xs[0] / b)
+            per = 2 * b * xs[1] * theta.shape[1]
+            if whole:                               # one group, in order: the stack itself
+                return g, [per] * len(X)
+            for j, p in enumerate(part):
+                out[p] = g[j]
+                macs[p] = per
+    return out, macs
+
+
+def sum_gradients(gradients: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+    """``G = sum_i G_i`` (eq. 3), one metered axpy per gradient (``d c`` MACs each), in the given order.
+
+    ``gradients``: a sequence of (d, c) arrays, or their stack (K, d, c).
+
+    Same-shaped float64 gradients of two or more elements are added as one reduction over the stack
+    (NumPy adds along the first axis one row after the other, from 0: the same sums as the loop of
+    axpys, bit for bit; ``tests/test_batched.py``).
+    """
+    if isinstance(gradients, np.ndarray) and gradients.dtype == np.float64 and gradients[0].size >= 2:
+        charge(len(gradients) * gradients[0].size)          # a stack (rows in order): no copy to make
+        return np.add.reduce(gradients.reshape(len(gradients), -1), axis=0, initial=0.0).reshape(gradients.shape[1:])
+    g0 = gradients[0]
+    if (isinstance(g0, np.ndarray) and g0.dtype == np.float64 and g0.size >= 2
+            and all(isinstance(g, np.ndarray) and g.shape == g0.shape and g.dtype == g0.dtype for g in gradients)):
+        charge(len(gradients) * g0.size)
+        stack = np.stack(gradients).reshape(len(gradients), -1)
+        return np.add.reduce(stack, axis=0, initial=0.0).reshape(g0.shape)
     total = np.zeros_like(gradients[0])
     for g in gradients:
         total = axpy(1.0, g, total)
@@ -123,11 +218,23 @@ class ConventionalFL(Protocol):
         rows = self.minibatch_rows(dev, dev.state.batch)   # keyed (device, "minibatch", epoch): paired
         return minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], theta, rows)
 
+    def local_gradients(self, nodes: list[Node], received: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
+        """:meth:`local_gradient` of every node of ``nodes`` on the model ``received``, batched
+        (:data:`fednet.protocol.primitives.Batch`; :func:`minibatch_gradients`)."""
+        theta = received.astype(np.float64)
+        rows = self.minibatch_rows_many(nodes, [dev.state.batch for dev in nodes])
+        if not hasattr(self, "_stacks"):
+            self._stacks: dict = {}
+        return minibatch_gradients([self.task.X[d.index] for d in nodes], [self.task.Y[d.index] for d in nodes],
+                                   theta, rows, self._stacks)
+
     def round(self, epoch: int) -> Generator:
         """One epoch: download Theta, minibatch gradient (eq. 3), upload; the server sums the first D - s and updates (eqs. 4-5)."""
         replies = yield from self.gather(self.devices, self.local_gradient, kind="gradient",
                                          first=self.sim.n_devices - self.config.drop_slowest,
-                                         download=self.theta.astype(np.float32))
-        G = yield from self.server_compute(sum_gradients, replies.values)                # eq. (3)
+                                         download=self.theta.astype(np.float32), batch=self.local_gradients)
+        G = yield from self.server_compute(sum_gradients, replies.values if replies.stacked is None
+                                           else replies.stacked)                            # eq. (3)
         self.used = [dev.index for dev in replies.nodes]
-        self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in self.used))      # eqs. (4)-(5)
+        m_used = self.task.m if len(self.used) == len(self.task.X) else sum(self.task.X[i].shape[0] for i in self.used)
+        self.mode.update(self, G, m_used)                                                 # eqs. (4)-(5)

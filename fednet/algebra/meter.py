@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["MacMeter", "charge", "recharged", "matmul", "axpy", "active_meters", "macs_of"]
+__all__ = ["MacMeter", "charge", "recharged", "matmul", "bmatmul", "axpy", "active_meters", "macs_of"]
 
 _ACTIVE: contextvars.ContextVar[tuple["MacMeter", ...]] = contextvars.ContextVar(
     "fednet_active_meters", default=()
@@ -157,6 +157,36 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if b.shape[0] != k:
         raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not align")
     charge(m * k * n)
+    return a @ b
+
+
+def bmatmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Metered stack of real matrix products: ``a[i] @ b[i]`` (or ``a[i] @ b`` for a 2-D ``b``).
+
+    The products are those of :func:`matmul` slice by slice (NumPy's ``matmul`` calls the same BLAS
+    routine on each slice, so each slice equals ``matmul(a[i], b[i])`` bit for bit;
+    ``tests/test_batched.py``).
+
+    Parameters
+    ----------
+    a : ndarray, shape (B, m, k)
+    b : ndarray, shape (B, k, n) or (k, n)
+
+    Returns
+    -------
+    ndarray, shape (B, m, n)
+        Charges ``B * m * k * n`` MACs.
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not align.
+    """
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.ndim != 3 or b.ndim not in (2, 3) or b.shape[-2] != a.shape[2] or (b.ndim == 3 and b.shape[0] != a.shape[0]):
+        raise ValueError(f"bmatmul: shapes {a.shape} and {b.shape} do not align")
+    charge(a.shape[0] * a.shape[1] * a.shape[2] * b.shape[-1])
     return a @ b
 
 

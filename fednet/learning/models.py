@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from fednet.algebra.meter import axpy, charge, matmul
+from fednet.algebra.meter import axpy, bmatmul, charge, matmul
 
 __all__ = [
     "one_hot",
     "ridge_gradient",
+    "ridge_gradients",
     "ridge_loss",
     "ridge_step",
     "predict",
@@ -114,6 +115,38 @@ def ridge_gradient(
     x, y, theta = _as_2d("x", x), _as_2d("y", y), _as_2d("theta", theta)
     _check_shapes(x, y, theta)
     g = matmul(x.T, matmul(x, theta) - y)
+    return g if scale == 1.0 else scale * g
+
+
+def ridge_gradients(x: np.ndarray, y: np.ndarray, theta: np.ndarray, scale: float = 1.0) -> np.ndarray:
+    """:func:`ridge_gradient` of a stack of ``B`` minibatches at one model, as one batched kernel.
+
+    Slice ``i`` of the result equals ``ridge_gradient(x[i], y[i], theta, scale)`` bit for bit (the
+    same BLAS products slice by slice, :func:`fednet.algebra.meter.bmatmul`, and the same
+    element-wise operations); ``tests/test_batched.py`` checks it.
+
+    Parameters
+    ----------
+    x : ndarray, shape (B, b, d)
+    y : ndarray, shape (B, b, c)
+    theta : ndarray, shape (d, c)
+    scale : float
+
+    Returns
+    -------
+    ndarray, shape (B, d, c)
+        Charges ``2 * B * b * d * c`` MACs (``2 b d c`` per minibatch, as :func:`ridge_gradient`).
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not agree.
+    """
+    x, y, theta = np.asarray(x), np.asarray(y), _as_2d("theta", theta)
+    if x.ndim != 3 or y.ndim != 3 or x.shape[:2] != y.shape[:2]:
+        raise ValueError(f"x and y must be stacks (B, b, d) and (B, b, c) of equal B and b, got {x.shape} and {y.shape}")
+    _check_shapes(x[0], y[0], theta)
+    g = bmatmul(x.transpose(0, 2, 1), bmatmul(x, theta) - y)
     return g if scale == 1.0 else scale * g
 
 

@@ -40,6 +40,7 @@ Charged compute is never silently free: a computation run by ``compute_each``, `
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -51,12 +52,20 @@ from simpy.events import NORMAL
 from simpy.resources.resource import Release
 
 from fednet.errors import DecodeFailure
-from fednet.algebra.meter import MacMeter
+from fednet.algebra.meter import MacMeter, charge
+from fednet.sim.compute import Deterministic, ShiftedExponential
 from fednet.sim.network import Message, transmission_times
+from fednet.sim.rng import Streams
 from fednet.sim.simulation import Node, Simulation
 
 __all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
-           "payload_size", "SCHEDULES", "cyclic_steps", "compute_key"]
+           "payload_size", "SCHEDULES", "cyclic_steps", "compute_key", "Batch"]
+
+#: ``batch(nodes, received) -> (values, macs)``: the step ``fn`` of :meth:`Primitives.gather` for many nodes at
+#: once, ``values[p]`` being what ``fn(nodes[p])`` returns once ``nodes[p].state.received`` is ``received`` and
+#: ``macs[p]`` the MACs that call meters; the batched kernels meter ``sum(macs)`` in all (checked).  It must not
+#: change any state (it runs for every node, also those cancelled before they would have computed).
+Batch = Callable[[list, Any], tuple[Sequence[Any], Sequence[int]]]
 
 #: Whether :meth:`Primitives.gather` and :meth:`Primitives.tree_aggregate` (without tree edges) may take the
 #: event-free path of :meth:`Primitives._fast_rounds` when nothing else is scheduled (same results, bit for bit).
@@ -64,6 +73,16 @@ FAST_PATH = True
 
 #: Whether a :class:`Mailbox` materialises only the events that complete a wait (same results, O(N) events).
 LAZY_MAILBOX = True
+
+#: Whether a :meth:`Primitives.gather` or edgeless :meth:`Primitives.tree_aggregate` given a ``batch`` (the
+#: same math for many nodes at once) on the event-free path computes every node's value with one batched call
+#: and replays the step with vectorised draws and bookkeeping (:meth:`Primitives._replay_vectorised`; same
+#: results, bit for bit: ``tests/test_batched.py``).  False: ``fn`` runs node by node.
+BATCHED = True
+
+#: The keyed draws of :class:`fednet.sim.rng.Streams` as defined there: the vectorised replay looks at draws
+#: before taking them, so where one of these is overridden (or patched) it leaves the step to the node-by-node one.
+_STREAM_DRAWS = {name: getattr(Streams, name) for name in ("uniform", "uniforms", "advance")}
 
 #: The sharing schedules of :meth:`Primitives.exchange`.
 SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
@@ -155,6 +174,9 @@ class GatherResult:
     pending : list of (Node, simpy.Process)
         With ``cancel=False``: the work still running when the ``k``-th result arrived (it goes on
         until :meth:`Primitives.cancel`; later results are not collected).
+    stacked : ndarray or None
+        When a batch produced the values as one array: :attr:`values` as one array, rows in order
+        of arrival (the same numbers; saves the server stacking them again).
     """
 
     results: list[tuple[Node, Any]] = field(default_factory=list)
@@ -163,6 +185,7 @@ class GatherResult:
     missed_deadline: list[Node] = field(default_factory=list)
     surplus: list[tuple[Node, Any]] = field(default_factory=list)
     pending: list[tuple[Node, Any]] = field(default_factory=list)
+    stacked: Any = None
 
     @property
     def nodes(self) -> list[Node]:
@@ -767,7 +790,8 @@ class Primitives:
                upload_elements: int | Callable[[Any], int] | None = None, upload_bits: int | None = None,
                macs: Callable[[Node], int] | None = None, deadline: float | None = None,
                free: bool = False, cancel: bool = True,
-               wait: Callable[[Node], simpy.Event] | None = None, timing_key: str = "") -> Generator:
+               wait: Callable[[Node], simpy.Event] | None = None, timing_key: str = "",
+               batch: Batch | None = None) -> Generator:
         """Each node: receive ``download`` (if given), compute ``fn(node)``, upload the result.
 
         Nodes work in parallel, each starting its computation as soon as its own download
@@ -808,6 +832,9 @@ class Primitives:
             ``""`` (default): the download, computation and upload take the shared keyed draws; a
             gather only this protocol has (LightSecAgg's aggregated masks) names its own key, used
             for its messages (:meth:`send`) and its computation (:meth:`compute_each`).
+        batch : callable(nodes, received) -> (values, macs), optional
+            ``fn`` for many nodes at once (:data:`Batch`): used on the event-free path when
+            :data:`BATCHED` is on (each node is still charged its own MACs and its own keyed time).
 
         Returns
         -------
@@ -822,8 +849,9 @@ class Primitives:
             If ``fn`` ran and metered no MAC, with neither ``macs`` nor ``free``.
         """
         nodes = list(nodes)
-        up = [n for n in nodes if self.available(n)]
-        absent = [n for n in nodes if not self.available(n)]
+        flags = self.sim.available_many(nodes)
+        up = [n for n, ok in zip(nodes, flags) if ok]
+        absent = [n for n, ok in zip(nodes, flags) if not ok]
         run = None if fn is None else self._charged(fn, f"gather {kind!r}", free or macs is not None)
 
         def work(node: Node) -> Generator:
@@ -853,9 +881,11 @@ class Primitives:
                 if callable(upload_elements):
                     return upload_elements(result)
                 return upload_elements if upload_elements is not None else payload_size(result)
+            size_of.by_shape = not callable(upload_elements)     # the same for values of one shape
             return (yield from self._fast_rounds(up, first, absent, download, download_kind, download_elements,
                                                  download_bits, run, macs, kind, size_of, upload_bits,
-                                                 timing_key=timing_key))
+                                                 timing_key=timing_key, batch=None if fn is None else batch,
+                                                 charged=not (free or macs is not None), step=f"gather {kind!r}"))
         return (yield from self.first_k([(n, work(n)) for n in up], first, deadline=deadline, dropped=absent,
                                         cancel=cancel))
 
@@ -891,7 +921,8 @@ class Primitives:
                      download_kind: str, download_elements: int | None, download_bits: int | None,
                      run: Callable[..., Any] | None, macs: Callable[[Node], int] | None, kind: str,
                      size_of: Callable[[Any], int], upload_bits: int | None, *,
-                     timing_key: str = "") -> Generator:
+                     timing_key: str = "", batch: Batch | None = None, charged: bool = True,
+                     step: str = "") -> Generator:
         """:meth:`first_k` over :meth:`gather`'s per-node work, computed without per-device processes.
 
         Each node's events (download request and end, processor request and end, upload request and
@@ -904,6 +935,11 @@ class Primitives:
         event. ``timing_key`` names the draws as :meth:`gather`'s (``"downlink:<key>"``,
         ``"compute-<key>"``, ``"uplink:<key>"``; the shared ones for ``""``). Used only when
         :meth:`_fast_ok` holds.
+
+        With a ``batch`` (and :data:`BATCHED`), every node's value comes from one batched call and the
+        step is replayed with vectorised draws (:meth:`_replay_vectorised`); where that cannot decide
+        SimPy's order from the times alone (exact ties) the values feed the node-by-node replay below.
+        ``charged``: a node whose step metered no MAC raises :class:`UnchargedCompute` (``step`` names it).
         """
         sim, env = self.sim, self.sim.env
         n_counted = len(nodes)
@@ -916,6 +952,25 @@ class Primitives:
         if need == 0 or not n_counted:
             self._note_failures(result)
             return result
+        if batch is not None and BATCHED:
+            values, node_macs = self._run_batch(batch, nodes, download, charged, step)
+            done = self._replay_vectorised(nodes, need, result, download, download_kind, download_elements,
+                                           download_bits, values, node_macs, macs, kind, size_of, upload_bits,
+                                           timing_key)
+            if done is not None:
+                resume = env.event()
+                resume._ok, resume._value = True, None
+                heapq.heappush(env._queue, (done, NORMAL, next(env._eid), resume))
+                yield resume
+                self._note_failures(result)
+                return result
+            position = {id(node): p for p, node in enumerate(nodes)}
+
+            def run(node: Node) -> Any:
+                """The batched value of ``node``, charging its MACs."""
+                p = position[id(node)]
+                charge(node_macs[p])
+                return values[p]
         now0 = env.now
         t0 = float(now0)
         rnd = sim.round
@@ -1044,11 +1099,177 @@ class Primitives:
         self._note_failures(result)
         return result
 
+    def _run_batch(self, batch: Batch, nodes: list[Node], received: Any, charged: bool,
+                   step: str) -> tuple[Sequence[Any], list[int]]:
+        """Run ``batch`` over ``nodes`` under a meter; check its count and each node's charge.
+
+        Raises
+        ------
+        ValueError
+            If ``batch`` returns other than one value and one MAC count per node.
+        AssertionError
+            If the batched kernels metered other than the sum of the nodes' counts.
+        UnchargedCompute
+            If ``charged`` and a node was charged no MAC.
+        """
+        with MacMeter() as meter:
+            values, node_macs = batch(nodes, received)
+        node_macs = [int(m) for m in node_macs]
+        if len(values) != len(nodes) or len(node_macs) != len(nodes):
+            raise ValueError(f"{self.label}: the batch of step {step!r} returned {len(values)} values and "
+                             f"{len(node_macs)} MAC counts for {len(nodes)} nodes")
+        if meter.macs != sum(node_macs):
+            raise AssertionError(f"{self.label}: the batch of step {step!r} metered {meter.macs} MACs but charged "
+                                 f"its nodes {sum(node_macs)}")
+        if charged and min(node_macs) == 0:
+            raise UnchargedCompute(f"{self.label}: step {step!r} charged 0 MACs to a node; compute with metered "
+                                   f"kernels (fednet.algebra.meter) or pass free=True")
+        return values, node_macs
+
+    def _replay_vectorised(self, nodes: list[Node], need: int, result: GatherResult, download: Any,
+                           download_kind: str, download_elements: int | None, download_bits: int | None,
+                           values: Sequence[Any], node_macs: list[int], macs: Callable[[Node], int] | None,
+                           kind: str, size_of: Callable[[Any], int], upload_bits: int | None,
+                           timing_key: str) -> float | None:
+        """:meth:`_fast_rounds` with every node's times as vectors; returns the resume time, or None untouched.
+
+        Each node's download end ``t1``, compute end ``t2`` and upload end ``t3`` are computed from its
+        keyed draws, looked at without consuming them (:meth:`fednet.sim.rng.Streams.uniforms` with
+        ``advance=False``). An event of a node is processed in SimPy iff its key is below the key at which
+        the server stops waiting, the ``need``-th arrival at ``tk``; without exact ties at ``tk`` (and
+        among the arrival times) that is ``t < tk``, so the draws of the stages that ran are consumed,
+        the counters charged and the messages filed as :meth:`_fast_rounds` does, arrivals in order of
+        ``t3``. Returns None, having changed nothing, where a tie, a compute model other than
+        :class:`~fednet.sim.compute.ShiftedExponential` / :class:`~fednet.sim.compute.Deterministic`
+        or the server among ``nodes`` needs the node-by-node replay, as does a ``Streams`` whose draws are
+        overridden (an override sees each draw as it is taken).
+        """
+        sim, env = self.sim, self.sim.env
+        n = len(nodes)
+        kind_s = type(sim.streams)
+        if any(getattr(kind_s, name) is not f for name, f in _STREAM_DRAWS.items()):
+            return None                        # an override must see each draw as it is drawn: node by node
+        # one pass over the nodes: (index, downlink rate, loss, uplink rate, loss, MAC rate, setup fraction or -1)
+        rows = []
+        for node in nodes:
+            model = node.compute_model
+            kind_ = type(model)
+            if node.role == "server" or (kind_ is not ShiftedExponential and kind_ is not Deterministic):
+                return None
+            down_, up_ = node.downlink, node.uplink
+            rows.append((node.index, down_.rate_bps, down_.loss, up_.rate_bps, up_.loss, node.mac_rate,
+                         model.setup_fraction if kind_ is ShiftedExponential else -1.0))
+        table = np.array(rows, dtype=float)
+        now0 = env.now
+        t0 = float(now0)
+        rnd = sim.round
+        streams = sim.streams
+        idx = table[:, 0].astype(np.intp)
+        up_bits = upload_bits or self.element_bits
+        c_key = compute_key(timing_key)
+        down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"
+        up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"
+        if download is not None:                               # every download starts now
+            bits = download_bits or self.element_bits
+            n_down = payload_size(download) if download_elements is None else int(download_elements)
+            probe = Message(sim.server.index, nodes[0].index, download_kind, download, n_down, bits,
+                            round=rnd, timing_key=timing_key)          # validates the sizes as every message does
+            u_down = streams.uniforms(idx, down_purpose, rnd, advance=False)
+            secs_d, extra_d = transmission_times(
+                probe.bits, table[:, 1], sim.overhead, table[:, 2], sim.packet_bits, u_down, arrays=True)
+            t1 = now0 + secs_d
+        else:
+            t1 = np.full(n, now0, dtype=float)
+        totals = node_macs if macs is None else [m + int(macs(node)) for m, node in zip(node_macs, nodes)]
+        work = np.array(totals, dtype=float)                   # as Python's int / float divides
+        rates = table[:, 5]
+        base = work / rates
+        seconds = base.copy()
+        shifted = (table[:, 6] >= 0) & (work != 0)
+        if shifted.any():
+            u_c = streams.uniforms(idx[shifted], c_key, rnd, advance=False)
+            expo = np.array([-math.log1p(-u) for u in u_c.tolist()])      # Streams.standard_exponential
+            frac = table[shifted, 6]
+            b = base[shifted]
+            seconds[shifted] = b + frac * b * expo
+        seconds[work == 0] = 0.0
+        t2 = np.where(seconds > 0, t1 + seconds, t1)
+        if getattr(size_of, "by_shape", False) and (isinstance(values, np.ndarray) or
+                                                    all(v is values[0] for v in values)):
+            sizes = [int(size_of(values[0]))] * n              # one shape (a stack, or one stand-in for all)
+        else:
+            sizes = [int(size_of(v)) for v in values]
+        if min(sizes) < 0 or up_bits <= 0:
+            return None                                         # let Message raise its error node by node
+        bits_up = np.array(sizes, dtype=np.int64) * int(up_bits)
+        u_up = streams.uniforms(idx, up_purpose, rnd, advance=False)
+        secs_u, extra_u = transmission_times(
+            bits_up, table[:, 3], sim.overhead, table[:, 4], sim.packet_bits, u_up, arrays=True)
+        t3 = t2 + secs_u
+        order = np.argsort(t3, kind="stable")
+        t3_sorted = t3[order]
+        if n > 1 and not (np.diff(t3_sorted) > 0).all():
+            return None                                         # tied arrivals: SimPy's insertion order decides
+        tk = t3_sorted[need - 1]
+        if need < n:
+            if int((t1 == tk).sum() + (t2 == tk).sum()) or (download is None and now0 == tk):
+                return None                                     # a stage starting at tk: the full keys decide
+            started = t1 < tk                                    # processor request (and download landed)
+            uploading = t2 < tk
+            arrived = order[:need]
+        else:
+            started = uploading = np.ones(n, dtype=bool)
+            arrived = order
+        # -- nothing changed so far; from here on, the step happens --------------------------------
+        counters = sim.counters
+        record = sim.record_views
+        landed = started if download is not None else np.zeros(n, dtype=bool)
+        if download is not None:
+            streams.advance(idx, down_purpose, rnd)           # every download started
+            n_landed = int(landed.sum())
+            counters.bits_down += probe.bits * n_landed
+            counters.messages += n_landed
+            counters.retransmissions += int(extra_d[landed].sum())
+            for p in np.flatnonzero(landed).tolist():
+                node = nodes[p]
+                if record:
+                    msg = Message(sim.server.index, node.index, download_kind, download, n_down, bits,
+                                  round=rnd, timing_key=timing_key)
+                    msg.sent_at = t0
+                    end = float(t1[p])
+                    msg.hops.append(("down", node.index, t0, end))
+                    sim.deliver(msg, end)
+                node.state.received = download
+        drew = started & shifted
+        streams.advance(idx[drew], c_key, rnd)
+        counters.device_macs += sum(totals[p] for p in np.flatnonzero(started).tolist())
+        streams.advance(idx[uploading], up_purpose, rnd)
+        arrived_l = arrived.tolist()
+        counters.bits_up += int(bits_up[arrived].sum())
+        counters.messages += len(arrived_l)
+        counters.retransmissions += int(extra_u[arrived].sum())
+        if record:
+            for p in arrived_l:
+                node = nodes[p]
+                msg = Message(node.index, sim.server.index, kind, values[p], sizes[p], up_bits, round=rnd,
+                              timing_key=timing_key)
+                start, end = float(t2[p]), float(t3[p])
+                msg.sent_at = start
+                msg.hops.append(("up", node.index, start, end))
+                sim.deliver(msg, end)
+        result.results = [(nodes[p], values[p]) for p in arrived_l]
+        if isinstance(values, np.ndarray):
+            result.stacked = values[arrived]
+        got = np.zeros(n, dtype=bool)
+        got[arrived] = True
+        result.cancelled = [nodes[p] for p in np.flatnonzero(~got).tolist()]
+        return float(tk)
+
     def tree_aggregate(self, tree: nx.DiGraph, fn: Callable[[Node], Any], combine: Callable[[Any, Any], Any], *,
                        kind: str, root_kind: str, first: int | None = None, download: Any = None,
                        download_kind: str = "model", download_bits: int | None = None,
                        n_elements: int | None = None, element_bits: int | None = None,
-                       free: bool = False) -> Generator:
+                       free: bool = False, batch: Batch | None = None) -> Generator:
         """Partial aggregates climb a tree, children to parents, to its roots, which upload to the server.
 
         Every node of ``tree`` (device indices; an edge ``u -> v`` makes ``v`` the parent of ``u``)
@@ -1082,6 +1303,9 @@ class Primitives:
             Size and width of every tree message and upload.
         free : bool
             ``fn`` and ``combine`` deliberately charge nothing.
+        batch : callable(nodes, received) -> (values, macs), optional
+            ``fn`` for many nodes at once (:data:`Batch`), used for a tree without edges on the
+            event-free path when :data:`BATCHED` is on.
 
         Returns
         -------
@@ -1095,13 +1319,14 @@ class Primitives:
         ValueError
             If ``tree`` has a cycle or a node with two parents.
         """
-        if not nx.is_directed_acyclic_graph(tree) or any(d > 1 for _, d in tree.out_degree()):
+        edgeless = tree.number_of_edges() == 0
+        if not edgeless and (not nx.is_directed_acyclic_graph(tree) or any(d > 1 for _, d in tree.out_degree())):
             raise ValueError("tree must be a forest with edges child -> parent (acyclic, one parent per node)")
         env = self.sim.env
         devs = self.sim.devices
-        roots = [v for v in tree.nodes if tree.out_degree(v) == 0]
-        if tree.number_of_edges() == 0:      # every node is its own root
-            complete = {r for r in roots if self.available(devs[r])}
+        roots = list(tree.nodes) if edgeless else [v for v in tree.nodes if tree.out_degree(v) == 0]
+        if edgeless:                         # every node is its own root
+            complete = {r for r, ok in zip(roots, self.sim.available_many([devs[r] for r in roots])) if ok}
             root_of = {r: r for r in roots}
         else:
             complete = {r for r in roots
@@ -1145,9 +1370,13 @@ class Primitives:
             return acc
 
         if tree.number_of_edges() == 0 and self._fast_ok([devs[v] for v in taking_part]):
+            def size_of(acc: Any) -> int:
+                """Number of uploaded elements of a root's aggregate."""
+                return n_elements if n_elements is not None else payload_size(acc)
+            size_of.by_shape = True
             return (yield from self._fast_rounds([devs[v] for v in taking_part], first, absent, download,
                                                  download_kind, None, download_bits, own, None, root_kind,
-                                                 lambda acc: n_elements if n_elements is not None else payload_size(acc),
-                                                 element_bits))
+                                                 size_of, element_bits, batch=batch, charged=not free,
+                                                 step=f"tree_aggregate {kind!r}"))
         items = [(devs[v], root_work(v) if v in complete else inner(v), v in complete) for v in taking_part]
         return (yield from self._first_k(items, first, dropped=absent))

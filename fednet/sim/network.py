@@ -188,7 +188,7 @@ def negative_binomials_from_uniforms(u: np.ndarray, n: np.ndarray, p: np.ndarray
 
 
 def transmission_times(bits: np.ndarray | int, rate_bps: np.ndarray, overhead: float, loss: np.ndarray,
-                       packet_bits: int | None, u: np.ndarray) -> tuple[list[float], list[int]]:
+                       packet_bits: int | None, u: np.ndarray, *, arrays: bool = False) -> tuple[list[float], list[int]]:
     """:func:`transmission_time` for many messages at once (one per link), the same float operations.
 
     Parameters
@@ -201,6 +201,8 @@ def transmission_times(bits: np.ndarray | int, rate_bps: np.ndarray, overhead: f
     packet_bits : int or None
     u : ndarray, (m,)
         The keyed uniforms.
+    arrays : bool
+        Return float64 and int64 arrays instead of lists.
 
     Returns
     -------
@@ -219,4 +221,6 @@ def transmission_times(bits: np.ndarray | int, rate_bps: np.ndarray, overhead: f
     seconds = air / np.asarray(rate_bps, dtype=float) * (n + extra) / n
     seconds[bits_a == 0] = 0.0
     extra[bits_a == 0] = 0
+    if arrays:
+        return seconds, extra
     return seconds.tolist(), extra.tolist()

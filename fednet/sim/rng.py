@@ -43,6 +43,8 @@ from scipy import special
 
 from fednet.errors import ConfigError
 
+from . import pcg
+
 __all__ = ["Streams", "purpose_id", "negative_binomial_from_uniform", "secret_seed_from_env", "SECRET_SEED_ENV"]
 
 #: Environment variable holding a study's ``secret_seed`` (kept out of the public study file).
@@ -227,7 +229,7 @@ class Streams:
         counts[node] = j + 1
         return float(self._block(pid, round, blocks, j // self.width)[node, j % self.width])
 
-    def uniforms(self, nodes: np.ndarray, purpose: str, round: int) -> np.ndarray:
+    def uniforms(self, nodes: np.ndarray, purpose: str, round: int, *, advance: bool = True) -> np.ndarray:
         """The next keyed uniforms of several distinct nodes at once: ``uniform(i, purpose, round)`` for each.
 
         Parameters
@@ -236,6 +238,10 @@ class Streams:
             Distinct node indices in ``[0, n_nodes)``.
         purpose : str
         round : int
+        advance : bool
+            False: only look at the draws (each node's stream stays where it is; a later
+            :meth:`advance` of some of the nodes consumes them), for a step that decides afterwards
+            which nodes really draw.
 
         Returns
         -------
@@ -256,15 +262,30 @@ class Streams:
         if np.unique(nodes).size != nodes.size:
             raise ValueError("nodes must be distinct (one draw per node)")
         pid = purpose_id(purpose)
-        blocks, counts = self._entry(pid, round)
+        if advance or (pid, round) in self._entries or (pid, round) in self._evicted:
+            blocks, counts = self._entry(pid, round)
+        else:                                   # a look that leaves no entry behind (as if never asked)
+            blocks, counts = [], np.zeros(self.n_nodes, dtype=np.int64)
         j = counts[nodes]
-        counts[nodes] = j + 1
+        if advance:
+            counts[nodes] = j + 1
         b, col = np.divmod(j, self.width)
         out = np.empty(nodes.size)
         for bb in np.unique(b):
             sel = b == bb
             out[sel] = self._block(pid, round, blocks, int(bb))[nodes[sel], col[sel]]
         return out
+
+    def advance(self, nodes: np.ndarray, purpose: str, round: int) -> None:
+        """Consume one keyed draw of each of ``nodes`` (distinct) for ``purpose`` in ``round``, as if drawn.
+
+        Used after :meth:`uniforms` with ``advance=False`` for the nodes that really drew.
+        """
+        nodes = np.asarray(nodes, dtype=np.intp)
+        if not nodes.size:
+            return
+        _, counts = self._entry(purpose_id(purpose), round)
+        counts[nodes] += 1
 
     def standard_exponential(self, node: int, purpose: str, round: int) -> float:
         """The next keyed Exp(1) draw, ``-log1p(-U)`` of :meth:`uniform`."""
@@ -280,6 +301,38 @@ class Streams:
             raise ValueError("generator() needs a key, e.g. (node, 'pads')")
         spawn_key = (_SEQUENTIAL,) + tuple(_key_part(p) for p in key)
         return np.random.Generator(np.random.PCG64(np.random.SeedSequence(self.seed, spawn_key=spawn_key)))
+
+    def choices(self, nodes: np.ndarray, purpose: str, more: tuple, n: int, size: int) -> np.ndarray:
+        """``generator(node, purpose, *more).choice(n, size, replace=False)`` for each of ``nodes``, at once.
+
+        The same numbers as NumPy's objects (:mod:`fednet.sim.pcg` runs ``SeedSequence``, ``PCG64`` and
+        ``choice`` on vectors of keys); where that module does not apply
+        (:func:`fednet.sim.pcg.supported`, or a key part of 2^32 or more) each node's generator is used.
+
+        Parameters
+        ----------
+        nodes : ndarray of int, (K,)
+        purpose : str
+        more : tuple of str or int
+            Further key parts (e.g. the round).
+        n, size : int
+            Population and sample size.
+
+        Returns
+        -------
+        ndarray of int64, (K, size)
+        """
+        nodes = [int(i) for i in np.asarray(nodes).ravel()]
+        parts = [_key_part(purpose)] + [_key_part(p) for p in more]
+        if (pcg.supported(n, size) and nodes and max(parts + nodes) < 2 ** 32 and min(nodes) >= 0):
+            words = pcg.key_words(self.seed, (_SEQUENTIAL, 0, *parts))     # node 0's key; each node's one word
+            entropy = np.tile(np.asarray(words, dtype=np.uint32), (len(nodes), 1))
+            entropy[:, len(words) - len(parts) - 1] = nodes
+            return pcg.choice_without_replacement(pcg.seed_states(entropy), n, size)
+        out = np.empty((len(nodes), size), dtype=np.int64)
+        for k, i in enumerate(nodes):
+            out[k] = self.generator(i, purpose, *more).choice(n, size=size, replace=False)
+        return out
 
     # -- secret streams ---------------------------------------------------------------------
     def secret(self, *key: str | int) -> np.random.Generator:

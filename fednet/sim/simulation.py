@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -41,7 +41,7 @@ import simpy
 from fednet.algebra.meter import MacMeter
 from fednet.errors import ConfigError
 
-from .compute import AlwaysAvailable, Availability, ComputeModel, Deterministic, ShiftedExponential
+from .compute import AlwaysAvailable, Availability, BernoulliDropout, ComputeModel, Deterministic, ShiftedExponential
 from .network import Link, Message, transmission_time
 from .rng import Streams
 
@@ -362,6 +362,46 @@ class Simulation:
                 i, r, lambda: self.streams.uniform(i, purpose, r)))
         return bool(flags[i])
 
+    def available_many(self, nodes: Sequence[Node], round: int | None = None, *,
+                       phase: int | None = None) -> np.ndarray:
+        """:meth:`available` of each of ``nodes`` at once: a bool array, (len(nodes),).
+
+        The same draws as :meth:`available` (one keyed uniform of ``(device, "dropout", round)`` per
+        device not yet asked, for :class:`~fednet.sim.compute.BernoulliDropout`; none for
+        :class:`~fednet.sim.compute.AlwaysAvailable`), drawn as one vector; other availability models
+        are asked device by device.
+        """
+        if type(self).available is not _AVAILABLE:               # an override must see every question
+            return np.array([self.available(node, round, phase=phase) for node in nodes], dtype=bool)
+        out = np.ones(len(nodes), dtype=bool)
+        dev = [p for p, node in enumerate(nodes) if not node.is_server]
+        if not dev:
+            return out
+        phase_ = self.phase if phase is None else int(phase)
+        r = self.round if round is None else int(round)
+        if r < 0 or phase_ < 0:
+            self.available(nodes[dev[0]], round, phase=phase)      # raises the named error
+        key = (r, phase_)
+        flags = self._available.get(key)
+        if flags is None:
+            flags = self._available[key] = np.full(self.n_devices, -1, dtype=np.int8)
+        idx = np.fromiter((nodes[p].index for p in dev), dtype=np.intp, count=len(dev))
+        missing = np.unique(idx[flags[idx] < 0])
+        if missing.size:
+            model = self.availability
+            if type(model) is AlwaysAvailable:
+                flags[missing] = 1
+            elif type(model) is BernoulliDropout and model.p == 0.0:
+                flags[missing] = 1
+            elif type(model) is BernoulliDropout:
+                purpose = "dropout" if phase_ == 0 else f"dropout-setup-{phase_}"
+                flags[missing] = self.streams.uniforms(missing, purpose, r) >= model.p
+            else:
+                for i in missing:
+                    self.available(self.devices[int(i)], r, phase=phase_)
+        out[dev] = flags[idx] > 0
+        return out
+
     def absent(self, round: int | None = None, *, phase: int | None = None) -> list[int]:
         """Indices of the devices absent in ``round`` and ``phase`` (default: the current ones), drawn as in
         :meth:`available`."""
@@ -502,3 +542,7 @@ class Simulation:
         proc = self.env.process(process)
         self.env.run(until=proc if until is None else until)
         return proc.value if proc.triggered else None
+
+
+#: :meth:`Simulation.available` as defined here (:meth:`Simulation.available_many` defers to an override).
+_AVAILABLE = Simulation.available
