@@ -141,6 +141,7 @@ def fixed_point_field(k: int, f: int) -> int:
     return next_prime_above(2 ** (int(k) + int(f)))
 
 
+@lru_cache(maxsize=1024)
 def paper_field(k: int, f: int) -> int:
     """Largest prime ``q < 2**(k+f)``: a ``(k+f)``-bit field, the width Schlegel et al. count (Remark 3).
 
