@@ -55,3 +55,20 @@ def test_tiny_study_end_to_end():
     assert [r["dropped"] for r in fed[1:]] == [r["dropped"] for r in dres[1:]]
     assert dres[0]["bits_up"] > 0 and dres[0]["time_s"] > 0            # the one-time sharing
     assert 0 < dres[0]["decodable_probability"] <= 1
+
+
+def test_convergence_rule_of_the_table2_report():
+    """W(t) = mean of the evaluations in (t - 500, t]; converged at the first t >= 2000 with
+    |W(t) - W(t - 1500)| < 0.2 pp: a curve rising 1.25 pp per 1000 rounds until 4000 and flat after has
+    W(5500) - W(4000) = 85 - 84.75 = 0.25 (not converged) and W(5600) - W(4100) = 85 - 84.85 = 0.15."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rep", ROOT / "studies" / "dresfl_table2_report.py")
+    rep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rep)
+    rounds = list(range(0, 8001, 100))
+    acc = [80 + min(t, 4000) / 800 for t in rounds]
+    assert rep.window_mean(rounds, acc, 1000) == pytest.approx(81.0)          # 600..1000
+    assert rep.converged_round(rounds, acc) == 5600
+    assert rep.converged_round(rounds[:50], acc[:50]) is None                      # not by 4900
+    assert rep.accuracy_at(rounds, acc, 150) == 80.125
