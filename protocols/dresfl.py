@@ -184,8 +184,9 @@ class DReSFL(NeuralProtocol):
         Under ``setup_dropouts = "reshare"`` (config), one setup attempt: the present clients that have not yet
         shared encode and send their shares; a share addressed to an absent client is uploaded only (the server
         stores it, end-to-end encrypted) and forwarded when that client is present in a later attempt, where it
-        also encodes and sends its own shares (the base class repeats attempts until every client has been
-        present once). With nobody absent this is exactly the one exchange of ``"offline"``.
+        also encodes and sends its own shares. The base class repeats attempts while :meth:`setup_waiting` names
+        a client: one never present yet, or one the server still holds shares for. With nobody absent this is
+        exactly the one exchange of ``"offline"``.
         """
         reshare = self.setup_dropouts == "reshare"
         if not hasattr(self, "_sent"):
@@ -229,6 +230,11 @@ class DReSFL(NeuralProtocol):
         shares.clear()
         self.decoded_rounds, q = 0, self.participation()
         self.p_decodable = None if q is None else decodable_probability(q, self.R)
+
+    def setup_waiting(self, pending: set[int]) -> list[int]:
+        """Also the clients the server still holds shares for (absent when their senders came back)."""
+        stored = {dst for _, dst in getattr(self, "_stored", {})}
+        return sorted(set(pending) | stored)
 
     def _store(self, src: Node, dst: Node, share: "_Share") -> Generator:
         """Upload ``src``'s share for the absent client ``dst`` to the server, which keeps it (encrypted)."""

@@ -177,6 +177,11 @@ def test_setup_reshare_full_mode_coded_data_complete_and_decodes():
     assert proto.setup_attempts == 3 and len(ends) == 3 and proto.decoded_rounds == 2
     assert all(dev.state.x_coded is not None and dev.state.x_coded.shape[0] == 10 * 20 for dev in proto.devices)
     assert proto.shares_forwarded == 8 + 9      # client 1: the 8 stored in attempt 0; client 5: 8 + 1 (from 1)
+    # client 5 shared in attempt 0 but is absent when 3 comes back (attempt 1): the server keeps 3's share for
+    # it, so a third attempt runs although every client has been present once (setup_waiting)
+    late, ends = _reshare_run([{3}, {5}, set(), set()], mode="full")
+    assert late.setup_attempts == 3 and late.setup_absent == [[3], [5], []] and late.shares_forwarded == 9 + 1
+    assert all(dev.state.x_coded.shape[0] == 10 * 20 for dev in late.devices) and late.decoded_rounds == 2
     off = _Scripted([{3}])
     sim = Simulation(lte_star(10, device_mac_rates=[1e6] * 10, loss=0.0), 3, availability=off.model)
     p = registry.get("dresfl")(sim, make_task(D=10, n=20, d=6, c=3), {**CFG, "mode": "timing"})
