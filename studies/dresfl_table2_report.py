@@ -27,6 +27,8 @@ PAPER = {
 #: evaluations in (t - WINDOW, t]; a run has converged at the first evaluated round t >= SPAN + WINDOW with
 #: |W(t) - W(t - SPAN)| < TOL_PP percentage points (one learning-rate period, App. B: x0.65 every 1500 rounds).
 WINDOW, SPAN, TOL_PP = 500, 1500, 0.2
+#: The learning rate's decay per period (App. B), used by :func:`predicted_round`.
+DECAY = 0.65
 
 
 def evaluations(rows: list[dict]) -> tuple[list[int], list[float]]:
@@ -71,6 +73,21 @@ def converged_round(rounds: list[int], acc: list[float], window: int = WINDOW, s
         if t >= span + window and abs(window_mean(rounds, acc, t, window) - window_mean(rounds, acc, t - span, window)) < tol_pp:
             return t
     return None
+
+
+def predicted_round(gain_pp: float, end: int, span: int = SPAN, tol_pp: float = TOL_PP,
+                    decay: float = None) -> int:
+    """Round by which the rule would hold if each later period's gain shrank like the learning rate.
+
+    Assumes ``W(t + span) - W(t) = gain_pp * decay^k`` for the k-th period after ``end`` (App. B: the rate is
+    multiplied by ``decay = 0.65`` every 1500 rounds): the first ``end + k span`` with ``|gain| decay^k <
+    tol_pp``.  An extrapolation, stated as such beside the measured curve.
+    """
+    decay = DECAY if decay is None else decay
+    k = 0
+    while abs(gain_pp) * decay ** k >= tol_pp:
+        k += 1
+    return end + k * span
 
 
 def accuracy_at(rounds: list[int], acc: list[float], t: int) -> float:
@@ -146,11 +163,11 @@ def report(directories: list[Path], at: int | None = None) -> None:
                     continue
                 c = converged_round(rounds, acc)
                 end = rounds[-1]
-                gains = [window_mean(rounds, acc, k) - window_mean(rounds, acc, k - SPAN)
-                         for k in range(SPAN + WINDOW, end + 1, SPAN) if k <= end] + \
-                        ([window_mean(rounds, acc, end) - window_mean(rounds, acc, end - SPAN)] if end % SPAN else [])
+                ws = " ".join(f"{window_mean(rounds, acc, k):.1f}" for k in range(WINDOW, end + 1, WINDOW))
+                gain = window_mean(rounds, acc, end) - window_mean(rounds, acc, end - SPAN)
                 print(f"  {label:12s} seed {s}: {'converged at ' + str(c) if c else 'not converged by ' + str(end)}; "
-                      f"W(t) - W(t-{SPAN}) at t = {SPAN + WINDOW}, ..., {end}: " + ", ".join(f"{g:+.2f}" for g in gains))
+                      f"W at {WINDOW}, {2 * WINDOW}, ..., {end}: {ws}; W({end}) - W({end - SPAN}) = {gain:+.2f} pp; "
+                      f"predicted (gain x {DECAY} per period): {predicted_round(gain, end)}")
 
 
 def _slug(label: str) -> str:

@@ -72,3 +72,6 @@ def test_convergence_rule_of_the_table2_report():
     assert rep.converged_round(rounds, acc) == 5600
     assert rep.converged_round(rounds[:50], acc[:50]) is None                      # not by 4900
     assert rep.accuracy_at(rounds, acc, 150) == 80.125
+    # the extrapolation: the last period's gain shrinking x0.65 per period falls below 0.2 pp after k periods
+    assert rep.predicted_round(5.82, 3000) == 3000 + 8 * 1500 and rep.predicted_round(1.38, 3000) == 10500
+    assert rep.predicted_round(0.1, 3000) == 3000
