@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_studies_load():
     t2 = load_study(ROOT / "studies/dresfl_table2.toml")
     assert [r.name for r in t2.runs] == ["FedAvg", "FedAvg-IS", "SCAFFOLD", "DReS-FL", "Centralized"]
-    assert t2.epochs == 70000 and t2.network.n_devices == 20 and t2.data.partition == "skewed_label"
+    assert t2.epochs == 15000 and t2.network.n_devices == 20 and t2.data.partition == "skewed_label"
     assert load_study(ROOT / "studies/dresfl_table2_fashion.toml").data.dataset == "fashion-mnist"
     lat = load_study(ROOT / "studies/dresfl_latency.toml")
     assert [r.name for r in lat.runs] == ["FedAvg", "FedAvg+LightSecAgg", "DReS-FL K=1", "DReS-FL K=2"]
