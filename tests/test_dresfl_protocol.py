@@ -187,3 +187,11 @@ def test_setup_reshare_full_mode_coded_data_complete_and_decodes():
     p = registry.get("dresfl")(sim, make_task(D=10, n=20, d=6, c=3), {**CFG, "mode": "timing"})
     row = p.run(0)[0]
     assert p.setup_dropouts == "offline" and p.setup_attempts == 1 and row["dropped"] == "3"
+
+
+def test_latency_study_K4_is_refused_with_the_threshold():
+    """K = 4 at N = 20 (the latency study's third K): deg(g)(K + T - 1) + 1 = 33 > 20 is refused by name."""
+    cls = registry.get("dresfl")
+    with pytest.raises(ValueError, match=r"K = 4, T = 1, deg\(g\) = 8 needs N >= deg\(g\)\(K \+ T - 1\) \+ 1 = 33 .*N = 20"):
+        cls.check(cls.Config(K=4, T=1), 20)
+    cls.check(cls.Config(K=2, T=1), 20)                  # 17 <= 20
