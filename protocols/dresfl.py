@@ -10,8 +10,10 @@ Set-up (round 0, Alg. 1 line 1): client ``i`` transforms its data, ``X_bar_i = R
 (secret stream) and computes ``(u_i(alpha_j), v_i(alpha_j))`` for every client ``j`` (the LCC
 product, ``N (K + T) (m_i / K)(d_x + d_y)`` MACs on its processor); share ``j`` goes to client ``j``
 through the server (``(m_i / K)(d_x + d_y)`` elements of ``ceil(log2 p)`` bits each: 200 bits for
-``p = 2^200 - 75``). All clients complete the one-time sharing (as in the paper; the dropouts hit the
-training rounds).
+``p = 2^200 - 75``). By default all clients complete the one-time sharing (as in the paper; the dropouts
+hit the training rounds; absences in round 0 are recorded only); with ``setup_dropouts = "reshare"`` a client
+absent from the sharing sends its shares, and receives those stored for it, in the first later setup attempt
+it is present in (:meth:`DReSFL.setup`).
 
 Round ``t`` (Alg. 1 lines 3-12): the server broadcasts the integer model ``w`` (``d_w`` elements);
 the common row selection ``C^(t)`` picks ``b`` of the ``m~ = m / K`` coded rows uniformly without
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import simpy
 from pydantic import Field, field_validator
 
 from fednet.codes.dresfl import (DRESFL_PRIME_200, concat_rows, decode_gradients, default_points, global_shards,
@@ -82,6 +85,12 @@ class DReSFLConfig(NeuralConfig):
     sharing_schedule : {"relay_asap", "relay_steps"}
         How the ``N (N - 1)`` shares travel (:meth:`~fednet.protocol.primitives.Primitives.exchange`).
     mode : {"full", "timing"}
+    setup_dropouts : {"offline", "reshare", "fail"}
+        Reaction to clients absent during the one-time data sharing (:mod:`fednet.protocol.base`).
+        ``"offline"`` (default, the paper's assumption: the sharing completes before training; absences are
+        recorded only); ``"reshare"``: a client absent in a sharing attempt sends its shares when it is present
+        in a later attempt and then receives the shares the server stored for it (:meth:`DReSFL.setup`),
+        every transfer charged on the links; ``"fail"``: any absence raises :class:`~fednet.errors.SetupFailure`.
     """
 
     K: int = Field(1, ge=1)
@@ -97,6 +106,7 @@ class DReSFLConfig(NeuralConfig):
     loss: Literal["mse"] = "mse"
     sharing_schedule: Literal["relay_asap", "relay_steps"] = "relay_asap"
     mode: Literal["full", "timing"] = "full"
+    setup_dropouts: Literal["offline", "reshare", "fail"] = "offline"
 
     @field_validator("p", mode="before")
     @classmethod
@@ -121,7 +131,8 @@ class DReSFL(NeuralProtocol):
 
     name = "dresfl"
     #: The paper's dropouts are those of training rounds (Sec. 6.1); the data sharing of Sec. 4.1 is a
-    #: one-time phase completed before training, so absences then are only recorded.
+    #: one-time phase completed before training, so absences then are only recorded by default
+    #: (``DReSFLConfig.setup_dropouts`` selects "reshare" or "fail" per instance).
     setup_dropouts = "offline"
     Config = DReSFLConfig
     State = DReSFLState
@@ -129,6 +140,8 @@ class DReSFL(NeuralProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         cfg, N = self.config, self.sim.n_devices
+        self.setup_dropouts = cfg.setup_dropouts          # the instance's reaction (the class default: offline)
+        self.shares_forwarded = 0                          # stored shares forwarded in later setup attempts
         sizes = [self.task.d, *cfg.hidden, self.task.c]
         self.model = FieldPolyMLP(sizes, cfg.p, data_bits=cfg.data_bits, data_shift=cfg.data_shift,
                                   weight_bits=cfg.weight_bits, init_scale=cfg.init_scale,
@@ -166,26 +179,74 @@ class DReSFL(NeuralProtocol):
                              macs=macs, like=like)
 
     def setup(self) -> Generator:
-        """Every client encodes its data and sends share ``j`` to client ``j`` (Alg. 1 line 1)."""
+        """Every client encodes its data and sends share ``j`` to client ``j`` (Alg. 1 line 1).
+
+        Under ``setup_dropouts = "reshare"`` (config), one setup attempt: the present clients that have not yet
+        shared encode and send their shares; a share addressed to an absent client is uploaded only (the server
+        stores it, end-to-end encrypted) and forwarded when that client is present in a later attempt, where it
+        also encodes and sends its own shares. The base class repeats attempts while :meth:`setup_waiting` names
+        a client: one never present yet, or one the server still holds shares for. With nobody absent this is
+        exactly the one exchange of ``"offline"``.
+        """
+        reshare = self.setup_dropouts == "reshare"
+        if not hasattr(self, "_sent"):
+            self._sent, self._stored, self._inbox = set(), {}, {dev.index: {} for dev in self.devices}
+        here = [dev for dev in self.devices if not reshare or self.available(dev)]
+        present = {dev.index for dev in here}
+        senders = [dev for dev in here if dev.index not in self._sent]
         shares: dict[int, Any] = {}
+        stored_now: list[simpy.Process] = []
 
         def _prepare(dev: Node) -> Generator:
             shares[dev.index] = yield from self.compute(dev, self.encode, dev)
+            self._inbox[dev.index][dev.index] = _part(dev, dev)
+            for dst in self.devices:                  # shares for absent clients: uploaded, stored by the server
+                if dst is not dev and dst.index not in present:
+                    stored_now.append(self.background(self._store(dev, dst, _part(dev, dst))))
 
         def _part(src: Node, dst: Node) -> _Share:
             x, y = shares[src.index]
             return _Share(x[dst.index], y[dst.index])
 
-        delivered = yield from self.exchange([[(s, d) for s in self.devices for d in self.devices if d is not s]],
-                                             _part, kind="coded_data", schedule=self.config.sharing_schedule,
+        env = self.sim.env
+        forwards = [self.background(self._forward(src, dst)) for src, dst in sorted(self._stored)
+                    if dst in present]
+        pairs = [(s, d) for s in senders for d in here if d is not s]
+        delivered = yield from self.exchange([pairs], _part, kind="coded_data", schedule=self.config.sharing_schedule,
                                              prepare=_prepare, element_bits=self.wire_bits)
+        yield env.all_of(stored_now + forwards)
+        self._sent.update(present)
+        for (s, d), share in delivered.items():
+            self._inbox[d][s] = share
+        self.shares_forwarded += len(forwards)
         if self.mode.exact:
             for dst in self.devices:
-                got = [_part(dst, dst) if src is dst else delivered[(src.index, dst.index)] for src in self.devices]
-                dst.state.x_coded, dst.state.y_coded = concat_rows([g.x for g in got]), concat_rows([g.y for g in got])
+                got = self._inbox[dst.index]
+                if len(got) == len(self.devices) and dst.state.x_coded is None:
+                    parts = [got[src.index] for src in self.devices]
+                    dst.state.x_coded = concat_rows([g.x for g in parts])
+                    dst.state.y_coded = concat_rows([g.y for g in parts])
+                    got.clear()
         shares.clear()
         self.decoded_rounds, q = 0, self.participation()
         self.p_decodable = None if q is None else decodable_probability(q, self.R)
+
+    def setup_waiting(self, pending: set[int]) -> list[int]:
+        """Also the clients the server still holds shares for (absent when their senders came back)."""
+        stored = {dst for _, dst in getattr(self, "_stored", {})}
+        return sorted(set(pending) | stored)
+
+    def _store(self, src: Node, dst: Node, share: "_Share") -> Generator:
+        """Upload ``src``'s share for the absent client ``dst`` to the server, which keeps it (encrypted)."""
+        yield from self.send(src, self.server, share, kind="coded_data", element_bits=self.wire_bits, encrypted=True)
+        self._stored[(src.index, dst.index)] = share
+
+    def _forward(self, src: int, dst: int) -> Generator:
+        """The server forwards the stored share of ``src`` to ``dst``, present again (a reshare attempt)."""
+        share = self._stored.pop((src, dst))
+        msg = yield from self.send(self.server, self.devices[dst], share, kind="coded_data",
+                                   element_bits=self.wire_bits)
+        self._inbox[dst][src] = msg.payload
 
     def round_rows(self, epoch: int) -> np.ndarray:
         """``I_t``: ``b`` of the ``m~`` coded rows, uniformly without replacement (common to all clients)."""

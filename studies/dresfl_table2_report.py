@@ -1,6 +1,6 @@
 """Table 2 of DReS-FL beside fednet's: test accuracy at the last round, mean and spread over seeds.
 
-Usage: python studies/dresfl_table2_report.py RESULT_DIR [RESULT_DIR ...]
+Usage: python studies/dresfl_table2_report.py RESULT_DIR [RESULT_DIR ...] [--at ROUND]
 (directories written by ``fednet run studies/dresfl_table2.toml`` / ``dresfl_table2_fashion.toml``).
 Also prints, for DReS-FL, the decodable fraction of its rounds (rows with decode_failed = false) and the
 exact per-round expectation from row 0 (decodable_probability), per seed.
@@ -23,37 +23,151 @@ PAPER = {
 }
 
 
-def report(directory: Path) -> None:
-    """Print the Table 2 comparison (paper accuracy next to fednet's, per method) for one study folder.
+#: The convergence rule (stated in studies/dresfl_table2.toml): W(t) is the mean test accuracy of the
+#: evaluations in (t - WINDOW, t]; a run has converged at the first evaluated round t >= SPAN + WINDOW with
+#: |W(t) - W(t - SPAN)| < TOL_PP percentage points (one learning-rate period, App. B: x0.65 every 1500 rounds).
+WINDOW, SPAN, TOL_PP = 500, 1500, 0.2
+#: The learning rate's decay per period (App. B), used by :func:`predicted_round`.
+DECAY = 0.65
+
+
+def evaluations(rows: list[dict]) -> tuple[list[int], list[float]]:
+    """Rounds and test accuracies (%) of the evaluated rows of one run and seed (round 0 included).
 
     Parameters
     ----------
-    directory : Path
-        Output folder of a DReS-FL Table 2 study (holds ``study.json`` and the traces).
+    rows : list of dict
+        One seed's trace rows (``trace.csv``), in round order.
+
+    Returns
+    -------
+    rounds : list of int
+    accuracy : list of float
+        In percent.
     """
-    study = json.loads((directory / "study.json").read_text())
-    dataset = study["data"]["dataset"]
-    print(f"\n{study['name']} ({dataset}), {directory}")
-    print(f"{'method':12s} {'paper %':>14s} {'fednet %':>16s} {'rounds':>7s} {'seeds':>5s}  DReS-FL decodable")
-    for run in study["runs"]:
-        label = run.get("label") or run["protocol"]
-        rows = list(csv.DictReader(open(directory / _slug(label) / "trace.csv")))
-        by_seed: dict[str, list[dict]] = {}
-        for r in rows:
-            by_seed.setdefault(r["seed"], []).append(r)
-        accs = [100 * float(rs[-1]["accuracy"]) for rs in by_seed.values()]
-        last = max(int(rs[-1]["round"]) for rs in by_seed.values())
-        extra = ""
-        if "decode_failed" in rows[0] and "decodable_probability" in rows[0]:
-            parts = []
-            for s, rs in by_seed.items():
-                ok = [r["decode_failed"] == "False" for r in rs[1:]]
-                parts.append(f"seed {s}: {sum(ok) / max(1, len(ok)):.3f} (expected {float(rs[0]['decodable_probability']):.3f})")
-            extra = "; ".join(parts)
-        p = PAPER.get(dataset, {}).get(label)
-        ptxt = f"{p[0]:.2f} +- {p[1]:.2f}" if p else "-"
-        spread = f" +- {stdev(accs):.2f}" if len(accs) > 1 else ""
-        print(f"{label:12s} {ptxt:>14s} {mean(accs):>9.2f}{spread:7s} {last:>7d} {len(accs):>5d}  {extra}")
+    out = [(int(r["round"]), 100 * float(r["accuracy"])) for r in rows
+           if r.get("evaluated", "True") == "True" or r["round"] == "0"]
+    return [t for t, _ in out], [a for _, a in out]
+
+
+def window_mean(rounds: list[int], acc: list[float], t: int, window: int = WINDOW) -> float:
+    """``W(t)``: mean accuracy of the evaluations in ``(t - window, t]`` (nan if there are none)."""
+    xs = [a for r, a in zip(rounds, acc) if t - window < r <= t]
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def converged_round(rounds: list[int], acc: list[float], window: int = WINDOW, span: int = SPAN,
+                    tol_pp: float = TOL_PP) -> int | None:
+    """First evaluated round ``t`` with ``|W(t) - W(t - span)| < tol_pp`` (the rule above), or None.
+
+    Parameters
+    ----------
+    rounds, acc : list
+        From :func:`evaluations` (accuracy in %).
+    window, span : int
+        Rounds.
+    tol_pp : float
+        Percentage points.
+    """
+    for t in rounds:
+        if t >= span + window and abs(window_mean(rounds, acc, t, window) - window_mean(rounds, acc, t - span, window)) < tol_pp:
+            return t
+    return None
+
+
+def predicted_round(gain_pp: float, end: int, span: int = SPAN, tol_pp: float = TOL_PP,
+                    decay: float = None) -> int:
+    """Round by which the rule would hold if each later period's gain shrank like the learning rate.
+
+    Assumes ``W(t + span) - W(t) = gain_pp * decay^k`` for the k-th period after ``end`` (App. B: the rate is
+    multiplied by ``decay = 0.65`` every 1500 rounds): the first ``end + k span`` with ``|gain| decay^k <
+    tol_pp``.  An extrapolation, stated as such beside the measured curve.
+    """
+    decay = DECAY if decay is None else decay
+    k = 0
+    while abs(gain_pp) * decay ** k >= tol_pp:
+        k += 1
+    return end + k * span
+
+
+def accuracy_at(rounds: list[int], acc: list[float], t: int) -> float:
+    """Accuracy (%) of the last evaluation at or before round ``t``."""
+    return [a for r, a in zip(rounds, acc) if r <= t][-1]
+
+
+def collect(directories: list[Path]) -> dict[str, dict[str, dict[str, list[dict]]]]:
+    """``{dataset: {label: {seed: rows}}}`` over several study folders (a seed found twice: the longer run)."""
+    out: dict[str, dict[str, dict[str, list[dict]]]] = {}
+    for directory in directories:
+        study = json.loads((directory / "study.json").read_text())
+        dataset = study["data"]["dataset"]
+        for run in study["runs"]:
+            label = run.get("label") or run["protocol"]
+            path = directory / _slug(label) / "trace.csv"
+            if not path.exists():
+                continue
+            for r in csv.DictReader(open(path)):
+                seeds = out.setdefault(dataset, {}).setdefault(label, {})
+                key = (str(directory), r["seed"])
+                seeds.setdefault(key, []).append(r)
+    for dataset, labels in out.items():      # one run per seed: keep the longest
+        for label, runs in labels.items():
+            best: dict[str, list[dict]] = {}
+            for (_, seed), rows in runs.items():
+                if seed not in best or len(rows) > len(best[seed]):
+                    best[seed] = rows
+            labels[label] = best
+    return out
+
+
+def report(directories: list[Path], at: int | None = None) -> None:
+    """Print Table 2 (paper next to fednet: mean +- std over seeds at a common round) and the convergence rule.
+
+    Parameters
+    ----------
+    directories : list of Path
+        Output folders of DReS-FL Table 2 studies (``study.json`` and ``<run>/trace.csv``); seeds of one
+        dataset are pooled over folders.
+    at : int, optional
+        The round at which every seed is read (default: the shortest run's last round, so that all seeds
+        of all methods are read at the same round).
+    """
+    for dataset, labels in collect(directories).items():
+        runs = {lab: {s: evaluations(rows) for s, rows in seeds.items()} for lab, seeds in labels.items()}
+        common = min(rs[-1] for seeds in runs.values() for rs, _ in seeds.values())
+        t = common if at is None else at
+        print(f"\n{dataset}: test accuracy % at round {t} (mean +- std over seeds; paper: 70,000 rounds)")
+        print(f"{'method':12s} {'paper %':>14s} {'fednet %':>16s} {'seeds':>5s}  per seed; DReS-FL decodable fraction")
+        for label, seeds in runs.items():
+            ok = {s: ev for s, ev in seeds.items() if ev[0][-1] >= t}
+            accs = [accuracy_at(*ev, t) for ev in ok.values()]
+            if not accs:
+                continue
+            p = PAPER.get(dataset, {}).get(label)
+            ptxt = f"{p[0]:.2f} +- {p[1]:.2f}" if p else "-"
+            spread = f" +- {stdev(accs):.2f}" if len(accs) > 1 else ""
+            per = " ".join(f"{s}:{a:.1f}" for s, a in zip(ok, accs))
+            extra = ""
+            rows0 = labels[label]
+            if "decodable_probability" in next(iter(rows0.values()))[0]:
+                fr = []
+                for s, rs in rows0.items():
+                    okr = [r["decode_failed"] == "False" for r in rs[1:t + 1]]
+                    fr.append(f"{s}:{sum(okr) / max(1, len(okr)):.2f}/{float(rs[0]['decodable_probability']):.2f}")
+                extra = "; decodable " + " ".join(fr)
+            print(f"{label:12s} {ptxt:>14s} {mean(accs):>9.2f}{spread:7s} {len(accs):>5d}  {per}{extra}")
+        print(f"convergence rule: |W(t) - W(t - {SPAN})| < {TOL_PP} pp, W = mean accuracy over the last {WINDOW} rounds")
+        for label, seeds in runs.items():
+            for s, (rounds, acc) in seeds.items():
+                if rounds[-1] < SPAN + WINDOW:
+                    continue
+                c = converged_round(rounds, acc)
+                end = rounds[-1]
+                ws = " ".join(f"{window_mean(rounds, acc, k):.1f}" for k in range(WINDOW, end + 1, WINDOW))
+                gain = window_mean(rounds, acc, end) - window_mean(rounds, acc, end - SPAN)
+                print(f"  {label:12s} seed {s}: {'converged at ' + str(c) if c else 'not converged by ' + str(end)}; "
+                      f"W at {WINDOW}, {2 * WINDOW}, ..., {end}: {ws}; W({end}) - W({end - SPAN}) = {gain:+.2f} pp; "
+                      f"predicted (gain x {DECAY} per period): {predicted_round(gain, end)}")
 
 
 def _slug(label: str) -> str:
@@ -62,5 +176,10 @@ def _slug(label: str) -> str:
 
 
 if __name__ == "__main__":
-    for d in sys.argv[1:]:
-        report(Path(d))
+    args = sys.argv[1:]
+    at_round = None
+    if "--at" in args:
+        k = args.index("--at")
+        at_round = int(args[k + 1])
+        del args[k:k + 2]
+    report([Path(d) for d in args], at_round)

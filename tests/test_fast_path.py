@@ -242,6 +242,7 @@ def test_fast_path_timing_key(drop_slowest: int, dropout: float, monkeypatch) ->
     ("scaffold", {"hidden": [8, 8], "batch_size": 8}),
     ("fedavg_lightsecagg", {"hidden": [8, 8], "batch_size": 8, "U": 3}),
     ("dresfl", {"hidden": [3, 3], "batch_size": 8, "weight_bits": 4}),
+    ("dresfl", {"hidden": [3, 3], "batch_size": 8, "weight_bits": 4, "setup_dropouts": "reshare"}),
 ])
 def test_fast_path_new_protocols_under_dropouts(name: str, params: dict, monkeypatch) -> None:
     """Protocols merged after the fast path (DReS-FL and its baselines), with per-client dropouts in the

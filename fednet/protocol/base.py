@@ -388,6 +388,22 @@ class Protocol(Primitives):
         """Devices absent in setup attempt ``attempt`` (one draw per device and attempt)."""
         return [dev.index for dev in self.devices if not self.sim.available(dev, 0, phase=attempt)]
 
+    def setup_waiting(self, pending: set[int]) -> list[int]:
+        """Devices a ``"reshare"`` setup still waits for: another attempt runs while this is non-empty.
+
+        Parameters
+        ----------
+        pending : set of int
+            Devices absent in every setup attempt so far.
+
+        Returns
+        -------
+        list of int
+            ``sorted(pending)`` here; a protocol whose setup also needs deliveries to devices that were present
+            once but absent later (DReS-FL's stored shares) adds those devices.
+        """
+        return sorted(pending)
+
     def _setup_phase(self) -> Generator:
         """Run :meth:`setup` under the protocol's reaction to setup dropouts (module docstring).
 
@@ -408,10 +424,10 @@ class Protocol(Primitives):
             self.round_dropped.update(self.setup_absent[0])     # recorded only (round 0's dropped)
             return
         pending = set(self.setup_absent[0])          # devices not yet present in any attempt
-        while pending:
+        while waiting := self.setup_waiting(pending):
             if self.setup_attempts >= self.max_setup_attempts:
                 raise SetupFailure(
-                    f"{self.label}: devices {sorted(pending)} were absent in each of {self.setup_attempts} setup "
+                    f"{self.label}: devices {waiting} were absent in each of {self.setup_attempts} setup "
                     f"attempts; max_setup_attempts = {self.max_setup_attempts}")
             self.setup_absent.append(self._setup_absent(self.setup_attempts))
             self.sim.phase = self.setup_attempts      # steps of this attempt read its availability draw
