@@ -125,3 +125,14 @@ def test_a_vertical_protocol_refuses_a_horizontal_task():
                         y_test=np.zeros(5, int), learning_rate=0.1, lr_milestones=(), lr_decay=1.0, weight_decay=0.0)
     with pytest.raises(ValueError, match="the task is not vertical"):
         vertical_from_task(task)
+
+
+@pytest.mark.parametrize("name", ["quickstart", "fedvs_fig2", "fig7_mnist"])
+def test_a_dumped_study_validates_again(name: str) -> None:
+    """``model_dump`` writes every key out (max_train = None, the horizontal keys' defaults); reloading it must not
+    read those as given (they were refused as "only apply to split = 'vertical'" / "no meaning" before)."""
+    from fednet.study.config import Study
+
+    study = load_study(Path(__file__).parents[1] / "studies" / f"{name}.toml")
+    again = Study.model_validate(study.model_dump(mode="json"))
+    assert again.model_dump(mode="json") == study.model_dump(mode="json")

@@ -156,7 +156,9 @@ class DataSpec(_Strict):
             if self.dataset not in _VERTICAL_DATASETS:
                 raise ValueError(f"split = 'vertical' needs dataset in {list(_VERTICAL_DATASETS)}, got "
                                  f"{self.dataset!r}")
-            unused = sorted(self.model_fields_set & _HORIZONTAL_ONLY)
+            # a key counts when it says something: a default written out (model_dump round trips) is harmless
+            unused = sorted(k for k in self.model_fields_set & _HORIZONTAL_ONLY
+                            if getattr(self, k) != type(self).model_fields[k].default)
             if unused:
                 raise ValueError(f"{', '.join(unused)} ha{'s' if len(unused) == 1 else 've'} no meaning for "
                                  f"split = 'vertical' (the clients hold raw feature blocks); remove "
@@ -164,7 +166,7 @@ class DataSpec(_Strict):
         else:
             if self.dataset == "handwritten":
                 raise ValueError("dataset = 'handwritten' is a multi-view (vertical) data set: set split = 'vertical'")
-            given = sorted({"max_train", "max_test"} & self.model_fields_set)
+            given = sorted(k for k in ("max_train", "max_test") if getattr(self, k) is not None)
             if given:
                 raise ValueError(f"{', '.join(given)} only apply to split = 'vertical'")
         return self
