@@ -19,3 +19,26 @@ def data_dir() -> Path:
     if not value or not (Path(value) / "mnist").is_dir():
         pytest.skip("FEDNET_DATA does not point at a directory with mnist/ (see README)")
     return Path(value)
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    """A two-worker Dask ``LocalCluster`` client for one test module (what ``--jobs 2`` starts).
+
+    Workers inherit the environment at start-up: ``FEDNET_DATA_URL`` points nowhere while they start, so no
+    worker ever tries a download.
+    """
+    pytest.importorskip("distributed")
+    from fednet.study.parallel import open_client
+
+    before = os.environ.get("FEDNET_DATA_URL")
+    os.environ["FEDNET_DATA_URL"] = (tmp_path_factory.mktemp("nowhere") / "none").as_uri()
+    try:
+        c = open_client(jobs=2)
+    finally:
+        if before is None:
+            del os.environ["FEDNET_DATA_URL"]
+        else:
+            os.environ["FEDNET_DATA_URL"] = before
+    yield c
+    c.close()

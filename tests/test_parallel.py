@@ -47,24 +47,6 @@ def _blas_threads(apis: tuple[str, ...] = ("blas", "openmp")) -> list[int]:
     return [d["num_threads"] for d in threadpool_info() if d["user_api"] in apis]
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    from fednet.study.parallel import open_client
-
-    # workers inherit the environment at start-up: no download attempts from them
-    before = os.environ.get("FEDNET_DATA_URL")
-    os.environ["FEDNET_DATA_URL"] = (tmp_path_factory.mktemp("nowhere") / "none").as_uri()
-    try:
-        c = open_client(jobs=2)
-    finally:
-        if before is None:
-            del os.environ["FEDNET_DATA_URL"]
-        else:
-            os.environ["FEDNET_DATA_URL"] = before
-    yield c
-    c.close()
-
-
 def test_jobs_2_outputs_are_byte_identical_to_serial(tmp_path: Path) -> None:
     study = tmp_path / "small.toml"
     study.write_text(SMALL.format(fs="per_seed"))

@@ -202,25 +202,6 @@ def _serial(study: Study) -> dict:
     return run_study(study, None, progress=False, plot=False).traces
 
 
-@pytest.fixture(scope="module")
-def client(tmp_path_factory):
-    """One two-worker LocalCluster for the whole file (what ``--jobs 2`` starts)."""
-    pytest.importorskip("distributed")
-    from fednet.study.parallel import open_client
-
-    before = os.environ.get("FEDNET_DATA_URL")
-    os.environ["FEDNET_DATA_URL"] = (tmp_path_factory.mktemp("nowhere") / "none").as_uri()   # no downloads
-    try:
-        c = open_client(jobs=2)
-    finally:
-        if before is None:
-            del os.environ["FEDNET_DATA_URL"]
-        else:
-            os.environ["FEDNET_DATA_URL"] = before
-    yield c
-    c.close()
-
-
 @pytest.fixture(scope="module", autouse=True)
 def secret_seed():
     """A fixed secret seed: FedVS's trajectory depends on its secret draws (OS entropy by default), so
