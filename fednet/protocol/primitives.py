@@ -329,6 +329,20 @@ def compute_key(timing_key: str) -> str:
     return f"compute-{timing_key}" if timing_key else "compute"
 
 
+
+def _event_at(env: simpy.Environment, t: float) -> simpy.Event:
+    """An event that fires at the absolute simulated time ``t`` (seconds, ``>= env.now``).
+
+    ``env.timeout(t - env.now)`` would compute ``now + (t - now)``, which can differ from ``t`` in the last bit;
+    the fast paths replay times computed arithmetically and must resume at exactly those floats, so the event is
+    queued at ``t`` itself (SimPy's own ``(time, priority, id, event)`` queue entry, as ``Environment.schedule``
+    writes it).
+    """
+    event = env.event()
+    event._ok, event._value = True, None
+    heapq.heappush(env._queue, (t, NORMAL, next(env._eid), event))
+    return event
+
 class Primitives:
     """SimPy sub-generators that move messages and charge time (module docstring)."""
 
@@ -958,10 +972,7 @@ class Primitives:
                                            download_bits, values, node_macs, macs, kind, size_of, upload_bits,
                                            timing_key)
             if done is not None:
-                resume = env.event()
-                resume._ok, resume._value = True, None
-                heapq.heappush(env._queue, (done, NORMAL, next(env._eid), resume))
-                yield resume
+                yield _event_at(env, done)
                 self._note_failures(result)
                 return result
             position = {id(node): p for p, node in enumerate(nodes)}
@@ -1092,10 +1103,7 @@ class Primitives:
         got = {p for _, p in arrivals}
         result.cancelled = [node for p, node in enumerate(nodes) if p not in got]
         tc = arrivals[need - 1][0][0]
-        resume = env.event()
-        resume._ok, resume._value = True, None
-        heapq.heappush(env._queue, (tc, NORMAL, next(env._eid), resume))
-        yield resume
+        yield _event_at(env, tc)
         self._note_failures(result)
         return result
 
