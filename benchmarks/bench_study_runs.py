@@ -28,6 +28,7 @@ from fednet.study.threads import limit_threads
 
 
 def main() -> None:
+    """Print each run's set-up and per-epoch CPU seconds for ``--epochs`` epochs at ``--seed`` (command line)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("study")
     ap.add_argument("--epochs", type=int, default=60)

@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from fednet.algebra.capacity import check_statistics_capacity, statistics_bounds
+from fednet.algebra.capacity import check_statistics_capacity, devices_statistics_bounds
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.codes import padded
 from fednet.codes.gradient_codes import CyclicGradientCode
@@ -186,20 +186,14 @@ class CodedPaddedFL(Protocol):
         """The fixed-point format ``Q<k,f>`` of the configuration."""
         return FixedPoint(self.config.k, self.config.f)
 
-    def _statistics_bounds(self, fp: FixedPoint) -> list[tuple[float, float, float]]:
-        """Every device's :func:`~fednet.algebra.capacity.statistics_bounds` at ``fp.f``, once per task (shared by runs)."""
-        def compute() -> list[tuple[float, float, float]]:
-            return [statistics_bounds(fp, X, Y) for X, Y in zip(self.task.X, self.task.Y)]
-        memo = getattr(self.task, "memo", None)
-        return compute() if memo is None else memo(("statistics_bounds", fp.f), compute)
-
     # -- phase 1 ---------------------------------------------------------------------------
     def setup(self) -> Generator:
         """Phase 1 (Sec. V-A/C): pads, sharing of (Phi_i, Psi_i) along Omega, local encoding (eqs. 6-9)."""
         cfg, q, mode, (d, c) = self.config, self.q, self.mode, (self.task.d, self.task.c)
         self.groups = groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. V-E)
         check_statistics_capacity(q, self.task.X, self.task.Y, groups,   # refuse a too-narrow Q<k,f> now
-                                  bounds=self._statistics_bounds(q))
+                                  bounds=devices_statistics_bounds(q, self.task.X, self.task.Y,
+                                                                   getattr(self.task, "memo", None)))
         self.codes = padded.group_codes(cfg.alpha, [len(m) for m in groups],
                                         [self.sim.rng(self.server, "gradient-code", g) for g in range(len(groups))],
                                         q, cfg.code_fraction_bits, cfg.code_draws, search=mode.exact)

@@ -47,7 +47,7 @@ from fednet.algebra.fields import field_dtype
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.codes import secagg
 from fednet.codes.gram import local_statistics
-from fednet.algebra.capacity import statistics_bounds  # noqa: I001 (own line: merges beside other branches)
+from fednet.algebra.capacity import devices_statistics_bounds  # noqa: I001 (own line: merges beside other branches)
 from fednet.codes.secagg import decode_aggregate, device_share, shamir_share_macs, share_secrets  # re-exported
 from fednet.codes.secagg_tree import aggregation_tree
 from fednet.codes.shamir import default_points
@@ -202,20 +202,14 @@ class CodedSecAgg(Protocol):
         """The field size q (:attr:`CodedSecAggConfig.q`, Remark 3)."""
         return self.config.q
 
-    def _statistics_bounds(self, fp: FixedPoint) -> list[tuple[float, float, float]]:
-        """Every device's :func:`~fednet.algebra.capacity.statistics_bounds` at ``fp.f``, once per task (shared by runs)."""
-        def compute() -> list[tuple[float, float, float]]:
-            return [statistics_bounds(fp, X, Y) for X, Y in zip(self.task.X, self.task.Y)]
-        memo = getattr(self.task, "memo", None)
-        return compute() if memo is None else memo(("statistics_bounds", fp.f), compute)
-
     # -- phase 1 ---------------------------------------------------------------------------
     def setup(self) -> Generator:
         """Phase 1 (Sec. VI-A): Shamir-share ``2^f G_i^(1)``, ``X_i^T X_i`` in each group; sum the shares held."""
         cfg, mode, q, (d, c) = self.config, self.mode, self.q, (self.task.d, self.task.c)
         self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. VI-D)
         check_statistics_capacity(self.fp, self.task.X, self.task.Y,           # refuse a too-narrow Q<k,f> now
-                                  bounds=self._statistics_bounds(self.fp))
+                                  bounds=devices_statistics_bounds(self.fp, self.task.X, self.task.Y,
+                                                                   getattr(self.task, "memo", None)))
         self.n_prime = len(self.groups[0])
         self.points = default_points(self.n_prime)
         self.tree = aggregation_tree(cfg.groups)

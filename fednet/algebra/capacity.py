@@ -19,7 +19,8 @@ Used by CodedPaddedFL (Schlegel et al., Sec. V: ``X_i^T X_i`` and ``G_i^(1) = -X
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,6 +32,7 @@ __all__ = [
     "smallest_k",
     "check_fixed_point_holds",
     "statistics_bounds",
+    "devices_statistics_bounds",
     "check_statistics_capacity",
     "check_round_capacity",
 ]
@@ -129,6 +131,32 @@ def statistics_bounds(q: FixedPoint, X: np.ndarray, Y: np.ndarray) -> tuple[floa
     gram = _inflate(float((xq * xq).sum(axis=0).max(initial=0.0)), n, q.f)
     cross = _inflate(float((xq.T @ yq).max(initial=0.0)), n, q.f)
     return data, gram, cross
+
+
+
+def devices_statistics_bounds(q: FixedPoint, X: Sequence[np.ndarray], Y: Sequence[np.ndarray],
+                              memo: Callable[[Hashable, Callable[[], Any]], Any] | None = None
+                              ) -> list[tuple[float, float, float]]:
+    """:func:`statistics_bounds` of every device, optionally cached per data set.
+
+    Parameters
+    ----------
+    q : FixedPoint
+    X, Y : sequences of ndarray, (n_i, d) and (n_i, c)
+        The devices' data.
+    memo : callable, optional
+        ``memo(key, compute)`` returning a cached ``compute()`` (e.g.
+        :meth:`fednet.learning.task.LearningTask.memo`: one computation per task, shared by its runs);
+        the key is ``("statistics_bounds", q.f)``.
+
+    Returns
+    -------
+    list of (float, float, float)
+        Per device, as :func:`statistics_bounds`.
+    """
+    def compute() -> list[tuple[float, float, float]]:
+        return [statistics_bounds(q, x, y) for x, y in zip(X, Y)]
+    return compute() if memo is None else memo(("statistics_bounds", q.f), compute)
 
 
 def check_statistics_capacity(q: FixedPoint, Xs: Sequence[np.ndarray], Ys: Sequence[np.ndarray],

@@ -85,6 +85,7 @@ def seed_states(entropy: np.ndarray) -> np.ndarray:
     s16 = np.uint64(16)
 
     def hashmix(value: np.ndarray) -> np.ndarray:
+        """NumPy's ``SeedSequence`` ``hashmix`` on a column of uint32 words (advances the shared ``hc``)."""
         nonlocal hc
         value = value ^ np.uint64(hc)
         hc = (hc * _MULT_A) & 0xFFFFFFFF
@@ -92,6 +93,7 @@ def seed_states(entropy: np.ndarray) -> np.ndarray:
         return value ^ (value >> s16)
 
     def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        """NumPy's ``SeedSequence`` ``mix`` of two columns of uint32 words."""
         r = (x * np.uint64(_MIX_MULT_L) - y * np.uint64(_MIX_MULT_R)) & _M32
         return r ^ (r >> s16)
 
