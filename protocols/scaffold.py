@@ -11,13 +11,18 @@ control variate by option II, ``c_i^+ = c_i - c + (x - y_i) / (K eta_l)`` (``= g
 ``S`` of present clients, applies ``x <- x + eta_g / |S| sum Delta y_i`` and
 ``c <- c + 1/N sum Delta c_i`` (``eta_g = global_lr``, 1 by default). Control variates start at
 zero. A round without a present client is skipped. The server sees each update in the clear.
+
+``control_average = "present"`` divides the control update by ``|S|`` instead of ``N`` (a variant found in
+public SCAFFOLD code, not Karimireddy et al.'s Alg. 1): it breaks the invariant ``c = mean_i c_i`` whenever
+clients are absent. fednet offers it to test whether it explains the collapse DReS-FL reports for SCAFFOLD
+(Shao et al., Sec. 6.2, Fig. 4: "the estimation of the update direction is highly inaccurate").
 """
 
 from __future__ import annotations
 
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -37,9 +42,13 @@ class ScaffoldConfig(NeuralConfig):
     ----------
     global_lr : float
         Server step ``eta_g`` (1).
+    control_average : {"all", "present"}
+        Divisor of the server's control-variate update: ``N`` (Alg. 1, line 17; default) or ``|S|``, the
+        clients present this round (a variant; module docstring).
     """
 
     global_lr: float = Field(1.0, gt=0)
+    control_average: Literal["all", "present"] = "all"
 
 
 @dataclass
@@ -80,4 +89,4 @@ class Scaffold(NeuralProtocol):
             return
         self.params, self.c = yield from self.server_compute(
             scaffold_server, self.params, self.c, [v[0] for v in replies.values], [v[1] for v in replies.values],
-            self.sim.n_devices, self.config.global_lr)
+            self.sim.n_devices if self.config.control_average == "all" else len(self.used), self.config.global_lr)

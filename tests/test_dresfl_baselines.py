@@ -149,3 +149,18 @@ def test_lightsecagg_equals_fedavg_up_to_quantisation():
     err = max(float(np.max(np.abs(a.params[k] - b.params[k]))) for k in a.params)
     assert 0 < err < 3 * 2.0**-16
     assert b.trace[-1]["bits_up"] > a.trace[-1]["bits_up"]            # the masks cost traffic
+
+
+@pytest.mark.parametrize("average", ["all", "present"])
+def test_scaffold_control_average(average):
+    """Alg. 1 line 17 keeps ``c = mean_i c_i`` through dropouts; the ``|S|`` variant does not."""
+    task = make_task(D=6, n=40, d=12, c=3)
+    proto = registry.get("scaffold")(_sim(seed=5), task, dict(SMALL, control_average=average))
+    trace = proto.run(12)
+    assert any(r["dropped"] for r in trace[1:]) and all(r["used"] for r in trace[1:])
+    gap = max(float(np.abs(proto.c[k] - np.mean([d.state.c_i[k] for d in proto.devices], axis=0)).max())
+              for k in proto.c)
+    if average == "all":
+        assert gap < 1e-5
+    else:
+        assert gap > 1e-3
