@@ -16,6 +16,9 @@ zero. A round without a present client is skipped. The server sees each update i
 public SCAFFOLD code, not Karimireddy et al.'s Alg. 1): it breaks the invariant ``c = mean_i c_i`` whenever
 clients are absent. fednet offers it to test whether it explains the collapse DReS-FL reports for SCAFFOLD
 (Shao et al., Sec. 6.2, Fig. 4: "the estimation of the update direction is highly inaccurate").
+``control_lr = "initial"`` likewise tests a second variant: option II divided by the initial learning rate
+while the step uses the decayed one (App. B decays it x0.65 every 1500 rounds), as code that reads a fixed
+``lr`` argument does; then ``c_i^+ = (1 - r)(c_i - c) + r g_i(x)`` with ``r = eta_t / eta_0``.
 """
 
 from __future__ import annotations
@@ -45,10 +48,13 @@ class ScaffoldConfig(NeuralConfig):
     control_average : {"all", "present"}
         Divisor of the server's control-variate update: ``N`` (Alg. 1, line 17; default) or ``|S|``, the
         clients present this round (a variant; module docstring).
+    control_lr : {"current", "initial"}
+        The learning rate option II divides by: this round's (Alg. 1; default) or the initial one (a variant).
     """
 
     global_lr: float = Field(1.0, gt=0)
     control_average: Literal["all", "present"] = "all"
+    control_lr: Literal["current", "initial"] = "current"
 
 
 @dataclass
@@ -77,7 +83,8 @@ class Scaffold(NeuralProtocol):
         """Client ``dev``: corrected step and option II; keeps ``c_i^+``, uploads ``(Delta y_i, Delta c_i)``."""
         x, y = self.batch(dev)
         params, c = dev.state.received
-        dy, dc, dev.state.c_i = scaffold_local(self.model, params, x, y, self.lr, c, dev.state.c_i)
+        fixed = self.config.learning_rate if self.config.control_lr == "initial" else None
+        dy, dc, dev.state.c_i = scaffold_local(self.model, params, x, y, self.lr, c, dev.state.c_i, fixed)
         return dy, dc
 
     def round(self, epoch: int) -> Generator:

@@ -43,6 +43,9 @@ def test_scaffold_two_clients_by_hand():
     x, c_new = scaffold_server(theta, c, [dy1, dy2], [dc1, dc2], n_clients=4)
     np.testing.assert_allclose(x["theta"].ravel(), [0.675, 0.475])
     np.testing.assert_allclose(c_new["theta"].ravel(), [0.425, -0.375])
+    # the fixed-rate variant: option II over eta_0 = 1 while the step uses 0.5, c_i+ = (1 - r)(c_i - c) + r g_i, r = 1/2
+    _, _, c1v = scaffold_local(model, theta, np.array([[1.0, 0.0]]), np.array([[0.0]]), 0.5, c, c1, control_lr=1.0)
+    np.testing.assert_allclose(c1v["theta"].ravel(), [0.5 * -0.1 + 0.5 * 1.0, 0.5 * -0.2 + 0.0])
 
 
 # -- weights ----------------------------------------------------------------------------------------

@@ -127,11 +127,13 @@ def fedavg_weights(m: Sequence[int], used: Sequence[int], participation: Sequenc
 
 
 def scaffold_local(model: Model, params: Params, x: np.ndarray, y: np.ndarray, lr: float,
-                   c: Mapping[str, np.ndarray], c_i: Mapping[str, np.ndarray]) -> tuple[Params, Params, Params]:
+                   c: Mapping[str, np.ndarray], c_i: Mapping[str, np.ndarray],
+                   control_lr: float | None = None) -> tuple[Params, Params, Params]:
     """SCAFFOLD client (Karimireddy et al. 2020, Alg. 1, lines 8-13) with ``K = 1`` local step, option II.
 
     ``y_i = x - eta_l (g_i(x) - c_i + c)``; option II: ``c_i^+ = c_i - c + (x - y_i) / (K eta_l)``,
-    which for ``K = 1`` is ``g_i(x)``.
+    which for ``K = 1`` is ``g_i(x)``. ``control_lr`` replaces ``eta_l`` in option II only (default: ``lr``);
+    a constant there while ``lr`` decays is a variant, not Alg. 1 (:mod:`protocols.scaffold`).
 
     Returns
     -------
@@ -145,7 +147,7 @@ def scaffold_local(model: Model, params: Params, x: np.ndarray, y: np.ndarray, l
     correction = add_scaled(c, -1.0, c_i)                      # c - c_i
     delta_y, _ = local_sgd_delta(model, params, x, y, lr, correction)
     # option II: c_i+ = c_i - c + (x - y_i) / (K lr) with K = 1
-    c_new = add_scaled(add_scaled(c_i, -1.0, c), -1.0 / lr, delta_y)
+    c_new = add_scaled(add_scaled(c_i, -1.0, c), -1.0 / (lr if control_lr is None else control_lr), delta_y)
     delta_c = add_scaled(c_new, -1.0, c_i)
     return delta_y, delta_c, c_new
 
