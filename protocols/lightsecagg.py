@@ -70,7 +70,7 @@ from fednet.codes.lightsecagg import (
 from fednet.learning.models import ridge_gradient
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, StragglerShortfall
 from fednet.protocol.modes import Shape
-from fednet.protocol.primitives import Mailbox
+from fednet.protocol.primitives import AllToAll, Mailbox
 from fednet.sim.simulation import Node
 
 __all__ = ["LightSecAggConfig", "LightSecAgg", "LightSecAggState", "mask_upload", "unmask_aggregate",
@@ -224,8 +224,8 @@ class LightSecAgg(Protocol):
             dev.state.encoded = yield from self.compute(dev, self._encode, dev, timing_key="mask")
             masks.put(dev.index, dev.index, dev.state.encoded[dev.index])
 
-        offline = self.exchange([[(src, dst) for src in available for dst in self.devices if dst is not src]],
-                                lambda src, dst: src.state.encoded[dst.index], prepare=encode, mailbox=masks,
+        offline = self.exchange(AllToAll(available, self.devices), None, rows=lambda src: src.state.encoded,
+                                prepare=encode, mailbox=masks,
                                 kind="encoded_mask" if cfg.mask_relay == "per_message" else "encoded_mask_relay",
                                 schedule="relay_asap" if cfg.mask_relay == "per_message" else "bundled",
                                 n_elements=L, timing_key="mask")
@@ -269,7 +269,7 @@ class LightSecAgg(Protocol):
 
     def _aggregate_masks(self, dev: Node, U1: list[int], masks: Mailbox, L: int):
         """Survivor ``dev``: the sum of the encoded masks of U1 addressed to it (``(|U1| - 1) L`` MACs)."""
-        return self.mode.run(lsa_aggregate_encoded, [masks.get(i, dev.index) for i in U1], self.config.p,
+        return self.mode.run(lsa_aggregate_encoded, masks.get_many(U1, dev.index), self.config.p,
                              macs=(len(U1) - 1) * L, like=Shape((L,), np.int64))
 
     def _unmask(self, masked: list, s_parts: list, alphas: list[int], n_survivors: int, L: int):
