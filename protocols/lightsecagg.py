@@ -139,8 +139,8 @@ class LightSecAggState(NodeState):
         Its minibatch size ``b_i``.
     mask : ndarray, (d c,) over GF(p)
         This round's mask ``z_i``.
-    rng_mask : numpy.random.Generator
-        This round's mask stream (the encoder's noise pieces).
+    rng_mask : numpy.random.Generator or None
+        This round's mask stream (the encoder's noise pieces); None in timing mode (nothing is drawn).
     encoded : ndarray, (N, L) over GF(p)
         This round's encoded mask shares ``z~_ij``, row ``j`` for user ``j``.
     """
@@ -219,7 +219,7 @@ class LightSecAgg(Protocol):
 
         def encode(dev: Node) -> Generator:            # offline phase of user i: z_i and its N encoded shares
             """Offline phase of user i: its mask z_i and its N encoded shares."""
-            dev.state.rng_mask = self.sim.secret_rng(dev, "masks", epoch)      # a secret: never the public seed
+            dev.state.rng_mask = self.mode.offline(self.sim.secret_rng, dev, "masks", epoch)  # a secret (not in timing)
             dev.state.mask = self.mode.offline(uniform, dev.state.rng_mask, cfg.p, d * c, like=Shape((d * c,), np.int64))
             dev.state.encoded = yield from self.compute(dev, self._encode, dev, timing_key="mask")
             masks.put(dev.index, dev.index, dev.state.encoded[dev.index])
@@ -284,13 +284,19 @@ class LightSecAgg(Protocol):
 
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
-        not depend on which earlier rounds the device took part in (full and timing modes agree)."""
+        not depend on which earlier rounds the device took part in (full and timing modes agree).
+
+        The first request of a round draws every device's rows at once
+        (:meth:`~fednet.protocol.base.Protocol.minibatch_rows_many`: the same rows, keyed draws have no
+        state); timing mode asks twice a round.
+        """
         key = (dev.index, epoch)
         rows = self._rows_cache.get(key)
-        if rows is None:                                  # timing mode asks twice a round: draw once
-            if self._rows_cache and next(iter(self._rows_cache))[1] != epoch:
-                self._rows_cache.clear()
-            rows = self._rows_cache[key] = self.minibatch_rows(dev, dev.state.batch, epoch)
+        if rows is None:
+            self._rows_cache.clear()
+            drawn = self.minibatch_rows_many(self.devices, [d.state.batch for d in self.devices], epoch)
+            self._rows_cache.update(((d.index, epoch), r) for d, r in zip(self.devices, drawn))
+            rows = self._rows_cache[key]
         return rows
 
     def _host_gradients(self) -> dict[int, np.ndarray]:

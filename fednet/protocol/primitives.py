@@ -222,13 +222,20 @@ class _Block:
     the pairs been put one by one in the order of ``srcs``.
     """
 
-    __slots__ = ("srcs", "sorted", "order", "srcset", "key", "rows")
+    __slots__ = ("srcs", "sorted", "order", "srcset", "key", "rows", "ascending")
 
     def __init__(self, srcs: np.ndarray, key: tuple, rows: Any) -> None:
         self.srcs, self.key, self.rows = srcs, key, rows
-        self.order = np.argsort(srcs, kind="stable")
-        self.sorted = srcs[self.order]
+        self.ascending = bool((srcs[1:] > srcs[:-1]).all())
+        self.order = np.arange(len(srcs)) if self.ascending else np.argsort(srcs, kind="stable")
+        self.sorted = srcs if self.ascending else srcs[self.order]
         self.srcset = set(srcs.tolist())
+
+    def last(self, srcs: set[int]) -> int:
+        """The largest row of the senders ``srcs`` (all in this block)."""
+        if self.ascending:
+            return int(np.searchsorted(self.sorted, max(srcs)))
+        return int(self.positions(np.fromiter(srcs, np.int64, len(srcs)))[1].max())
 
     def positions(self, srcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(found, position)``: which of ``srcs`` this block holds, and their rows (where found)."""
@@ -321,8 +328,7 @@ class Mailbox:
         for block in self._blocks.get(dst, ()) if rest else ():
             inside = rest & block.srcset
             if inside:
-                found, at = block.positions(np.fromiter(inside, np.int64, len(inside)))
-                k = int(at.max())
+                k = block.last(inside)
                 if best is None or block.stamp(k) > best[1]:
                     best = (int(block.srcs[k]), block.stamp(k))
         return best
