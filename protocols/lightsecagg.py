@@ -237,10 +237,11 @@ class LightSecAgg(Protocol):
         online = yield from self.gather(available, self._masked_gradient, kind="masked_model", first=U,
                                         download=self.theta.astype(np.float32), upload_elements=d * c, cancel=False)
         U1 = sorted(dev.index for dev in online.nodes)    # the others are dropped this round; their work goes on
+        senders = frozenset(U1)
         survivors = yield from self.gather(
             [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1, masks, L), kind="aggregated_mask",
             download=np.asarray(U1), download_kind="survivors", upload_elements=L,
-            wait=lambda dev: masks.wait(dev.index, U1), free=len(U1) == 1,              # |U1| = 1: nothing to add
+            wait=lambda dev: masks.wait(dev.index, senders), free=len(U1) == 1,              # |U1| = 1: nothing to add
             timing_key="mask")
         self.cancel(online, offline)                      # whatever is still running is not needed
         uploads = dict((dev.index, up) for dev, up in online)

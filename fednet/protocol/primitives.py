@@ -298,12 +298,9 @@ class Mailbox:
             heapq.heappush(self.env._queue, (*key, ev))
         ev.callbacks.append(then)
 
-    def _delivered(self, dst: int, srcs: set[int]) -> None:
-        """Strike ``srcs`` (just delivered to ``dst``) from its waiters; complete those that now hold every pair.
-
-        ``last(hit)`` of each completed waiter is called with the srcs it was still missing: it returns the
-        last of them delivered (the pair whose event completes the wait) and that pair's key.
-        """
+    def _delivered(self, dst: int, srcs: set[int], block: _Block | None = None) -> None:
+        """Strike ``srcs`` (just delivered to ``dst``: one pair put alone, or ``block``) from its waiters;
+        complete those that now hold every pair, at the key of the last of their pairs delivered."""
         waiters = self._waiting.get(dst)
         if not waiters:
             return
@@ -312,7 +309,12 @@ class Mailbox:
             if hit:
                 waiter[0] -= hit
                 if not waiter[0]:                  # the last pair it needed: its event completes the wait
-                    src, key = self._last(dst, hit)
+                    if block is None:
+                        (src,) = hit
+                        key = self._stamp[(src, dst)]
+                    else:
+                        k = block.last(hit)
+                        src, key = int(block.srcs[k]), block.stamp(k)
                     self._materialise((src, dst), key, lambda _ev, done=waiter[1]: done.succeed())
         self._waiting[dst] = [w for w in waiters if w[0]]
 
@@ -385,7 +387,7 @@ class Mailbox:
             raise ValueError(f"a payload from {src} to {dst} was already delivered")
         env._eid = itertools.count(eid0 + len(srcs))       # one id per pair, as len(srcs) puts would draw
         self._blocks.setdefault(dst, []).append(block)
-        self._delivered(dst, block.srcset)
+        self._delivered(dst, block.srcset, block)
 
     def get(self, src: int, dst: int) -> Any:
         """The payload ``src`` delivered to ``dst`` (KeyError if none)."""
@@ -436,7 +438,8 @@ class Mailbox:
         return out
 
     def wait(self, dst: int, srcs: Iterable[int]) -> simpy.Event:
-        """An event that fires once ``dst`` holds a payload from every node of ``srcs``.
+        """An event that fires once ``dst`` holds a payload from every node of ``srcs`` (a frozenset of
+        ints is taken as it is: pass one when many nodes wait for the same senders).
 
         It fires when the event of the last of these pairs to be delivered is processed, as
         ``env.all_of`` over the pairs' events would (its value is None, not a condition value).
@@ -445,7 +448,7 @@ class Mailbox:
             return self.env.all_of([self._event(int(i), dst) for i in srcs])
         env = self.env
         done = env.event()
-        want = set(map(int, srcs))
+        want = set(srcs) if isinstance(srcs, frozenset) else set(map(int, srcs))
         missing = want - self._singles.get(dst, set())
         for block in self._blocks.get(dst, ()):
             missing -= block.srcset
