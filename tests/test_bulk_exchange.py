@@ -166,3 +166,22 @@ def test_exchange_returns_the_same_deliveries(dropout: float, monkeypatch) -> No
     monkeypatch.setattr(primitives, "BULK_EXCHANGE", False)
     assert bulk == deliveries()
     assert len(bulk[0]) > 0 and bulk[2] == bulk[3]
+
+
+def test_fedavg_lightsecagg_bulk_equals_pairs(monkeypatch) -> None:
+    """FedAvg with LightSecAgg (DReS-FL's baseline) shares its masks the same way, with absent clients."""
+    from factories import make_task
+    from fednet.protocol import registry
+    from fednet.sim.compute import BernoulliDropout
+    D = 10
+
+    def make():
+        sim = Simulation(lte_star(D, device_mac_rates=[1e6 * (1 + i % 3) for i in range(D)], loss=0.1), 3,
+                         availability=BernoulliDropout(0.2), secret_seed=7)
+        proto = registry.get("fedavg_lightsecagg")(sim, make_task(D=D, n=40, d=12, c=3),
+                                                   {"hidden": [8, 8], "batch_size": 8, "U": 5})
+        proto.run(4)
+        return proto
+    bulk, pairs, taken = _both(make, monkeypatch)
+    assert taken > 0
+    assert bulk == pairs
