@@ -396,7 +396,7 @@ class Mailbox:
         except KeyError:
             for block in self._blocks.get(dst, ()):
                 if src in block.srcset:
-                    found, at = block.positions(np.array([src], dtype=np.int64))
+                    _, at = block.positions(np.array([src], dtype=np.int64))
                     return block.rows[int(at[0])]
             raise
 
