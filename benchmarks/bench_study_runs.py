@@ -3,11 +3,12 @@
 Usage::
 
     FEDNET_DATA=../shared/data OMP_NUM_THREADS=1 python benchmarks/bench_study_runs.py STUDY.toml \
-        [--epochs 60] [--seed 0] [--stride 1] [--skip PREFIX ...] [--json OUT.json]
+        [--epochs 60] [--seed 0] [--stride 1] [--skip PREFIX ...] [--runs LABEL ...] [--json OUT.json]
 
 Prepares the study's task for ``--seed`` once, builds the full-batch trajectory (the exactly decoding
 protocols' timing modes replay it; its cost is printed apart, as a study pays it once per seed and
-worker process), then runs every ``--stride``-th run (labels starting with a ``--skip`` prefix left out)
+worker process), then runs every ``--stride``-th run (labels starting with a ``--skip`` prefix left out;
+with ``--runs``, only the runs of these exact labels)
 for at most ``--epochs`` rounds with one BLAS thread, and prints for each the CPU seconds of its
 set-up (up to its round-0 row) and its mean CPU seconds per epoch. A run's cost to a target is then
 ``setup + epochs_to_target * per_epoch``; CPU seconds (``time.process_time``) rather than wall clock,
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--stride", type=int, default=1)
     ap.add_argument("--skip", nargs="*", default=[])
+    ap.add_argument("--runs", nargs="*", help="exact labels of the runs to time (default: all)")
     ap.add_argument("--json")
     args = ap.parse_args()
     study = load_study(args.study, max_epochs=args.epochs)
@@ -49,7 +51,8 @@ def main() -> None:
         print(f"task {c1 - c0:.1f} CPU s; trajectory of {args.epochs} epochs {time.process_time() - c1:.1f} CPU s",
               flush=True)
         for k, run in enumerate(study.runs):
-            if k % args.stride or any(run.name.startswith(s) for s in args.skip):
+            if (k % args.stride or any(run.name.startswith(s) for s in args.skip)
+                    or (args.runs is not None and run.name not in args.runs)):
                 continue
             marks: list[float] = []
             proto = _build_protocol(study, run, args.seed, task)

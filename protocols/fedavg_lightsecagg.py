@@ -41,7 +41,7 @@ from fednet.learning.federated import add_scaled, local_sgd_delta
 from fednet.learning.model import flatten, unflatten
 from fednet.protocol.base import NodeState
 from fednet.protocol.neural import NeuralConfig, NeuralProtocol
-from fednet.protocol.primitives import Mailbox
+from fednet.protocol.primitives import AllToAll, Mailbox
 from fednet.sim.simulation import Node
 
 __all__ = ["FedAvgLightSecAggConfig", "FedAvgLightSecAgg"]
@@ -130,23 +130,24 @@ class FedAvgLightSecAgg(NeuralProtocol):
             dev.state.encoded = yield from self.compute(dev, self.encode, dev)
             shares.put(dev.index, dev.index, dev.state.encoded[dev.index])
 
-        yield from self.exchange([[(s, d) for s in present for d in present if d is not s]],
-                                 lambda s, d: s.state.encoded[d.index], kind="encoded_mask", schedule="bundled",
-                                 n_elements=L, prepare=_prepare, mailbox=shares)
+        yield from self.exchange(AllToAll(present, present), None, rows=lambda s: s.state.encoded,
+                                 kind="encoded_mask", schedule="bundled", n_elements=L, prepare=_prepare,
+                                 mailbox=shares)
         for dev in present if len(present) == 1 else ():                  # a lone client has nobody to share with
             yield from _prepare(dev)
         online = yield from self.gather(present, self.masked_update, kind="masked_update", download=self.params,
                                         upload_elements=self.n_params)
         U1 = sorted(dev.index for dev in online.nodes)
+        senders = frozenset(U1)
         if len(U1) < cfg.U:
             self.skipped = self.decode_failed = True
             self.used = []
             return
         agg = yield from self.gather([self.devices[i] for i in U1],
-                                     lambda dev: lsa_aggregate_encoded([shares.get(i, dev.index) for i in U1], cfg.p),
+                                     lambda dev: lsa_aggregate_encoded(shares.get_many(U1, dev.index), cfg.p),
                                      kind="aggregated_mask", first=cfg.U, download=np.asarray(U1),
                                      download_kind="survivors", upload_elements=L,
-                                     wait=lambda dev: shares.wait(dev.index, U1))
+                                     wait=lambda dev: shares.wait(dev.index, senders))
         uploads = dict((dev.index, v) for dev, v in online)
         self.params = yield from self.server_compute(self.unmask, [uploads[i] for i in U1], agg.values,
                                                      [self.alphas[dev.index] for dev in agg.nodes], U1)

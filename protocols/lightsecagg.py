@@ -70,7 +70,7 @@ from fednet.codes.lightsecagg import (
 from fednet.learning.models import ridge_gradient
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, StragglerShortfall
 from fednet.protocol.modes import Shape
-from fednet.protocol.primitives import Mailbox
+from fednet.protocol.primitives import AllToAll, Mailbox
 from fednet.sim.simulation import Node
 
 __all__ = ["LightSecAggConfig", "LightSecAgg", "LightSecAggState", "mask_upload", "unmask_aggregate",
@@ -139,8 +139,8 @@ class LightSecAggState(NodeState):
         Its minibatch size ``b_i``.
     mask : ndarray, (d c,) over GF(p)
         This round's mask ``z_i``.
-    rng_mask : numpy.random.Generator
-        This round's mask stream (the encoder's noise pieces).
+    rng_mask : numpy.random.Generator or None
+        This round's mask stream (the encoder's noise pieces); None in timing mode (nothing is drawn).
     encoded : ndarray, (N, L) over GF(p)
         This round's encoded mask shares ``z~_ij``, row ``j`` for user ``j``.
     """
@@ -219,13 +219,13 @@ class LightSecAgg(Protocol):
 
         def encode(dev: Node) -> Generator:            # offline phase of user i: z_i and its N encoded shares
             """Offline phase of user i: its mask z_i and its N encoded shares."""
-            dev.state.rng_mask = self.sim.secret_rng(dev, "masks", epoch)      # a secret: never the public seed
+            dev.state.rng_mask = self.mode.offline(self.sim.secret_rng, dev, "masks", epoch)  # a secret (not in timing)
             dev.state.mask = self.mode.offline(uniform, dev.state.rng_mask, cfg.p, d * c, like=Shape((d * c,), np.int64))
             dev.state.encoded = yield from self.compute(dev, self._encode, dev, timing_key="mask")
             masks.put(dev.index, dev.index, dev.state.encoded[dev.index])
 
-        offline = self.exchange([[(src, dst) for src in available for dst in self.devices if dst is not src]],
-                                lambda src, dst: src.state.encoded[dst.index], prepare=encode, mailbox=masks,
+        offline = self.exchange(AllToAll(available, self.devices), None, rows=lambda src: src.state.encoded,
+                                prepare=encode, mailbox=masks,
                                 kind="encoded_mask" if cfg.mask_relay == "per_message" else "encoded_mask_relay",
                                 schedule="relay_asap" if cfg.mask_relay == "per_message" else "bundled",
                                 n_elements=L, timing_key="mask")
@@ -237,10 +237,11 @@ class LightSecAgg(Protocol):
         online = yield from self.gather(available, self._masked_gradient, kind="masked_model", first=U,
                                         download=self.theta.astype(np.float32), upload_elements=d * c, cancel=False)
         U1 = sorted(dev.index for dev in online.nodes)    # the others are dropped this round; their work goes on
+        senders = frozenset(U1)
         survivors = yield from self.gather(
             [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1, masks, L), kind="aggregated_mask",
             download=np.asarray(U1), download_kind="survivors", upload_elements=L,
-            wait=lambda dev: masks.wait(dev.index, U1), free=len(U1) == 1,              # |U1| = 1: nothing to add
+            wait=lambda dev: masks.wait(dev.index, senders), free=len(U1) == 1,              # |U1| = 1: nothing to add
             timing_key="mask")
         self.cancel(online, offline)                      # whatever is still running is not needed
         uploads = dict((dev.index, up) for dev, up in online)
@@ -269,7 +270,7 @@ class LightSecAgg(Protocol):
 
     def _aggregate_masks(self, dev: Node, U1: list[int], masks: Mailbox, L: int):
         """Survivor ``dev``: the sum of the encoded masks of U1 addressed to it (``(|U1| - 1) L`` MACs)."""
-        return self.mode.run(lsa_aggregate_encoded, [masks.get(i, dev.index) for i in U1], self.config.p,
+        return self.mode.run(lsa_aggregate_encoded, masks.get_many(U1, dev.index), self.config.p,
                              macs=(len(U1) - 1) * L, like=Shape((L,), np.int64))
 
     def _unmask(self, masked: list, s_parts: list, alphas: list[int], n_survivors: int, L: int):
@@ -284,13 +285,19 @@ class LightSecAgg(Protocol):
 
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
-        not depend on which earlier rounds the device took part in (full and timing modes agree)."""
+        not depend on which earlier rounds the device took part in (full and timing modes agree).
+
+        The first request of a round draws every device's rows at once
+        (:meth:`~fednet.protocol.base.Protocol.minibatch_rows_many`: the same rows, keyed draws have no
+        state); timing mode asks twice a round.
+        """
         key = (dev.index, epoch)
         rows = self._rows_cache.get(key)
-        if rows is None:                                  # timing mode asks twice a round: draw once
-            if self._rows_cache and next(iter(self._rows_cache))[1] != epoch:
-                self._rows_cache.clear()
-            rows = self._rows_cache[key] = self.minibatch_rows(dev, dev.state.batch, epoch)
+        if rows is None:
+            self._rows_cache.clear()
+            drawn = self.minibatch_rows_many(self.devices, [d.state.batch for d in self.devices], epoch)
+            self._rows_cache.update(((d.index, epoch), r) for d, r in zip(self.devices, drawn))
+            rows = self._rows_cache[key]
         return rows
 
     def _host_gradients(self) -> dict[int, np.ndarray]:
