@@ -123,6 +123,7 @@ class FedAvgLightSecAgg(NeuralProtocol):
         cfg, N = self.config, self.sim.n_devices
         L = lsa_piece_length(self.n_params, cfg.U, cfg.z)
         present = [dev for dev in self.devices if self.available(dev)]
+        self.round_dropped.update(dev.index for dev in self.devices if dev not in present)   # the trace's dropped
         shares = Mailbox(self.env)
 
         def _prepare(dev: Node) -> Generator:

@@ -136,6 +136,8 @@ def test_dropouts_paired_across_baselines():
         used[name] = [(r["used"], r["dropped"]) for r in trace[1:]]
     assert used["fedavg"] == used["fedavg_is"] == used["scaffold"]
     assert any(d for _, d in used["fedavg"])                        # some client dropped somewhere
+    lsa = registry.get("fedavg_lightsecagg")(_sim(seed=5), task, dict(SMALL, U=2)).run(12)
+    assert [r["dropped"] for r in lsa[1:]] == [d for _, d in used["fedavg"]]    # FedAvg+LightSecAgg records them too
 
 
 def test_fedavg_is_refuses_without_rates():

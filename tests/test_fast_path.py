@@ -262,6 +262,6 @@ def test_fast_path_new_protocols_under_dropouts(name: str, params: dict, monkeyp
     assert fast[0] == slow[0]
     assert fast[1] == slow[1]
     assert fast[2] == slow[2]
-    assert any(r["dropped"] for r in fast[0][1:]), "no dropout happened: the scenario tests nothing"
+    assert any(r["dropped"] != repr("") for r in fast[0][1:]), "no dropout happened: the scenario tests nothing"
     if name != "fedavg_lightsecagg":
         assert calls > 0
