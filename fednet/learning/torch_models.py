@@ -25,7 +25,11 @@ flat inputs, cross-entropy) :meth:`TorchModel.gradient` and :meth:`TorchModel.gr
 skip autograd once the call's MACs are cached: :func:`_mlp_gradient` calls the very ATen kernels
 that autograd dispatches for that graph, with the same operand layouts, so the gradients are
 bit-identical (``tests/test_learning_torch_models.py`` checks it over random shapes and batches);
-every other module, loss or uncached call runs autograd.
+every other module, loss or uncached call runs autograd. The constructor imports ``torch._dynamo``
+(with sympy, ~120,000 objects), which :class:`FlopCounterMode` would otherwise import at the first
+metered call: a protocol's run freezes the objects alive after its set-up and collects the oldest
+generation every few rounds (:data:`fednet.protocol.base.GC_ROUNDS`), and objects imported
+mid-run made each such collection take ~0.1 s of host time.
 
 Determinism: :meth:`TorchModel.init_params` resets the module's layers under
 ``torch.manual_seed(seed)`` inside :func:`torch.random.fork_rng`, so the initial parameters are a
@@ -36,6 +40,7 @@ thread (``torch.set_num_threads(1)``) where floats must repeat across machines.
 from __future__ import annotations
 
 import copy
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -364,6 +369,7 @@ class TorchModel(Model):
         if not self._shapes:
             raise ValueError("module has no parameters")
         self._macs: dict[tuple, tuple[int, dict[str, int]]] = {}
+        importlib.import_module("torch._dynamo")  # FlopCounterMode's lazy import, before any run (module docstring)
         #: the linear layers of a plain ReLU MLP with cross-entropy on flat inputs (:func:`mlp_plan`), else None
         self._plan = mlp_plan(self.module) if fast_mlp and loss == "cross_entropy" \
             and self.input_shape == (self.n_inputs,) else None
