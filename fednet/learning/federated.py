@@ -62,9 +62,9 @@ def local_sgd_delta(model: Model, params: Params, x: np.ndarray, y: np.ndarray, 
     """
     b = x.shape[0]
     grad = model.gradient(params, x, y)
-    g = {k: np.asarray(v, dtype=np.float64) / b for k, v in grad.items()}
+    g = {k: np.divide(v, b, dtype=np.float64) for k, v in grad.items()}   # = float64(v) / b, one pass
     step = g if correction is None else add_scaled(g, 1.0, correction)
-    return {k: axpy(-lr, v, np.zeros_like(v)) for k, v in step.items()}, g
+    return {k: axpy(-lr, v, 0.0) for k, v in step.items()}, g               # -lr v + 0, as onto a zero array
 
 
 def weighted_sum(vectors: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]) -> Params:
