@@ -25,8 +25,8 @@ seed 0, 300 rounds, two alternating repetitions each, CPU ms per round (rounds 2
 Before, round 1 of the first run took ~1 s (FlopCounterMode importing torch._dynamo mid-run) and every 16th
 round's full garbage collection then walked those ~120,000 objects (~0.1 s each, ~6 ms per round on average).
 Where a round's time goes now (FedAvg, ~9.4 present clients): the hand-written gradients ~45 % (their BLAS
-kernels, 64 x 784 x 64 twice, about two thirds of that), the float64 update arithmetic ~20 %, gathering the
-minibatch rows ~15 %, the simulation and the server's step the rest.
+kernels, 64 x 784 x 64 twice, about two thirds of that), the float64 update arithmetic of clients and server
+~23 %, gathering the minibatch rows ~13 %, the simulation, records and evaluations the rest.
 """
 
 from __future__ import annotations

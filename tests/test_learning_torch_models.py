@@ -197,11 +197,12 @@ def test_hand_written_mlp_gradient_is_bit_identical_to_autograd(dtype) -> None:
     """The fast MLP path (``fast_mlp``) returns autograd's gradients bit for bit, and charges the same MACs.
 
     Random depths (1-4 linear layers), widths, batches (1-80 rows, ReLU units exactly at 0 included),
-    with and without biases, one-hot and label targets, ``gradient`` and ``gradient_with_input``.
+    with and without biases, one-hot and label targets, ``gradient`` and ``gradient_with_input``; and
+    the DReS-FL baselines' 784-64-64-10 (the BLAS kernels may differ with the sizes).
     """
     rng = np.random.default_rng(7)
-    for trial in range(40):
-        sizes = [int(v) for v in rng.integers(1, 40, int(rng.integers(2, 6)))]
+    for trial in range(44):
+        sizes = [784, 64, 64, 10] if trial >= 40 else [int(v) for v in rng.integers(1, 40, int(rng.integers(2, 6)))]
         bias = bool(trial % 5)
         with torch.random.fork_rng(devices=[]):
             module = mlp(sizes, "relu", bias=bias)
@@ -211,8 +212,8 @@ def test_hand_written_mlp_gradient_is_bit_identical_to_autograd(dtype) -> None:
         params = fast.init_params(trial)
         if trial % 3 == 0:                      # float64 parameters, converted to the model's dtype per call
             params = {k: v.astype(np.float64) for k, v in params.items()}
-        for _ in range(3):
-            b = int(rng.integers(1, 81))
+        for rep in range(3):
+            b = 64 if trial >= 40 and rep == 0 else int(rng.integers(1, 81))
             x = rng.normal(0, 2, (b, sizes[0]))
             x[rng.random(x.shape) < 0.1] = 0.0
             labels = rng.integers(0, sizes[-1], b)

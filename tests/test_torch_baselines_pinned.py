@@ -4,9 +4,9 @@ Each scenario is a reduced DReS-FL-like set-up (Shao et al., Sec. 6.1: the extre
 an MLP with ReLU and cross-entropy in float32, one local SGD step per round) on the synthetic task of
 ``tests/factories.py``: ``small`` (12-8-8-3, batch 8, 24 rounds) and ``paper`` (the paper's
 784-64-64-10 shape, batch 64, 6 rounds), on one thread as every study run
-(:func:`fednet.study.threads.limit_threads`; torch's float sums depend on the thread count). The digest covers every column of every trace row (floats
-through ``repr``) and the bytes of the final parameters; the metered MACs (devices and server, summed
-over the rounds) are pinned separately. The golden values were written by main at a00ff18, before
+(:func:`fednet.study.threads.limit_threads`; torch's float sums depend on the thread count). The
+digest covers every column of every trace row (floats through ``repr``) and the bytes of the final
+parameters; the metered MACs (devices and server, summed over the rounds) are pinned separately. The golden values were written by main at a00ff18, before
 :class:`~fednet.learning.torch_models.TorchModel` had its hand-written MLP path:
 ``PYTHONPATH=. python tests/test_torch_baselines_pinned.py`` prints them.
 """
