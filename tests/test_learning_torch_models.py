@@ -186,3 +186,64 @@ def test_torch_models_keep_the_model_conventions(loss: str) -> None:
     check_model(MLPModel((6, 5, 3), "relu", loss=loss, dtype=torch.float64), x, y, rtol=1e-10)
     check_model(MLPModel((6, 5, 3), "quadratic", loss=loss), x, y, rtol=1e-4)
     check_model(TorchModel(PolynomialLayer(6, 3, 3), 6, 3, loss=loss, dtype=torch.float64), x, y, rtol=1e-10)
+
+
+def _bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_hand_written_mlp_gradient_is_bit_identical_to_autograd(dtype) -> None:
+    """The fast MLP path (``fast_mlp``) returns autograd's gradients bit for bit, and charges the same MACs.
+
+    Random depths (1-4 linear layers), widths, batches (1-80 rows, ReLU units exactly at 0 included),
+    with and without biases, one-hot and label targets, ``gradient`` and ``gradient_with_input``; and
+    the DReS-FL baselines' 784-64-64-10 (the BLAS kernels may differ with the sizes).
+    """
+    rng = np.random.default_rng(7)
+    for trial in range(44):
+        sizes = [784, 64, 64, 10] if trial >= 40 else [int(v) for v in rng.integers(1, 40, int(rng.integers(2, 6)))]
+        bias = bool(trial % 5)
+        with torch.random.fork_rng(devices=[]):
+            module = mlp(sizes, "relu", bias=bias)
+        fast = TorchModel(module, sizes[0], sizes[-1], dtype=dtype)
+        slow = TorchModel(module, sizes[0], sizes[-1], dtype=dtype, fast_mlp=False)
+        assert fast._plan is not None and slow._plan is None
+        params = fast.init_params(trial)
+        if trial % 3 == 0:                      # float64 parameters, converted to the model's dtype per call
+            params = {k: v.astype(np.float64) for k, v in params.items()}
+        for rep in range(3):
+            b = 64 if trial >= 40 and rep == 0 else int(rng.integers(1, 81))
+            x = rng.normal(0, 2, (b, sizes[0]))
+            x[rng.random(x.shape) < 0.1] = 0.0
+            labels = rng.integers(0, sizes[-1], b)
+            y = np.eye(sizes[-1])[labels] if trial % 2 else labels
+            for method in ("gradient", "gradient_with_input"):
+                with MacMeter() as m_slow:
+                    want = getattr(slow, method)(params, x, y)
+                for _ in range(2):              # the first call measures its MACs through autograd
+                    with MacMeter() as m_fast:
+                        got = getattr(fast, method)(params, x, y)
+                    assert m_fast.macs == m_slow.macs
+                    want_p, got_p = (want, got) if method == "gradient" else (want[0], got[0])
+                    assert list(got_p) == list(want_p)
+                    assert all(_bits_equal(got_p[k], want_p[k]) for k in want_p), (trial, sizes, b, method)
+                    if method == "gradient_with_input":
+                        assert _bits_equal(got[1], want[1])
+
+
+def test_fast_mlp_path_only_for_plain_relu_mlps_with_cross_entropy() -> None:
+    """Every module, loss or input shape the hand-written path does not cover runs autograd."""
+    relu = mlp((4, 3, 2), "relu")
+    assert TorchModel(relu, 4, 2)._plan == [("0.weight", "0.bias"), ("2.weight", "2.bias")]
+    assert TorchModel(relu, 4, 2, loss="mse")._plan is None
+    assert TorchModel(mlp((4, 3, 2), "tanh"), 4, 2)._plan is None
+    assert TorchModel(mlp((4, 3, 2), "quadratic"), 4, 2)._plan is None
+    assert TorchModel(nn.Sequential(nn.Linear(4, 3), nn.ReLU(inplace=True), nn.Linear(3, 2)), 4, 2)._plan is None
+    assert TorchModel(nn.Sequential(nn.Linear(4, 3), nn.ReLU()), 4, 3)._plan is None
+    assert TorchModel(nn.Sequential(nn.Linear(4, 2), nn.Linear(2, 2)), 4, 2)._plan is None
+    assert TorchModel(nn.Sequential(nn.Flatten(), nn.Linear(4, 2)), 4, 2, input_shape=(2, 2))._plan is None
+    assert TorchModel(PolynomialLayer(4, 2), 4, 2)._plan is None
+    hooked = mlp((4, 3, 2), "relu")
+    hooked[0].register_forward_hook(lambda *a: None)
+    assert TorchModel(hooked, 4, 2)._plan is None

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fednet.algebra.meter import axpy
+from fednet.algebra.meter import axpy, charge
 from fednet.learning.model import Model, Params, StepSchedule
 
 __all__ = ["dresfl_schedule", "add_scaled", "local_sgd_delta", "weighted_sum", "fedavg_weights",
@@ -31,8 +31,21 @@ def dresfl_schedule(learning_rate: float = 0.1, decay: float = 0.65, every: int 
 
 
 def add_scaled(a: Mapping[str, np.ndarray], alpha: float, b: Mapping[str, np.ndarray]) -> Params:
-    """``a + alpha b`` per array (metered: one MAC per element)."""
-    return {k: axpy(alpha, np.asarray(b[k]), np.asarray(v)) for k, v in a.items()}
+    """``a + alpha b`` per array (metered: one MAC per element).
+
+    With ``alpha = +-1`` and float arrays the sum is taken as ``a + b`` or ``a - b`` (charged the
+    same): ``+-1 * b`` is exact and IEEE addition commutes, so the bits are those of
+    ``alpha * b + a`` (the metered :func:`~fednet.algebra.meter.axpy`), one pass fewer.
+    """
+    out = {}
+    for k, v in a.items():
+        x, y = np.asarray(b[k]), np.asarray(v)
+        if (alpha == 1.0 or alpha == -1.0) and x.dtype.kind == "f" and y.dtype.kind == "f":
+            charge(x.size)
+            out[k] = np.add(y, x) if alpha == 1.0 else np.subtract(y, x)
+        else:
+            out[k] = axpy(alpha, x, y)
+    return out
 
 
 def local_sgd_delta(model: Model, params: Params, x: np.ndarray, y: np.ndarray, lr: float,
@@ -62,9 +75,9 @@ def local_sgd_delta(model: Model, params: Params, x: np.ndarray, y: np.ndarray, 
     """
     b = x.shape[0]
     grad = model.gradient(params, x, y)
-    g = {k: np.asarray(v, dtype=np.float64) / b for k, v in grad.items()}
+    g = {k: np.divide(v, b, dtype=np.float64) for k, v in grad.items()}   # = float64(v) / b, one pass
     step = g if correction is None else add_scaled(g, 1.0, correction)
-    return {k: axpy(-lr, v, np.zeros_like(v)) for k, v in step.items()}, g
+    return {k: axpy(-lr, v, 0.0) for k, v in step.items()}, g               # -lr v + 0, as onto a zero array
 
 
 def weighted_sum(vectors: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]) -> Params:

@@ -20,6 +20,17 @@ of a call is measured once per (kind of call, input shape) and then reused when 
 true (the default: the cost of a module whose control flow depends on shapes only); with
 ``cache_macs=False`` every call runs under the counter (about 6x slower on a small MLP).
 
+Speed: for a plain MLP (an ``nn.Sequential`` of ``nn.Linear`` layers with ``nn.ReLU`` between them,
+flat inputs, cross-entropy) :meth:`TorchModel.gradient` and :meth:`TorchModel.gradient_with_input`
+skip autograd once the call's MACs are cached: :func:`_mlp_gradient` calls the very ATen kernels
+that autograd dispatches for that graph, with the same operand layouts, so the gradients are
+bit-identical (``tests/test_learning_torch_models.py`` checks it over random shapes and batches);
+every other module, loss or uncached call runs autograd. The constructor imports ``torch._dynamo``
+(with sympy, ~120,000 objects), which :class:`FlopCounterMode` would otherwise import at the first
+metered call: a protocol's run freezes the objects alive after its set-up and collects the oldest
+generation every few rounds (:data:`fednet.protocol.base.GC_ROUNDS`), and objects imported
+mid-run made each such collection take ~0.1 s of host time.
+
 Determinism: :meth:`TorchModel.init_params` resets the module's layers under
 ``torch.manual_seed(seed)`` inside :func:`torch.random.fork_rng`, so the initial parameters are a
 function of the seed alone and the global torch random state is left untouched. Keep torch on one
@@ -29,6 +40,7 @@ thread (``torch.set_num_threads(1)``) where floats must repeat across machines.
 from __future__ import annotations
 
 import copy
+import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,7 +53,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from fednet.algebra.meter import charge
 from fednet.learning.model import Model, Params, ParamsOrArray, as_targets
 
-__all__ = ["Square", "PolynomialLayer", "ACTIVATIONS", "mlp", "TorchModel", "MLPModel", "count_macs"]
+__all__ = ["Square", "PolynomialLayer", "ACTIVATIONS", "mlp", "TorchModel", "MLPModel", "count_macs", "mlp_plan"]
 
 
 class Square(nn.Module):
@@ -200,6 +212,97 @@ def count_macs(fn: Callable[[], Any], module: nn.Module | None = None) -> tuple[
     return result, flops // 2, per_layer
 
 
+#: :func:`torch.nn.functional.cross_entropy`'s ``reduction="sum"`` as ATen's enum (``at::Reduction::Sum``)
+_SUM = 2
+#: ``ignore_index`` of :func:`torch.nn.functional.cross_entropy` (its default, no row ignored)
+_IGNORE_INDEX = -100
+
+
+def mlp_plan(module: nn.Module) -> list[tuple[str, str | None]] | None:
+    """The linear layers of a plain ReLU MLP, or None for any other module.
+
+    Parameters
+    ----------
+    module : nn.Module
+
+    Returns
+    -------
+    list of (str, str or None), or None
+        ``(weight name, bias name or None)`` of every linear layer in order, when ``module`` is
+        exactly an ``nn.Sequential`` of ``nn.Linear`` layers alternating with non-in-place
+        ``nn.ReLU`` (the form :func:`mlp` builds with ``activation="relu"``; first and last
+        layers linear, no subclasses, no forward hooks); None otherwise.
+    """
+    if type(module) is not nn.Sequential or module._forward_hooks or module._forward_pre_hooks:
+        return None
+    layers = list(module.named_children())
+    plan: list[tuple[str, str | None]] = []
+    for i, (name, m) in enumerate(layers):
+        if m._forward_hooks or m._forward_pre_hooks or m._backward_hooks:
+            return None
+        if i % 2 == 0:
+            if type(m) is not nn.Linear:
+                return None
+            plan.append((f"{name}.weight", f"{name}.bias" if m.bias is not None else None))
+        elif type(m) is not nn.ReLU or m.inplace:
+            return None
+    return plan if layers and len(layers) % 2 == 1 else None
+
+
+def _mlp_gradient(plan: Sequence[tuple[str, str | None]], tensors: dict[str, torch.Tensor], x: torch.Tensor,
+                  target: torch.Tensor, with_input: bool) -> list[torch.Tensor]:
+    """Gradients of the summed cross-entropy of a ReLU MLP, by the kernels autograd runs for it.
+
+    Forward: ``F.linear`` on a 2-D input is ``addmm(b, h, W.t())`` (``mm(h, W.t())`` without a
+    bias), ``relu`` between layers, ``cross_entropy(reduction="sum")`` is ``_log_softmax`` then
+    ``nll_loss_forward``. Backward, as autograd's formulas (``FunctionsManual.cpp``) evaluate them
+    for these layouts: ``nll_loss_backward`` of a unit output gradient, ``_log_softmax_backward_data``;
+    per layer ``dW = g.t().mm(h)`` (``mm_mat2_backward``: ``W.t()`` is column-major),
+    ``db = sum_to(g, (out,))`` (``g.sum(0, keepdim=True)`` viewed as ``(out,)``),
+    ``dh = g.mm(W)`` (``mm_mat1_backward``; not for the first layer unless ``with_input``) and
+    ``threshold_backward(dh, relu(z), 0)`` through the activation.
+
+    Parameters
+    ----------
+    plan : sequence of (str, str or None)
+        :func:`mlp_plan` of the module.
+    tensors : dict of str to Tensor
+        The parameters (no autograd needed).
+    x : Tensor, (b, n_inputs)
+        Contiguous input rows.
+    target : Tensor, (b,) int64
+        Class labels.
+    with_input : bool
+        Append ``dL/dx``.
+
+    Returns
+    -------
+    list of Tensor
+        The gradients in the order of ``tensors`` (then ``dL/dx`` with ``with_input``).
+    """
+    hs = [x]
+    for i, (w, b) in enumerate(plan):
+        z = torch.mm(hs[-1], tensors[w].t()) if b is None else torch.addmm(tensors[b], hs[-1], tensors[w].t())
+        if i < len(plan) - 1:
+            hs.append(torch.relu(z))
+    logp = torch._log_softmax(z, 1, False)
+    _, total_weight = torch.ops.aten.nll_loss_forward(logp, target, None, _SUM, _IGNORE_INDEX)
+    g = torch.ops.aten.nll_loss_backward(torch.ones((), dtype=z.dtype), logp, target, None, _SUM, _IGNORE_INDEX,
+                                         total_weight)
+    g = torch._log_softmax_backward_data(g, logp, 1, z.dtype)
+    grads: dict[str, torch.Tensor] = {}
+    for i in range(len(plan) - 1, -1, -1):
+        w, b = plan[i]
+        grads[w] = g.t().mm(hs[i])
+        if b is not None:
+            grads[b] = g.sum(0, keepdim=True).view(-1)
+        if i or with_input:
+            g = g.mm(tensors[w])
+        if i:
+            g = torch.ops.aten.threshold_backward(g, hs[i], 0)
+    return [grads[k] for k in tensors] + ([g] if with_input else [])
+
+
 class TorchModel(Model):
     """A torch module as a :class:`~fednet.learning.model.Model` (module docstring).
 
@@ -227,6 +330,9 @@ class TorchModel(Model):
         Floating type of parameters and computation (``torch.float32`` or ``torch.float64``).
     cache_macs : bool
         Measure each (call kind, input shape) once and charge the cached count afterwards.
+    fast_mlp : bool
+        Compute the gradients of a plain ReLU MLP with cross-entropy by :func:`_mlp_gradient`
+        (bit-identical to autograd) once their MACs are cached; False always runs autograd.
 
     Raises
     ------
@@ -239,7 +345,7 @@ class TorchModel(Model):
 
     def __init__(self, module: nn.Module, n_inputs: int, n_outputs: int, *, loss: str = "cross_entropy",
                  weight_decay: float = 0.0, input_shape: Sequence[int] | None = None,
-                 dtype: torch.dtype = torch.float32, cache_macs: bool = True) -> None:
+                 dtype: torch.dtype = torch.float32, cache_macs: bool = True, fast_mlp: bool = True) -> None:
         for name, v in (("n_inputs", n_inputs), ("n_outputs", n_outputs)):
             if isinstance(v, bool) or int(v) != v or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -263,6 +369,10 @@ class TorchModel(Model):
         if not self._shapes:
             raise ValueError("module has no parameters")
         self._macs: dict[tuple, tuple[int, dict[str, int]]] = {}
+        importlib.import_module("torch._dynamo")  # FlopCounterMode's lazy import, before any run (module docstring)
+        #: the linear layers of a plain ReLU MLP with cross-entropy on flat inputs (:func:`mlp_plan`), else None
+        self._plan = mlp_plan(self.module) if fast_mlp and loss == "cross_entropy" \
+            and self.input_shape == (self.n_inputs,) else None
 
     def __repr__(self) -> str:
         return (f"TorchModel({type(self.module).__name__}, n_inputs={self.n_inputs}, n_outputs={self.n_outputs}, "
@@ -431,6 +541,13 @@ class TorchModel(Model):
 
     def _grad(self, kind: str, params: ParamsOrArray, x: np.ndarray, y: np.ndarray,
               with_input: bool) -> tuple[Params, np.ndarray | None]:
+        key = (kind, (np.shape(x)[0],) + self.input_shape)
+        if self._plan is not None and self.cache_macs and key in self._macs:  # measured before: no autograd
+            tensors, xt = self._tensors(params, False), self._input(x)
+            grads = _mlp_gradient(self._plan, tensors, xt, self._target(y, xt.shape[0]), with_input)
+            charge(self._macs[key][0])
+            out = {k: g.numpy() for k, g in zip(tensors, grads)}
+            return out, grads[-1].numpy() if with_input else None
         tensors, xt = self._tensors(params, True), self._input(x, grad=with_input)
         target = self._target(y, xt.shape[0])
         names = list(tensors)
