@@ -270,10 +270,12 @@ class DReSFL(NeuralProtocol):
 
     def plain_gradients(self) -> list[Params]:
         """The K integer gradients of the global minibatches ``X_bar^(k)_(I_t)`` (the decoding's target)."""
-        if getattr(self, "_global", None) is None:        # the K global data sets [X^(k)_1; ...; X^(k)_N]
-            self._global = list(zip(global_shards(self.task.X, self.shard_rows, self.config.K),
-                                    global_shards(self.task.Y, self.shard_rows, self.config.K)))
-        return [self.model.integer_gradient(self.params, x[self.rows_t], y[self.rows_t]) for x, y in self._global]
+        if getattr(self, "_global", None) is None:        # the K global data sets [X_bar^(k)_1; ...; X_bar^(k)_N]
+            self._global = [self.model.transform(x, y)   # element-wise: transformed once, rows selected per round
+                            for x, y in zip(global_shards(self.task.X, self.shard_rows, self.config.K),
+                                            global_shards(self.task.Y, self.shard_rows, self.config.K))]
+        return [self.model.integer_gradient(self.params, x[self.rows_t], y[self.rows_t], transformed=True)
+                for x, y in self._global]
 
     def host_gradient(self) -> np.ndarray:
         """Timing mode's stand-in for the decoded sum: the plain integer gradients, computed uncharged."""
