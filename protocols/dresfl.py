@@ -35,7 +35,9 @@ both modes give the same trajectory, times and traffic at a seed.
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import re
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -268,19 +270,24 @@ class DReSFL(NeuralProtocol):
             key=("dresfl-gradient", tuple(self.model.sizes), b, cfg.p),
             like=Shape((self.n_params,), object))
 
-    def plain_gradients(self) -> list[Params]:
-        """The K integer gradients of the global minibatches ``X_bar^(k)_(I_t)`` (the decoding's target)."""
+    def plain_gradients(self, wide: bool = False) -> list[Params]:
+        """The K integer gradients of the global minibatches ``X_bar^(k)_(I_t)`` (the decoding's target).
+
+        ``wide``: as :class:`~fednet.algebra.wideint.WideInts` (``FieldPolyMLP.integer_gradient``).
+        """
         if getattr(self, "_global", None) is None:        # the K global data sets [X_bar^(k)_1; ...; X_bar^(k)_N]
             self._global = [self.model.transform(x, y)   # element-wise: transformed once, rows selected per round
                             for x, y in zip(global_shards(self.task.X, self.shard_rows, self.config.K),
                                             global_shards(self.task.Y, self.shard_rows, self.config.K))]
-        return [self.model.integer_gradient(self.params, x[self.rows_t], y[self.rows_t], transformed=True)
+        return [self.model.integer_gradient(self.params, x[self.rows_t], y[self.rows_t], transformed=True, wide=wide)
                 for x, y in self._global]
 
-    def host_gradient(self) -> np.ndarray:
-        """Timing mode's stand-in for the decoded sum: the plain integer gradients, computed uncharged."""
+    def host_gradient(self) -> Params:
+        """Timing mode's stand-in for the decoded sum: the plain integer gradients summed over k, computed
+        uncharged, as WideInts per parameter (:meth:`update` takes them without Python ints)."""
         with unmetered():
-            return _flat_sum(self.plain_gradients(), self.params)
+            gs = self.plain_gradients(wide=True)
+        return {n: functools.reduce(operator.add, (g[n] for g in gs)) for n in self.params}
 
     def decode(self, results: list, alphas: list[int]) -> np.ndarray:
         """Server: interpolate the K global gradients (Alg. 1 line 9), psi (eq. 6), sum over k: ``(d_w,)`` ints."""
@@ -299,9 +306,12 @@ class DReSFL(NeuralProtocol):
                 raise AssertionError(f"round {self.epoch}: decoded global gradient {k} differs from the plain "
                                      f"integer gradient in {bad}")
 
-    def update(self, flat: np.ndarray) -> Params:
-        """Clip and update with the stochastic rounding Q (eq. 7), exact in ``Z_p``."""
-        g = unflatten(np.asarray(flat, dtype=object), self.model.param_shapes())
+    def update(self, flat: np.ndarray | Params) -> Params:
+        """Clip and update with the stochastic rounding Q (eq. 7), exact in ``Z_p``.
+
+        ``flat``: the decoded sum, ``(d_w,)`` ints, or timing mode's :meth:`host_gradient` (Params).
+        """
+        g = flat if isinstance(flat, dict) else unflatten(np.asarray(flat, dtype=object), self.model.param_shapes())
         opt = FieldSGD(self.model, self.schedule, self.sim.rng(self.server, "dresfl-Q", self.epoch),
                        max_norm=self.config.max_norm)
         return opt.step(self.params, g, self.config.batch_size * self.config.K, self.epoch)
@@ -352,7 +362,3 @@ class _Share:
         """Field elements on the wire: ``(m_i / K)(d_x + d_y)``."""
         return int(np.prod(self.x.shape)) + int(np.prod(self.y.shape))
 
-
-def _flat_sum(gs: list[Params], like: Params) -> np.ndarray:
-    """``sum_k g_k`` flattened in parameter order (object ints)."""
-    return np.sum([flatten({n: np.asarray(g[n]).astype(object) for n in like}) for g in gs], axis=0)

@@ -50,6 +50,7 @@ from functools import lru_cache
 import numpy as np
 
 from fednet.algebra.meter import charge
+from fednet.algebra.wideint import WideInts, carry_digits
 
 __all__ = [
     "RnsCapacityError",
@@ -586,6 +587,67 @@ class RnsContext:
             return self.to_field(x, _signed=True)
         v = self.to_field(x)
         return np.where(v > half, v - self.q, v)
+
+    def to_signed_wide(self, x: RnsArray, bound: int) -> WideInts | None:
+        """The integers ``g = x mod q`` known to satisfy ``|g| <= bound``, as :class:`WideInts` (no Python ints).
+
+        With ``sigma, alpha`` of the CRT (module docstring), ``y = sum_i sigma_i h_i + alpha h_L'`` (``h`` of
+        the extension modulo q, ``0 <= h < q``) is congruent to ``g``; ``k = rint(y / q)``, from the float64
+        sum ``sum sigma_i (h_i / q)`` (absolute error below ``2^-20``, while ``|g / q| < 1/8``), gives
+        ``g = y - k q`` exactly, which is computed modulo ``2^(16 nd)`` with one float64 GEMM of 16-bit digits
+        (every partial sum an exact integer below ``2^53``) and a carry pass.
+
+        Parameters
+        ----------
+        x : RnsArray
+        bound : int
+            A proven bound on ``|g|`` (the symmetric representative), ``8 bound < q``.
+
+        Returns
+        -------
+        WideInts or None
+            ``nd = ceil((bits(bound) + 2) / 16) + 1`` digits per value; None when a check fails (``y / q``
+            not within ``1/4`` of an integer, or the spare top digit is not a sign extension: ``bound`` was
+            wrong), so the caller can fall back to :meth:`to_signed`.
+
+        Raises
+        ------
+        RnsCapacityError
+            If ``x.bound`` does not fit the moduli ``x`` is stored on.
+        ValueError
+            If ``8 bound >= q``.
+        """
+        q, bound = self.q, int(bound)
+        if 8 * bound >= q:
+            raise ValueError(f"bound of {bound.bit_length()} bits is not below q / 8")
+        Lp = x.n_moduli
+        if 4 * x.bound >= self._prefix_M[Lp]:
+            raise RnsCapacityError(
+                f"value bound of {x.bound.bit_length()} bits does not fit the {Lp} moduli it is stored on"
+            )
+        nd = -(-(bound.bit_length() + 2) // _DIGIT) + 1
+        ext = self._extension(Lp, False)
+        tab = ext.setdefault(("wide", nd), None)
+        if tab is None:
+            h = [M_i % q for M_i in (self._prefix_M[Lp] // int(m) for m in self.moduli[:Lp])] + [(-self._prefix_M[Lp]) % q]
+            mod = 1 << (_DIGIT * nd)
+            rows = [v % mod for v in h] + [(-q) % mod]                     # the last row multiplies k
+            D = np.array([[(v >> (_DIGIT * d)) & 0xFFFF for d in range(nd)] for v in rows], dtype=np.float64)
+            tab = ext[("wide", nd)] = (np.array([v / q for v in h]), D)
+        hq, D = tab
+        sigma, alpha = self._sigma_alpha_raw(x.res, ext["inv"])
+        S = np.concatenate([sigma, alpha.reshape(1, -1)], axis=0)      # (Lp + 1, n)
+        t = hq @ S                                                      # y / q
+        k = np.rint(t)
+        if S.shape[1] and np.abs(t - k).max() >= 0.25:
+            return None
+        dig = (np.concatenate([S, k.reshape(1, -1)], axis=0).T @ D).astype(np.int64)   # |.| < 2^50, exact
+        carry_digits(dig)
+        top = dig[:, -1]
+        sign = np.where(dig[:, -2] >= 0x8000, 0xFFFF, 0)
+        if (top != sign).any():
+            return None
+        return WideInts(dig.reshape(x.shape + (nd,)))
 
     # ------------------------------------------------------------------ arithmetic
     def _full(self, x: RnsArray) -> RnsArray:

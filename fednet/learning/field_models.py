@@ -44,10 +44,13 @@ The field must hold the integer gradient: :meth:`FieldPolyMLP.gradient_bound` bo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fednet.algebra.meter import charge
 from fednet.algebra.rns import RnsArray, rns_context
+from fednet.algebra.wideint import WideInts
 from fednet.codes.dresfl import DRESFL_PRIME_200, dresfl_update, gradient_degree, psi, transform_data
 from fednet.learning.model import Model, Optimizer, Params, ParamsOrArray, Schedule, ConstantSchedule, as_targets
 
@@ -269,7 +272,7 @@ class FieldPolyMLP(Model):
         return {k: v.to_field() for k, v in grads.items()}
 
     def integer_gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray, *,
-                         transformed: bool = False) -> Params:
+                         transformed: bool = False, wide: bool = False) -> Params:
         """Exact integer gradient ``psi(g~)`` of ``||Y_bar - f(X_bar)||^2`` (summed over the batch).
 
         Parameters
@@ -280,11 +283,14 @@ class FieldPolyMLP(Model):
         y : ndarray, shape (b,) labels or (b, d_{L+1}) targets (or ``Y_bar`` if ``transformed``).
         transformed : bool
             The data are already ``(X_bar, Y_bar)``.
+        wide : bool
+            Return :class:`~fednet.algebra.wideint.WideInts` (the same integers as 16-bit digit columns,
+            :meth:`~fednet.algebra.rns.RnsContext.to_signed_wide` within the bound below; no Python ints).
 
         Returns
         -------
         Params
-            Signed Python integers (object arrays): the integer gradient, computed over GF(p).
+            Signed Python integers (object arrays), or WideInts: the integer gradient, computed over GF(p).
 
         Raises
         ------
@@ -301,7 +307,15 @@ class FieldPolyMLP(Model):
         X = self.ctx.from_signed(xb)
         Y = self.ctx.from_signed(yb)
         # |g| <= bound < (p-1)/2, where psi (eq. 6) and the symmetric signed map agree
-        return {k: self.ctx.to_signed(v) for k, v in self._gradient_rns(params, X, Y).items()}
+        grads = self._gradient_rns(params, X, Y)
+        if not wide:
+            return {k: self.ctx.to_signed(v) for k, v in grads.items()}
+        B = math.ceil(bound)
+        out = {}
+        for k, v in grads.items():
+            w = self.ctx.to_signed_wide(v, B) if 8 * B < self.q else None
+            out[k] = w if w is not None else WideInts.from_ints(self.ctx.to_signed(v), -(-(self.q.bit_length() + 1) // 16))
+        return out
 
     def gradient_bound(self, params: ParamsOrArray, xbar: np.ndarray, ybar: np.ndarray) -> float:
         """Upper bound on ``max |g|`` over the integer gradient, by the network on absolute values.
