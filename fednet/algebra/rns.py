@@ -635,19 +635,18 @@ class RnsContext:
             D = np.array([[(v >> (_DIGIT * d)) & 0xFFFF for d in range(nd)] for v in rows], dtype=np.float64)
             tab = ext[("wide", nd)] = (np.array([v / q for v in h]), D)
         hq, D = tab
-        sigma, alpha = self._sigma_alpha_raw(x.res, ext["inv"])
-        S = np.concatenate([sigma, alpha.reshape(1, -1)], axis=0)      # (Lp + 1, n)
-        t = hq @ S                                                      # y / q
+        sigma, alpha = self._sigma_alpha_raw(x.res, ext["inv"])          # (Lp, n), (n,)
+        t = hq[:Lp] @ sigma + hq[Lp] * alpha                             # y / q
         k = np.rint(t)
-        if S.shape[1] and np.abs(t - k).max() >= 0.25:
+        if k.size and np.abs(t - k).max() >= 0.25:
             return None
-        dig = (np.concatenate([S, k.reshape(1, -1)], axis=0).T @ D).astype(np.int64)   # |.| < 2^50, exact
-        carry_digits(dig)
-        top = dig[:, -1]
-        sign = np.where(dig[:, -2] >= 0x8000, 0xFFFF, 0)
-        if (top != sign).any():
+        dig = D[:Lp].T @ sigma                                           # |.| < 2^50: every sum exact
+        dig += np.outer(D[Lp], alpha)
+        dig += np.outer(D[Lp + 1], k)
+        dig = carry_digits(dig.astype(np.int64))
+        if (dig[-1] != np.where(dig[-2] >= 0x8000, 0xFFFF, 0)).any():
             return None
-        return WideInts(dig.reshape(x.shape + (nd,)))
+        return WideInts(dig.reshape((nd,) + x.shape))
 
     # ------------------------------------------------------------------ arithmetic
     def _full(self, x: RnsArray) -> RnsArray:

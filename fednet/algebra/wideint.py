@@ -6,7 +6,8 @@ update of eq. (7) on it: a float64 norm for clipping, then ``floor`` and the fra
 ``g c / 2^E`` for the stochastic rounding Q.  As Python ints (object arrays) that costs tens of milliseconds
 per round in per-element interpreter work; on digit columns it is a handful of NumPy passes.
 
-Representation: :class:`WideInts` holds ``digits`` of int64, shape ``(*shape, nd)``, every digit in
+Representation: :class:`WideInts` holds ``digits`` of int64, shape ``(nd, *shape)`` (digit-major, like
+:class:`~fednet.algebra.rns.RnsArray`'s residues, so every pass over one digit is contiguous), every digit in
 ``[0, 2^16)``, low digit first: the two's complement of each value modulo ``2^(16 nd)``, so the values are the
 signed integers in ``[-2^(16 nd - 1), 2^(16 nd - 1))``.  Every operation is exact; the float conversions are
 correctly rounded (round half to even), i.e. they give the bits ``float(int)`` gives.
@@ -14,6 +15,7 @@ correctly rounded (round half to even), i.e. they give the bits ``float(int)`` g
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,8 +31,8 @@ def carry_digits(d: np.ndarray) -> np.ndarray:
 
     Parameters
     ----------
-    d : ndarray of int64, shape (n, nd)
-        ``sum_j d[:, j] 2^(16 j)`` for any integer digits.
+    d : ndarray of int64, shape (nd, n)
+        ``sum_j d[j] 2^(16 j)`` for any integer digits.
 
     Returns
     -------
@@ -38,23 +40,120 @@ def carry_digits(d: np.ndarray) -> np.ndarray:
         ``d`` itself, holding the digits of that sum modulo ``2^(16 nd)`` (the carry out of the top digit is
         dropped: two's complement wrap-around).
     """
-    for j in range(d.shape[1] - 1):
-        d[:, j + 1] += d[:, j] >> _B          # arithmetic shift: floor, also for negative digits
-        d[:, j] &= _MASK
-    d[:, -1] &= _MASK
+    for j in range(d.shape[0] - 1):
+        d[j + 1] += d[j] >> _B                # arithmetic shift: floor, also for negative digits
+        d[j] &= _MASK
+    d[-1] &= _MASK
     return d
 
 
+try:  # one-pass kernels (numba ships with galois); the NumPy functions below compute the same values
+    import numba as _numba
+except ImportError:  # pragma: no cover
+    _numba = None
+
+if _numba is not None:
+    @_numba.njit(cache=True)
+    def _nb_digits_float(m, nd):  # pragma: no cover - compiled
+        """float(v), correctly rounded, of the non-negative digits m[:nd] (a 62-bit window, sticky bit 0)."""
+        t = nd - 1
+        while t >= 0 and m[t] == 0:
+            t -= 1
+        if t < 0:
+            return 0.0
+        top = m[t]
+        b = 0
+        x = top
+        while x:
+            b += 1
+            x >>= 1
+        V = top << (62 - b)                     # most significant bit at bit 61 (int64, no sign issue)
+        sh = 46 - b
+        sticky = 0
+        j = t - 1
+        while j >= 0:
+            d = m[j]
+            if sh >= 0:
+                V |= d << sh
+            elif sh > -16:
+                V |= d >> (-sh)
+                if d & ((1 << (-sh)) - 1):
+                    sticky = 1
+            elif d != 0:
+                sticky = 1
+                break
+            sh -= 16
+            j -= 1
+        # bits 0..8 lie below float64's mantissa: the sticky bit in bit 0 only breaks ties, as the lost bits would
+        return math.ldexp(float(V | sticky), 16 * t + b - 62)
+
+    @_numba.njit(cache=True)
+    def _nb_to_float(d, out):  # pragma: no cover - compiled
+        nd, n = d.shape
+        buf = np.empty(nd, np.int64)
+        for c in range(n):
+            neg = d[nd - 1, c] >= 0x8000
+            carry = 1
+            for j in range(nd):                  # |v|: the digits, or their two's complement negation
+                v = d[j, c]
+                if neg:
+                    v = (v ^ 0xFFFF) + carry
+                    carry = v >> 16
+                    v &= 0xFFFF
+                buf[j] = v
+            f = _nb_digits_float(buf, nd)
+            out[c] = -f if neg else f
+
+    @_numba.njit(cache=True)
+    def _nb_scaled_floor(g, Nd, E, fl, frac):  # pragma: no cover - compiled
+        nd, n = g.shape
+        nN = Nd.shape[0]
+        e = E // 16
+        r = E % 16
+        P = np.empty(nd + 1, np.int64)
+        ok = True
+        for c in range(n):
+            for i in range(nd):
+                P[i] = 0
+            for j in range(nN):                  # schoolbook product, truncated modulo 2^(16 nd)
+                Nj = Nd[j]
+                if Nj:
+                    for i in range(nd - j):
+                        P[i + j] += g[i, c] * Nj
+            for i in range(nd - 1):
+                P[i + 1] += P[i] >> 16
+                P[i] &= 0xFFFF
+            P[nd - 1] &= 0xFFFF
+            neg = P[nd - 1] >= 0x8000
+            sign = 0xFFFF if neg else 0
+            P[nd] = sign
+            f = 0
+            for i in range(nd - e):              # digits of floor(P / 2^E)
+                q = ((P[e + i] >> r) | (P[e + i + 1] << (16 - r))) & 0xFFFF
+                if i < 3:
+                    f += q << (16 * i)
+                elif i == 3:
+                    f += (q - 0x10000 if q >= 0x8000 else q) << 48
+                elif q != sign:
+                    ok = False
+            if (f < 0) != neg or f >= 2**62 or f <= -2**62:
+                ok = False
+            fl[c] = f
+            P[e] &= (1 << r) - 1
+            frac[c] = math.ldexp(_nb_digits_float(P, e + 1), -E)
+        return ok
+
+
 def _magnitude_to_float(m: np.ndarray) -> np.ndarray:
-    """``float(v)`` (correctly rounded, half to even) of non-negative ints given by digits ``m`` (n, nd)."""
-    n, nd = m.shape
+    """``float(v)`` (correctly rounded, half to even) of non-negative ints given by digits ``m`` (nd, n)."""
+    nd, n = m.shape
     if nd == 0:
         return np.zeros(n)
     nz = m != 0
-    t = nd - 1 - np.argmax(nz[:, ::-1], axis=1)              # top non-zero digit (nd - 1 for zero rows)
-    pad = np.concatenate([np.zeros((n, 4), np.int64), m], axis=1).astype(np.uint64)
-    rows = np.arange(n)
-    top, d1, d2, d3, d4 = (pad[rows, t + 4 - i] for i in range(5))
+    t = nd - 1 - np.argmax(nz[::-1], axis=0)                 # top non-zero digit (nd - 1 for zero values)
+    pad = np.concatenate([np.zeros((4, n), np.int64), m], axis=0).astype(np.uint64)
+    cols = np.arange(n)
+    top, d1, d2, d3, d4 = (pad[t + 4 - i, cols] for i in range(5))
     b = np.frexp(top.astype(np.float64))[1].astype(np.uint64)   # bit length of the top digit (0 for zero rows)
     zero = b == 0
     b[zero] = 1
@@ -62,8 +161,8 @@ def _magnitude_to_float(m: np.ndarray) -> np.ndarray:
     # (bit 0 lies below float64's 53-bit mantissa, so it only breaks ties, as the discarded bits would)
     V = (top << (np.uint64(64) - b)) | (d1 << (np.uint64(48) - b)) | (d2 << (np.uint64(32) - b)) \
         | (d3 << (np.uint64(16) - b)) | (d4 >> b)
-    below = np.concatenate([np.zeros((n, 1), np.int64), np.cumsum(nz, axis=1)], axis=1)  # non-zero digits in [0, j)
-    sticky = ((d4 & ((np.uint64(1) << b) - np.uint64(1))) != 0) | (below[rows, np.maximum(t - 4, 0)] > 0)
+    below = np.concatenate([np.zeros((1, n), np.int64), np.cumsum(nz, axis=0)], axis=0)  # non-zero digits in [0, j)
+    sticky = ((d4 & ((np.uint64(1) << b) - np.uint64(1))) != 0) | (below[np.maximum(t - 4, 0), cols] > 0)
     V |= sticky.astype(np.uint64)
     # hi 2^32 + lo: both exact in float64, one correctly rounded addition
     f = (V >> np.uint64(32)).astype(np.float64) * 2.0**32 + (V & np.uint64(0xFFFFFFFF)).astype(np.float64)
@@ -77,7 +176,7 @@ class WideInts:
 
     Attributes
     ----------
-    digits : ndarray of int64, shape (*shape, nd)
+    digits : ndarray of int64, shape (nd, *shape)
         Digits in ``[0, 2^16)``, low first.
     """
 
@@ -86,18 +185,18 @@ class WideInts:
     @property
     def shape(self) -> tuple[int, ...]:
         """Shape of the represented array."""
-        return self.digits.shape[:-1]
+        return self.digits.shape[1:]
 
     @property
     def nd(self) -> int:
         """Digits per value (values lie in ``[-2^(16 nd - 1), 2^(16 nd - 1))``)."""
-        return self.digits.shape[-1]
+        return self.digits.shape[0]
 
     def _flat(self) -> np.ndarray:
-        return self.digits.reshape(-1, self.nd)
+        return self.digits.reshape(self.nd, -1)
 
     def _negative(self) -> np.ndarray:
-        return self._flat()[:, -1] >= 0x8000
+        return self._flat()[-1] >= 0x8000
 
     @classmethod
     def from_ints(cls, a, nd: int) -> "WideInts":
@@ -114,12 +213,12 @@ class WideInts:
         if any(not -lim <= v < lim for v in flat):
             raise ValueError(f"a value does not fit {nd} 16-bit digits (two's complement)")
         mod = 1 << (_B * nd)
-        d = np.array([[((v % mod) >> (_B * j)) & _MASK for j in range(nd)] for v in flat], dtype=np.int64)
-        return cls(d.reshape(a.shape + (nd,)))
+        d = np.array([[((v % mod) >> (_B * j)) & _MASK for v in flat] for j in range(nd)], dtype=np.int64)
+        return cls(d.reshape((nd,) + a.shape))
 
     def to_ints(self) -> np.ndarray:
         """The values as Python ints (object array of :attr:`shape`)."""
-        raw = np.ascontiguousarray(self._flat(), dtype="<u2").tobytes()
+        raw = np.ascontiguousarray(self._flat().T, dtype="<u2").tobytes()
         w = 2 * self.nd
         out = np.empty(len(raw) // w if w else 0, dtype=object)
         out[:] = [int.from_bytes(raw[i:i + w], "little", signed=True) for i in range(0, len(raw), w)]
@@ -131,10 +230,10 @@ class WideInts:
         return out if dtype is None else out.astype(dtype)
 
     def widened(self, nd: int) -> np.ndarray:
-        """Digits sign-extended to ``nd >= self.nd`` digits, shape (n, nd)."""
+        """Digits sign-extended to ``nd >= self.nd`` digits, shape (nd, n)."""
         d = self._flat()
-        ext = np.where(self._negative(), _MASK, 0)[:, None]
-        return np.concatenate([d, np.repeat(ext, nd - self.nd, axis=1)], axis=1)
+        ext = np.where(self._negative(), _MASK, 0)[None, :]
+        return np.concatenate([d, np.repeat(ext, nd - self.nd, axis=0)], axis=0)
 
     def __add__(self, other: "WideInts") -> "WideInts":
         """Exact sum (one more digit than the wider operand)."""
@@ -142,13 +241,17 @@ class WideInts:
             raise ValueError(f"shapes {self.shape} and {other.shape} differ")
         nd = max(self.nd, other.nd) + 1
         s = carry_digits(self.widened(nd) + other.widened(nd))
-        return WideInts(s.reshape(self.shape + (nd,)))
+        return WideInts(s.reshape((nd,) + self.shape))
 
     def to_float(self) -> np.ndarray:
         """``float(v)`` of every value, correctly rounded (float64, :attr:`shape`)."""
         d = self._flat()
+        if _numba is not None:
+            out = np.empty(d.shape[1])
+            _nb_to_float(np.ascontiguousarray(d), out)
+            return out.reshape(self.shape)
         neg = self._negative()
-        mag = np.where(neg[:, None], carry_digits(-d), d)
+        mag = np.where(neg, carry_digits(-d), d)
         f = _magnitude_to_float(mag)
         return np.where(neg, -f, f).reshape(self.shape)
 
@@ -182,22 +285,28 @@ class WideInts:
         nd = self.nd + nN
         e, r = divmod(E, _B)
         g = self.widened(max(nd, e + 4))
-        nd = g.shape[1]
+        nd = g.shape[0]
+        if _numba is not None:
+            fl, frac = np.empty(g.shape[1], np.int64), np.empty(g.shape[1])
+            Nd = np.array([(num >> (_B * j)) & _MASK for j in range(nN)], dtype=np.int64)
+            if not _nb_scaled_floor(g, Nd, E, fl, frac):
+                return None
+            return fl.reshape(self.shape), frac.reshape(self.shape)
         P = np.zeros_like(g)
         for j in range(nN):                       # schoolbook product, truncated modulo 2^(16 nd)
             Nj = (num >> (_B * j)) & _MASK
             if Nj:
-                P[:, j:] += g[:, :nd - j] * Nj     # each digit sum < nN 2^32
+                P[j:] += g[:nd - j] * Nj           # each digit sum < nN 2^32
         carry_digits(P)
-        neg = P[:, -1] >= 0x8000
-        Pe = np.concatenate([P, np.where(neg, _MASK, 0)[:, None]], axis=1)   # one more sign digit
-        Q = ((Pe[:, :-1] >> r) | (Pe[:, 1:] << (_B - r))) & _MASK         # floor(P / 2^r), nd digits
-        u = Q[:, e:e + 4].astype(np.uint64)
-        fl = (u[:, 0] | (u[:, 1] << np.uint64(16)) | (u[:, 2] << np.uint64(32)) | (u[:, 3] << np.uint64(48))).view(np.int64)
-        if (Q[:, e + 4:] != np.where(neg, _MASK, 0)[:, None]).any() or ((fl < 0) != neg).any() \
-                or (np.abs(fl) >= 2**62).any():
+        neg = P[-1] >= 0x8000
+        sign = np.where(neg, _MASK, 0)
+        Pe = np.concatenate([P[e:], sign[None, :]], axis=0)              # one more sign digit
+        Q = ((Pe[:-1] >> r) | (Pe[1:] << (_B - r))) & _MASK              # digits e.. of floor(P / 2^r)
+        u = Q[:4].astype(np.uint64)
+        fl = (u[0] | (u[1] << np.uint64(16)) | (u[2] << np.uint64(32)) | (u[3] << np.uint64(48))).view(np.int64)
+        if (Q[4:] != sign).any() or ((fl < 0) != neg).any() or (np.abs(fl) >= 2**62).any():
             return None
-        rem = P[:, :e + 1].copy()
-        rem[:, e] &= (1 << r) - 1
+        rem = P[:e + 1].copy()
+        rem[e] &= (1 << r) - 1
         frac = np.ldexp(_magnitude_to_float(rem), -E)
         return fl.reshape(self.shape), frac.reshape(self.shape)
