@@ -606,7 +606,8 @@ class RnsContext:
         Returns
         -------
         WideInts or None
-            ``nd = ceil((bits(bound) + 2) / 16) + 1`` digits per value; None when a check fails (``y / q``
+            Computed on ``ceil((bits(bound) + 2) / 16) + 1`` digits, returned on the fewest that hold the values
+            (:meth:`WideInts.trimmed`); None when a check fails (``y / q``
             not within ``1/4`` of an integer, or the spare top digit is not a sign extension: ``bound`` was
             wrong), so the caller can fall back to :meth:`to_signed`.
 
@@ -646,7 +647,7 @@ class RnsContext:
         dig = carry_digits(dig.astype(np.int64))
         if (dig[-1] != np.where(dig[-2] >= 0x8000, 0xFFFF, 0)).any():
             return None
-        return WideInts(dig.reshape((nd,) + x.shape))
+        return WideInts(dig.reshape((nd,) + x.shape)).trimmed()
 
     # ------------------------------------------------------------------ arithmetic
     def _full(self, x: RnsArray) -> RnsArray:

@@ -235,6 +235,15 @@ class WideInts:
         ext = np.where(self._negative(), _MASK, 0)[None, :]
         return np.concatenate([d, np.repeat(ext, nd - self.nd, axis=0)], axis=0)
 
+    def trimmed(self) -> "WideInts":
+        """The same values on the fewest digits (>= 1) that hold them all (drops sign-extension digits)."""
+        d = self._flat()
+        sign = np.where(self._negative(), _MASK, 0)
+        keep = self.nd
+        while keep > 1 and (d[keep - 1] == sign).all() and ((d[keep - 2] >= 0x8000) == (sign != 0)).all():
+            keep -= 1
+        return WideInts(self.digits[:keep])
+
     def __add__(self, other: "WideInts") -> "WideInts":
         """Exact sum (one more digit than the wider operand)."""
         if self.shape != other.shape:
