@@ -81,7 +81,7 @@ def test_scaled_floor_refuses_a_floor_beyond_int64(path):
 
 
 @pytest.mark.parametrize("q", [DRESFL_PRIME_200, DRESFL_PRIME_440, *PLAIN_MODULI])
-def test_to_signed_wide_matches_to_signed(q):
+def test_to_signed_wide_matches_to_signed(path, q):
     ctx = rns_context(q, 4096)
     rnd = random.Random(q % 1000)
     A = np.array([rnd.randint(-2**60, 2**60) for _ in range(64 * 30)], dtype=object).reshape(64, 30)

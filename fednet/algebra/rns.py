@@ -50,7 +50,7 @@ from functools import lru_cache
 import numpy as np
 
 from fednet.algebra.meter import charge
-from fednet.algebra.wideint import WideInts, carry_digits
+from fednet.algebra.wideint import WideInts, signed_digits
 
 __all__ = [
     "RnsCapacityError",
@@ -641,13 +641,9 @@ class RnsContext:
         k = np.rint(t)
         if k.size and np.abs(t - k).max() >= 0.25:
             return None
-        dig = D[:Lp].T @ sigma                                           # |.| < 2^50: every sum exact
-        dig += np.outer(D[Lp], alpha)
-        dig += np.outer(D[Lp + 1], k)
-        dig = carry_digits(dig.astype(np.int64))
-        if (dig[-1] != np.where(dig[-2] >= 0x8000, 0xFFFF, 0)).any():
-            return None
-        return WideInts(dig.reshape((nd,) + x.shape)).trimmed()
+        # digit sums |.| < 2^50: every partial sum exact
+        w = signed_digits(D[:Lp].T @ sigma, np.stack([alpha, k]), D[Lp:Lp + 2])
+        return None if w is None else WideInts(w.digits.reshape((w.nd,) + x.shape))
 
     # ------------------------------------------------------------------ arithmetic
     def _full(self, x: RnsArray) -> RnsArray:

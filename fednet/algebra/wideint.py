@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["WideInts", "carry_digits"]
+__all__ = ["WideInts", "carry_digits", "signed_digits"]
 
 _B = 16
 _MASK = 0xFFFF
@@ -105,43 +105,107 @@ if _numba is not None:
             out[c] = -f if neg else f
 
     @_numba.njit(cache=True)
-    def _nb_scaled_floor(g, Nd, E, fl, frac):  # pragma: no cover - compiled
-        nd, n = g.shape
+    def _nb_scaled_floor(g, nd, Nd, E, fl, frac):  # pragma: no cover - compiled
+        """g (ndg, n) digits sign-extended to nd; columns in blocks of 256 (the product vectorises over them)."""
+        ndg, n = g.shape
         nN = Nd.shape[0]
         e = E // 16
         r = E % 16
-        P = np.empty(nd + 1, np.int64)
+        BS = 256
+        P = np.empty((nd, BS), np.int64)
+        col = np.empty(nd + 1, np.int64)
         ok = True
-        for c in range(n):
-            for i in range(nd):
-                P[i] = 0
-            for j in range(nN):                  # schoolbook product, truncated modulo 2^(16 nd)
-                Nj = Nd[j]
-                if Nj:
-                    for i in range(nd - j):
-                        P[i + j] += g[i, c] * Nj
-            for i in range(nd - 1):
-                P[i + 1] += P[i] >> 16
-                P[i] &= 0xFFFF
-            P[nd - 1] &= 0xFFFF
-            neg = P[nd - 1] >= 0x8000
-            sign = 0xFFFF if neg else 0
-            P[nd] = sign
-            f = 0
-            for i in range(nd - e):              # digits of floor(P / 2^E)
-                q = ((P[e + i] >> r) | (P[e + i + 1] << (16 - r))) & 0xFFFF
-                if i < 3:
-                    f += q << (16 * i)
-                elif i == 3:
-                    f += (q - 0x10000 if q >= 0x8000 else q) << 48
-                elif q != sign:
+        for c0 in range(0, n, BS):
+            w = min(BS, n - c0)
+            P[:, :w] = 0
+            for i in range(nd):                  # schoolbook product, truncated modulo 2^(16 nd)
+                for j in range(min(nN, nd - i)):
+                    Nj = Nd[j]
+                    if Nj == 0:
+                        continue
+                    if i < ndg:
+                        for c in range(w):
+                            P[i + j, c] += g[i, c0 + c] * Nj
+                    else:                        # sign extension
+                        for c in range(w):
+                            if g[ndg - 1, c0 + c] >= 0x8000:
+                                P[i + j, c] += 0xFFFF * Nj
+            for c in range(w):
+                for i in range(nd):
+                    col[i] = P[i, c]
+                for i in range(nd - 1):
+                    col[i + 1] += col[i] >> 16
+                    col[i] &= 0xFFFF
+                col[nd - 1] &= 0xFFFF
+                neg = col[nd - 1] >= 0x8000
+                sign = 0xFFFF if neg else 0
+                col[nd] = sign
+                f = 0
+                for i in range(nd - e):          # digits of floor(P / 2^E)
+                    q = ((col[e + i] >> r) | (col[e + i + 1] << (16 - r))) & 0xFFFF
+                    if i < 3:
+                        f += q << (16 * i)
+                    elif i == 3:
+                        f += (q - 0x10000 if q >= 0x8000 else q) << 48
+                    elif q != sign:
+                        ok = False
+                if (f < 0) != neg or f >= 2**62 or f <= -2**62:
                     ok = False
-            if (f < 0) != neg or f >= 2**62 or f <= -2**62:
-                ok = False
-            fl[c] = f
-            P[e] &= (1 << r) - 1
-            frac[c] = math.ldexp(_nb_digits_float(P, e + 1), -E)
+                fl[c0 + c] = f
+                col[e] &= (1 << r) - 1
+                frac[c0 + c] = math.ldexp(_nb_digits_float(col, e + 1), -E)
         return ok
+
+    @_numba.njit(cache=True)
+    def _nb_carry_float(S, R, T, out):  # pragma: no cover - compiled
+        """out = carried digits of S + T^T R (exact float64 integers below 2^53); returns the digits needed."""
+        nd, n = S.shape
+        nr = R.shape[0]
+        need = 1
+        for c in range(n):
+            carry = 0
+            for d in range(nd):
+                v = S[d, c]
+                for k in range(nr):
+                    v += T[k, d] * R[k, c]
+                x = np.int64(v) + carry
+                carry = x >> 16
+                out[d, c] = x & 0xFFFF
+            sign = 0xFFFF if out[nd - 1, c] >= 0x8000 else 0
+            j = nd - 1
+            while j > 0 and out[j, c] == sign and (out[j - 1, c] >= 0x8000) == (sign != 0):
+                j -= 1
+            if j + 1 > need:
+                need = j + 1
+        return need
+
+
+def signed_digits(S: np.ndarray, R: np.ndarray, T: np.ndarray) -> "WideInts | None":
+    """Two's complement digits of the integers ``S + T^T R``, given as 16-bit digit sums, on the fewest digits.
+
+    Parameters
+    ----------
+    S : ndarray of float64, shape (nd, n)
+        ``S[d]`` is the (unnormalised) digit ``d``: the value is ``sum_d (S + T^T R)[d] 2^(16 d)``.
+    R : ndarray of float64, shape (r, n)
+    T : ndarray of float64, shape (r, nd)
+        A rank-``r`` correction (e.g. ``alpha`` and ``k`` times the digits of two constants).
+        Every entry of ``S + T^T R`` and every partial sum is an exact integer below ``2^53``.
+
+    Returns
+    -------
+    WideInts (shape (n,)) or None
+        The values modulo ``2^(16 nd)``, :meth:`WideInts.trimmed`; None if the top digit is not a sign
+        extension for some value (the values did not fit ``nd - 1`` digits: a spare digit checks the bound).
+    """
+    if _numba is not None:
+        out = np.empty(S.shape, np.int64)
+        need = _nb_carry_float(np.ascontiguousarray(S), np.ascontiguousarray(R), np.ascontiguousarray(T), out)
+        return WideInts(out[:need]) if need < S.shape[0] else None
+    dig = carry_digits((S + T.T @ R).astype(np.int64))
+    if (dig[-1] != np.where(dig[-2] >= 0x8000, _MASK, 0)).any():
+        return None
+    return WideInts(dig).trimmed()
 
 
 def _magnitude_to_float(m: np.ndarray) -> np.ndarray:
@@ -293,14 +357,15 @@ class WideInts:
         nN = -(-num.bit_length() // _B)
         nd = self.nd + nN
         e, r = divmod(E, _B)
-        g = self.widened(max(nd, e + 4))
-        nd = g.shape[0]
+        nd = max(nd, e + 4)
         if _numba is not None:
+            g = np.ascontiguousarray(self._flat())
             fl, frac = np.empty(g.shape[1], np.int64), np.empty(g.shape[1])
             Nd = np.array([(num >> (_B * j)) & _MASK for j in range(nN)], dtype=np.int64)
-            if not _nb_scaled_floor(g, Nd, E, fl, frac):
+            if not _nb_scaled_floor(g, nd, Nd, E, fl, frac):
                 return None
             return fl.reshape(self.shape), frac.reshape(self.shape)
+        g = self.widened(nd)
         P = np.zeros_like(g)
         for j in range(nN):                       # schoolbook product, truncated modulo 2^(16 nd)
             Nj = (num >> (_B * j)) & _MASK
