@@ -262,10 +262,10 @@ class DReSFL(NeuralProtocol):
         rows = self.rows_t
         x = dev.state.x_coded[rows] if self.mode.exact else Shape((b, self.task.d), object)
         y = dev.state.y_coded[rows] if self.mode.exact else Shape((b, self.task.c), object)
-        zeros = {k: np.zeros_like(v) for k, v in self.params.items()}
         return self.mode.run(
             self.model.field_gradient, w, x, y,
-            macs=lambda: self.model.field_gradient(zeros, np.zeros((b, self.task.d), np.int64),
+            macs=lambda: self.model.field_gradient({k: np.zeros_like(v) for k, v in self.params.items()},
+                                                   np.zeros((b, self.task.d), np.int64),
                                                    np.zeros((b, self.task.c), np.int64)),
             key=("dresfl-gradient", tuple(self.model.sizes), b, cfg.p),
             like=Shape((self.n_params,), object))
