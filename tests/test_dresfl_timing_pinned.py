@@ -15,18 +15,19 @@ import pytest
 
 from factories import make_task
 from fednet.protocol import registry
-from fednet.sim.dropout import ExtremeDropout
+from fednet.sim.dropout import ExtremeDropout, PerClientDropout
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
 N = 20
 
 
-def _run(p: str, max_norm: float, rounds: int):
+def _run(p: str, max_norm: float, rounds: int, K: int = 1):
     task = make_task(D=N, n=32, d=49, c=10, seed=5)
-    sim = Simulation(lte_star(N, device_mac_rates=[1e6] * N), 7, availability=ExtremeDropout(N, 2))
+    availability = ExtremeDropout(N, 2) if K == 1 else PerClientDropout([0.01] * N)   # K = 2: R = 17 of 20
+    sim = Simulation(lte_star(N, device_mac_rates=[1e6] * N), 7, availability=availability)
     cfg = {"hidden": [16, 16], "batch_size": 64, "weight_bits": 8, "mode": "timing", "p": p,
-           "max_norm": max_norm, "eval_every": 10}
+           "max_norm": max_norm, "eval_every": 10, "K": K}
     proto = registry.get("dresfl")(sim, task, cfg)
     proto.run(rounds)
     return proto
@@ -47,14 +48,15 @@ def _digest(proto) -> tuple[str, str, int, int]:
     return hp.hexdigest()[:16], ht.hexdigest()[:16], dev, srv
 
 
-PINNED = {          # "p|max_norm|rounds": 64 never clips here, 0.5 clips every round
-    "2^440-33|64.0|40": ("1e83dc33e77cc625", "3300f1eb6896bc88", 90808866, 496800),
-    "2^200-75|64.0|40": ("1e83dc33e77cc625", "1cddd4b7d520b736", 90808866, 496800),
-    "2^440-33|0.5|40": ("8e1e628ea2aff8e3", "2a22ea3319337eb5", 90808866, 496800),
+PINNED = {          # "p|max_norm|rounds|K": 64 never clips here, 0.5 and 4 (K = 2) clip every round
+    "2^440-33|64.0|40|1": ("1e83dc33e77cc625", "3300f1eb6896bc88", 90808866, 496800),
+    "2^200-75|64.0|40|1": ("1e83dc33e77cc625", "1cddd4b7d520b736", 90808866, 496800),
+    "2^440-33|0.5|40|1": ("8e1e628ea2aff8e3", "2a22ea3319337eb5", 90808866, 496800),
+    "2^440-33|4.0|30|2": ("f5afb9bedc78f479", "3dea9c31a2270ce0", 117162694, 1304100),
 }
 
 
 @pytest.mark.parametrize("case", sorted(PINNED))
 def test_timing_mode_is_pinned(case: str) -> None:
-    p, max_norm, rounds = case.split("|")
-    assert _digest(_run(p, float(max_norm), int(rounds))) == PINNED[case]
+    p, max_norm, rounds, K = case.split("|")
+    assert _digest(_run(p, float(max_norm), int(rounds), int(K))) == PINNED[case]

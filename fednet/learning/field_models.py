@@ -323,14 +323,16 @@ class FieldPolyMLP(Model):
 
     def _plain_context(self, bound: int, params: ParamsOrArray, xb: np.ndarray, yb: np.ndarray) -> RnsContext:
         """The RNS context of the smallest modulus of :data:`PLAIN_MODULI` (below ``q``) above ``8 v``, ``v`` the
-        largest of the gradient bound and every input ``|X_bar|, |c_y Y_bar|, |W|, |c_i b_i|`` (else ``self.ctx``).
+        largest of the gradient bound and every input ``|X_bar|, |c_y Y_bar|, |W|, |c_i b_i|, c_y, c_i`` (else
+        ``self.ctx``).
 
         The gradient is a polynomial with integer coefficients in these inputs, so computed modulo any odd
         ``q'`` it is ``g mod q'``, and ``g`` is its balanced representative while ``2 |g| < q'``: the same integers
         as over GF(p), on a base of fewer moduli (27 instead of 44 at ``2^255 - 19`` against ``2^440 - 33``).
         """
         p = self.as_params(params)
-        big = [bound, int(np.abs(xb).max(initial=0)), int(np.abs(yb).max(initial=0)) * self.label_mult]
+        big = [bound, int(np.abs(xb).max(initial=0)), int(np.abs(yb).max(initial=0)) * self.label_mult,
+               self.label_mult, *self.bias_mult]
         for i in range(self.n_layers):
             big.append(int(np.abs(np.asarray(p[f"W{i + 1}"])).max(initial=0)))
             big.append(int(np.abs(np.asarray(p[f"b{i + 1}"])).max(initial=0)) * self.bias_mult[i])
