@@ -30,7 +30,10 @@ Modes: ``full`` runs all of this exactly (only small set-ups fit in memory) and 
 gradient against the plain integer gradient of the same global minibatches, bit for bit. ``timing``
 keeps the coded data virtual, charges the MACs the same kernels meter at the same shapes and sends the
 same sizes; its update uses the plain integer gradient (equal to the decoded one, as full mode proves):
-both modes give the same trajectory, times and traffic at a seed.
+both modes give the same trajectory, times and traffic at a seed.  Timing mode's host work per round is
+that gradient (``FieldPolyMLP.integer_gradient(wide=True)``: the same integers modulo a smaller prime, as
+16-bit digit columns, :class:`~fednet.algebra.wideint.WideInts`) and the update on those digits (no Python
+ints; ``tests/test_dresfl_timing_pinned.py`` pins the result bit for bit).
 """
 
 from __future__ import annotations

@@ -29,7 +29,9 @@ as float64 balanced residues ``x mod m_i`` of shape ``(n_moduli, *shape)``, toge
   ``R = (L' max(m)/2 + L'/2 + 1) q`` and its residues in the full base are one small exact GEMM.
   ``L`` is chosen so that ``4 max_inner R**2 < M``: any two reduced operands multiply without overflow.
 * Conversion from canonical elements (Python ints) uses 16-bit digits and a digit-to-residue GEMM;
-  conversion back (CRT) uses the same ``sigma, alpha`` and a digit-level carry pass.
+  conversion back (CRT) uses the same ``sigma, alpha`` and a digit-level carry pass.  Values known to be
+  small (``|x mod q| < q / 8``) also convert to :class:`~fednet.algebra.wideint.WideInts` (two's
+  complement digit columns modulo ``2^(16 nd)``) without building Python ints (:meth:`RnsContext.to_signed_wide`).
 
 Every capacity condition is checked before computing (:class:`RnsCapacityError` names the numbers).
 The element-wise parts of a base extension (residue reduction, ``sigma``, ``alpha``, the final

@@ -57,8 +57,9 @@ from fednet.learning.model import Model, Optimizer, Params, ParamsOrArray, Sched
 __all__ = ["FieldOverflowError", "FieldPolyMLP", "FieldSGD", "PLAIN_MODULI"]
 
 #: Primes for the exact plain integer gradient (:meth:`FieldPolyMLP.integer_gradient` with ``wide=True``):
-#: Poly1305's ``2^130 - 5``, NIST P-192's ``2^192 - 2^64 - 1`` and Curve25519's ``2^255 - 19``.
-PLAIN_MODULI = (2**130 - 5, 2**192 - 2**64 - 1, 2**255 - 19)
+#: Poly1305's ``2^130 - 5``, NIST P-192's ``2^192 - 2^64 - 1``, P-224's ``2^224 - 2^96 + 1`` and Curve25519's
+#: ``2^255 - 19`` (RNS bases of 16, 21, 24 and 27 moduli at ``max_inner = 4096``; ``2^440 - 33``: 44).
+PLAIN_MODULI = (2**130 - 5, 2**192 - 2**64 - 1, 2**224 - 2**96 + 1, 2**255 - 19)
 
 
 class FieldOverflowError(ValueError):
