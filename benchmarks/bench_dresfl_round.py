@@ -86,7 +86,8 @@ def table2(rounds: int = 100, rows: int = 3000) -> float:
     proto.run(rounds, on_round=on_round)
     per_round = (stamps[-1] - stamps[2]) / (rounds - 1)      # round 1 also transforms the global data set
     print(f"timing (Table 2 set-up): setup {stamps[1] - stamps[0]:6.2f} s host, {per_round:.4f} s host per round "
-          f"({(cpu[-1] - cpu[2]) / (rounds - 1):.4f} s CPU) over rounds 2..{rounds} (N = {N}, {rows} rows per client, p = 2^440 - 33, d_w = {proto.n_params})",
+          f"({(cpu[-1] - cpu[2]) / (rounds - 1):.4f} s CPU) over rounds 2..{rounds} (N = {N}, {rows} rows per client, "
+          f"p = 2^440 - 33, d_w = {proto.n_params})",
           flush=True)
     return per_round
 

@@ -364,4 +364,3 @@ class _Share:
     def size(self) -> int:
         """Field elements on the wire: ``(m_i / K)(d_x + d_y)``."""
         return int(np.prod(self.x.shape)) + int(np.prod(self.y.shape))
-

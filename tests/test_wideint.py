@@ -133,3 +133,16 @@ def test_dresfl_update_on_wideints_equals_python_ints(path, max_norm, n_rows):
         assert got[k].dtype == ref[k].dtype and np.array_equal(got[k], ref[k]), k
     assert r1.random() == r2.random()
     assert any(not np.array_equal(ref[k], params[k]) for k in shapes) or max_norm == 1e-3   # 1e-3: steps ~1e-7
+
+
+def test_wide_integer_gradient_falls_back_over_the_field_when_a_check_fails(monkeypatch):
+    from fednet.algebra.rns import RnsContext
+
+    model = FieldPolyMLP((12, 5, 4, 3), DRESFL_PRIME_440, data_bits=4, weight_bits=8)
+    rng = np.random.default_rng(2)
+    params, x, y = model.init_params(3), rng.random((16, 12)), rng.integers(0, 3, 16)
+    plain = model.integer_gradient(params, x, y)
+    monkeypatch.setattr(RnsContext, "to_signed_wide", lambda self, v, bound: None)
+    wide = model.integer_gradient(params, x, y, wide=True)
+    for k in plain:
+        assert np.array_equal(wide[k].to_ints(), np.asarray(plain[k]).astype(object)), k

@@ -632,7 +632,8 @@ class RnsContext:
         ext = self._extension(Lp, False)
         tab = ext.setdefault(("wide", nd), None)
         if tab is None:
-            h = [M_i % q for M_i in (self._prefix_M[Lp] // int(m) for m in self.moduli[:Lp])] + [(-self._prefix_M[Lp]) % q]
+            M = self._prefix_M[Lp]
+            h = [(M // int(m)) % q for m in self.moduli[:Lp]] + [(-M) % q]    # as in _extension(Lp, False)
             mod = 1 << (_DIGIT * nd)
             rows = [v % mod for v in h] + [(-q) % mod]                     # the last row multiplies k
             D = np.array([[(v >> (_DIGIT * d)) & 0xFFFF for d in range(nd)] for v in rows], dtype=np.float64)

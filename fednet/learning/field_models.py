@@ -316,10 +316,10 @@ class FieldPolyMLP(Model):
         grads = self._gradient_rns(params, ctx.from_signed(xb), ctx.from_signed(yb))
         if not wide:
             return {k: ctx.to_signed(v) for k, v in grads.items()}
-        out = {}
-        for k, v in grads.items():
-            w = ctx.to_signed_wide(v, B) if 8 * B < ctx.q else None
-            out[k] = w if w is not None else WideInts.from_ints(ctx.to_signed(v), -(-(ctx.q.bit_length() + 1) // 16))
+        out = {k: ctx.to_signed_wide(v, B) if 8 * B < ctx.q else None for k, v in grads.items()}
+        if any(w is None for w in out.values()):     # a check failed (or 8 bound >= q): over GF(p), as Python ints
+            plain = self.integer_gradient(params, xb, yb, transformed=True)
+            return {k: WideInts.from_ints(v, -(-(self.q.bit_length() + 1) // 16)) for k, v in plain.items()}
         return out
 
     def _plain_context(self, bound: int, params: ParamsOrArray, xb: np.ndarray, yb: np.ndarray) -> RnsContext:
