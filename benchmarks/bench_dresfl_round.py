@@ -14,6 +14,13 @@ decoding and the bit-for-bit check); timing mode, one round 0.39 s host.  In the
 p = 2^440 - 33, MNIST, 3000 rounds, seed 0) DReS-FL took 566 s of the study's 1016 s host (0.19 s per round;
 FedAvg 150 s, FedAvg-IS 147 s, SCAFFOLD 137 s, centralized 12 s): its per-round cost is the plain integer
 gradient of the global minibatch (RNS forward and backward, CRT to Python ints) and the exact update Q.
+
+``--table2`` (2026-11-26, the shared 2-core host at load average 3.4-4.6, two alternating runs of 100 rounds
+each): before the timing-mode speed-ups (main at a00ff18) 0.114 / 0.150 s host per round (0.098 / 0.105 s
+CPU); after (the plain gradient modulo a smaller prime as WideInts digit columns, the update on them, the
+global data transformed once) 0.032 / 0.044 s host (0.031 / 0.042 s CPU).  The study itself, DReS-FL only,
+MNIST seed 0, 1000 rounds (``fednet run studies/dresfl_table2.toml --runs DReS-FL --epochs 1000 --seed 0``):
+252 s -> 86 s host wall (load average ~5.5), the trace bit for bit the same.
 """
 
 from __future__ import annotations
