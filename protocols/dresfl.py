@@ -30,12 +30,17 @@ Modes: ``full`` runs all of this exactly (only small set-ups fit in memory) and 
 gradient against the plain integer gradient of the same global minibatches, bit for bit. ``timing``
 keeps the coded data virtual, charges the MACs the same kernels meter at the same shapes and sends the
 same sizes; its update uses the plain integer gradient (equal to the decoded one, as full mode proves):
-both modes give the same trajectory, times and traffic at a seed.
+both modes give the same trajectory, times and traffic at a seed.  Timing mode's host work per round is
+that gradient (``FieldPolyMLP.integer_gradient(wide=True)``: the same integers modulo a smaller prime, as
+16-bit digit columns, :class:`~fednet.algebra.wideint.WideInts`) and the update on those digits (no Python
+ints; ``tests/test_dresfl_timing_pinned.py`` pins the result bit for bit).
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
 import re
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -260,25 +265,32 @@ class DReSFL(NeuralProtocol):
         rows = self.rows_t
         x = dev.state.x_coded[rows] if self.mode.exact else Shape((b, self.task.d), object)
         y = dev.state.y_coded[rows] if self.mode.exact else Shape((b, self.task.c), object)
-        zeros = {k: np.zeros_like(v) for k, v in self.params.items()}
         return self.mode.run(
             self.model.field_gradient, w, x, y,
-            macs=lambda: self.model.field_gradient(zeros, np.zeros((b, self.task.d), np.int64),
+            macs=lambda: self.model.field_gradient({k: np.zeros_like(v) for k, v in self.params.items()},
+                                                   np.zeros((b, self.task.d), np.int64),
                                                    np.zeros((b, self.task.c), np.int64)),
             key=("dresfl-gradient", tuple(self.model.sizes), b, cfg.p),
             like=Shape((self.n_params,), object))
 
-    def plain_gradients(self) -> list[Params]:
-        """The K integer gradients of the global minibatches ``X_bar^(k)_(I_t)`` (the decoding's target)."""
-        if getattr(self, "_global", None) is None:        # the K global data sets [X^(k)_1; ...; X^(k)_N]
-            self._global = list(zip(global_shards(self.task.X, self.shard_rows, self.config.K),
-                                    global_shards(self.task.Y, self.shard_rows, self.config.K)))
-        return [self.model.integer_gradient(self.params, x[self.rows_t], y[self.rows_t]) for x, y in self._global]
+    def plain_gradients(self, wide: bool = False) -> list[Params]:
+        """The K integer gradients of the global minibatches ``X_bar^(k)_(I_t)`` (the decoding's target).
 
-    def host_gradient(self) -> np.ndarray:
-        """Timing mode's stand-in for the decoded sum: the plain integer gradients, computed uncharged."""
+        ``wide``: as :class:`~fednet.algebra.wideint.WideInts` (``FieldPolyMLP.integer_gradient``).
+        """
+        if getattr(self, "_global", None) is None:        # the K global data sets [X_bar^(k)_1; ...; X_bar^(k)_N]
+            self._global = [self.model.transform(x, y)   # element-wise: transformed once, rows selected per round
+                            for x, y in zip(global_shards(self.task.X, self.shard_rows, self.config.K),
+                                            global_shards(self.task.Y, self.shard_rows, self.config.K))]
+        return [self.model.integer_gradient(self.params, x[self.rows_t], y[self.rows_t], transformed=True, wide=wide)
+                for x, y in self._global]
+
+    def host_gradient(self) -> Params:
+        """Timing mode's stand-in for the decoded sum: the plain integer gradients summed over k, computed
+        uncharged, as WideInts per parameter (:meth:`update` takes them without Python ints)."""
         with unmetered():
-            return _flat_sum(self.plain_gradients(), self.params)
+            gs = self.plain_gradients(wide=True)
+        return {n: functools.reduce(operator.add, (g[n] for g in gs)) for n in self.params}
 
     def decode(self, results: list, alphas: list[int]) -> np.ndarray:
         """Server: interpolate the K global gradients (Alg. 1 line 9), psi (eq. 6), sum over k: ``(d_w,)`` ints."""
@@ -297,9 +309,12 @@ class DReSFL(NeuralProtocol):
                 raise AssertionError(f"round {self.epoch}: decoded global gradient {k} differs from the plain "
                                      f"integer gradient in {bad}")
 
-    def update(self, flat: np.ndarray) -> Params:
-        """Clip and update with the stochastic rounding Q (eq. 7), exact in ``Z_p``."""
-        g = unflatten(np.asarray(flat, dtype=object), self.model.param_shapes())
+    def update(self, flat: np.ndarray | Params) -> Params:
+        """Clip and update with the stochastic rounding Q (eq. 7), exact in ``Z_p``.
+
+        ``flat``: the decoded sum, ``(d_w,)`` ints, or timing mode's :meth:`host_gradient` (Params).
+        """
+        g = flat if isinstance(flat, dict) else unflatten(np.asarray(flat, dtype=object), self.model.param_shapes())
         opt = FieldSGD(self.model, self.schedule, self.sim.rng(self.server, "dresfl-Q", self.epoch),
                        max_norm=self.config.max_norm)
         return opt.step(self.params, g, self.config.batch_size * self.config.K, self.epoch)
@@ -349,8 +364,3 @@ class _Share:
     def size(self) -> int:
         """Field elements on the wire: ``(m_i / K)(d_x + d_y)``."""
         return int(np.prod(self.x.shape)) + int(np.prod(self.y.shape))
-
-
-def _flat_sum(gs: list[Params], like: Params) -> np.ndarray:
-    """``sum_k g_k`` flattened in parameter order (object ints)."""
-    return np.sum([flatten({n: np.asarray(g[n]).astype(object) for n in like}) for g in gs], axis=0)

@@ -29,7 +29,9 @@ as float64 balanced residues ``x mod m_i`` of shape ``(n_moduli, *shape)``, toge
   ``R = (L' max(m)/2 + L'/2 + 1) q`` and its residues in the full base are one small exact GEMM.
   ``L`` is chosen so that ``4 max_inner R**2 < M``: any two reduced operands multiply without overflow.
 * Conversion from canonical elements (Python ints) uses 16-bit digits and a digit-to-residue GEMM;
-  conversion back (CRT) uses the same ``sigma, alpha`` and a digit-level carry pass.
+  conversion back (CRT) uses the same ``sigma, alpha`` and a digit-level carry pass.  Values known to be
+  small (``|x mod q| < q / 8``) also convert to :class:`~fednet.algebra.wideint.WideInts` (two's
+  complement digit columns modulo ``2^(16 nd)``) without building Python ints (:meth:`RnsContext.to_signed_wide`).
 
 Every capacity condition is checked before computing (:class:`RnsCapacityError` names the numbers).
 The element-wise parts of a base extension (residue reduction, ``sigma``, ``alpha``, the final
@@ -50,6 +52,7 @@ from functools import lru_cache
 import numpy as np
 
 from fednet.algebra.meter import charge
+from fednet.algebra.wideint import WideInts, signed_digits
 
 __all__ = [
     "RnsCapacityError",
@@ -586,6 +589,64 @@ class RnsContext:
             return self.to_field(x, _signed=True)
         v = self.to_field(x)
         return np.where(v > half, v - self.q, v)
+
+    def to_signed_wide(self, x: RnsArray, bound: int) -> WideInts | None:
+        """The integers ``g = x mod q`` known to satisfy ``|g| <= bound``, as :class:`WideInts` (no Python ints).
+
+        With ``sigma, alpha`` of the CRT (module docstring), ``y = sum_i sigma_i h_i + alpha h_L'`` (``h`` of
+        the extension modulo q, ``0 <= h < q``) is congruent to ``g``; ``k = rint(y / q)``, from the float64
+        sum ``sum sigma_i (h_i / q)`` (absolute error below ``2^-20``, while ``|g / q| < 1/8``), gives
+        ``g = y - k q`` exactly, which is computed modulo ``2^(16 nd)`` with one float64 GEMM of 16-bit digits
+        (every partial sum an exact integer below ``2^53``) and a carry pass.
+
+        Parameters
+        ----------
+        x : RnsArray
+        bound : int
+            A proven bound on ``|g|`` (the symmetric representative), ``8 bound < q``.
+
+        Returns
+        -------
+        WideInts or None
+            Computed on ``ceil((bits(bound) + 2) / 16) + 1`` digits, returned on the fewest that hold the values
+            (:meth:`WideInts.trimmed`); None when a check fails (``y / q``
+            not within ``1/4`` of an integer, or the spare top digit is not a sign extension: ``bound`` was
+            wrong), so the caller can fall back to :meth:`to_signed`.
+
+        Raises
+        ------
+        RnsCapacityError
+            If ``x.bound`` does not fit the moduli ``x`` is stored on.
+        ValueError
+            If ``8 bound >= q``.
+        """
+        q, bound = self.q, int(bound)
+        if 8 * bound >= q:
+            raise ValueError(f"bound of {bound.bit_length()} bits is not below q / 8")
+        Lp = x.n_moduli
+        if 4 * x.bound >= self._prefix_M[Lp]:
+            raise RnsCapacityError(
+                f"value bound of {x.bound.bit_length()} bits does not fit the {Lp} moduli it is stored on"
+            )
+        nd = -(-(bound.bit_length() + 2) // _DIGIT) + 1
+        ext = self._extension(Lp, False)
+        tab = ext.setdefault(("wide", nd), None)
+        if tab is None:
+            M = self._prefix_M[Lp]
+            h = [(M // int(m)) % q for m in self.moduli[:Lp]] + [(-M) % q]    # as in _extension(Lp, False)
+            mod = 1 << (_DIGIT * nd)
+            rows = [v % mod for v in h] + [(-q) % mod]                     # the last row multiplies k
+            D = np.array([[(v >> (_DIGIT * d)) & 0xFFFF for d in range(nd)] for v in rows], dtype=np.float64)
+            tab = ext[("wide", nd)] = (np.array([v / q for v in h]), D)
+        hq, D = tab
+        sigma, alpha = self._sigma_alpha_raw(x.res, ext["inv"])          # (Lp, n), (n,)
+        t = hq[:Lp] @ sigma + hq[Lp] * alpha                             # y / q
+        k = np.rint(t)
+        if k.size and np.abs(t - k).max() >= 0.25:
+            return None
+        # digit sums |.| < 2^50: every partial sum exact
+        w = signed_digits(D[:Lp].T @ sigma, np.stack([alpha, k]), D[Lp:Lp + 2])
+        return None if w is None else WideInts(w.digits.reshape((w.nd,) + x.shape))
 
     # ------------------------------------------------------------------ arithmetic
     def _full(self, x: RnsArray) -> RnsArray:

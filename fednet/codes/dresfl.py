@@ -33,6 +33,7 @@ from fednet.algebra.fields import as_field, distinct_points, lagrange_coefficien
 from fednet.algebra.modp import lincomb_mod
 from fednet.algebra.quantize import stochastic_round  # Q of eq. (7)
 from fednet.algebra.rns import RnsArray, RnsContext, rns_context
+from fednet.algebra.wideint import WideInts
 from fednet.codes.lagrange import lcc_recovery_threshold
 
 __all__ = [
@@ -490,7 +491,10 @@ def dresfl_update(params: Mapping[str, np.ndarray], grad_sum: Mapping[str, np.nd
     params : Params
         Signed integer parameters in ``Z_p``.
     grad_sum : Params
-        ``sum_k psi(g_k)``, signed integers, same names and shapes.
+        ``sum_k psi(g_k)``, signed integers, same names and shapes: integer arrays, or
+        :class:`~fednet.algebra.wideint.WideInts` (timing mode's plain gradient), whose norm, ``floor`` and
+        fractional parts are computed on digit columns with the same bits (when ``lr c / (n_rows 2^shift)``
+        has a power-of-two denominator; else, and for a floor beyond ``2^62``, through Python ints).
     lr : float
         Learning rate ``eta`` (> 0).
     n_rows : int
@@ -522,16 +526,26 @@ def dresfl_update(params: Mapping[str, np.ndarray], grad_sum: Mapping[str, np.nd
         raise ValueError(f"n_rows must be positive, got {n_rows}")
     if set(params) != set(grad_sum):
         raise ValueError(f"grad_sum must name the parameters {list(params)}, got {list(grad_sum)}")
-    c = clip_factor(grad_sum, max_norm, scale_bits=int(clip_bits))
+    c = clip_factor({k: v.to_float() if isinstance(v, WideInts) else v for k, v in grad_sum.items()}, max_norm,
+                    scale_bits=int(clip_bits))
     factor = Fraction(lr) * c / (int(n_rows) * Fraction(2) ** int(shift))
+    E = factor.denominator.bit_length() - 1
+    digits = factor.denominator == 1 << E and E <= 1000      # den = 2^E: Q on digit columns (WideInts)
     half = (int(q) - 1) // 2
     out = {}
     for name, w in params.items():
-        g = np.asarray(grad_sum[name]).astype(object) * factor.numerator
-        step = stochastic_round(g, rng, den=factor.denominator)
-        new = np.asarray(w).astype(object) - step
-        lo, hi = (min(new.flat), max(new.flat)) if new.size else (0, 0)
+        g, w = grad_sum[name], np.asarray(w)
+        parts = None
+        if digits and isinstance(g, WideInts) and w.dtype == np.int64 and not (w.size and np.abs(w).max() >= 2**62):
+            parts = g.scaled_floor(factor.numerator, E)
+        if parts is not None:                        # stochastic_round's floor and frac, the same draws
+            fl, frac = parts
+            new = w - (fl + (rng.random(fl.shape) < frac))
+        else:
+            step = stochastic_round(np.asarray(g).astype(object) * factor.numerator, rng, den=factor.denominator)
+            new = w.astype(object) - step
+        lo, hi = (int(new.min()), int(new.max())) if new.size else (0, 0)
         if lo < -(half + 1) or hi > half:
             raise ValueError(f"parameter {name} left Z_p after the update (values in [{lo}, {hi}])")
-        out[name] = new.astype(np.int64) if (lo > -(2**62) and hi < 2**62) else new
+        out[name] = new.astype(np.int64) if (lo > -(2**62) and hi < 2**62) else new.astype(object)
     return out

@@ -44,14 +44,22 @@ The field must hold the integer gradient: :meth:`FieldPolyMLP.gradient_bound` bo
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from fednet.algebra.meter import charge
-from fednet.algebra.rns import RnsArray, rns_context
+from fednet.algebra.rns import RnsArray, RnsContext, rns_context
+from fednet.algebra.wideint import WideInts
 from fednet.codes.dresfl import DRESFL_PRIME_200, dresfl_update, gradient_degree, psi, transform_data
 from fednet.learning.model import Model, Optimizer, Params, ParamsOrArray, Schedule, ConstantSchedule, as_targets
 
-__all__ = ["FieldOverflowError", "FieldPolyMLP", "FieldSGD"]
+__all__ = ["FieldOverflowError", "FieldPolyMLP", "FieldSGD", "PLAIN_MODULI"]
+
+#: Primes for the exact plain integer gradient (:meth:`FieldPolyMLP.integer_gradient` with ``wide=True``):
+#: Poly1305's ``2^130 - 5``, NIST P-192's ``2^192 - 2^64 - 1``, P-224's ``2^224 - 2^96 + 1`` and Curve25519's
+#: ``2^255 - 19`` (RNS bases of 16, 21, 24 and 27 moduli at ``max_inner = 4096``; ``2^440 - 33``: 44).
+PLAIN_MODULI = (2**130 - 5, 2**192 - 2**64 - 1, 2**224 - 2**96 + 1, 2**255 - 19)
 
 
 class FieldOverflowError(ValueError):
@@ -192,9 +200,9 @@ class FieldPolyMLP(Model):
         return xbar, transform_data(as_targets(np.asarray(y), self.n_outputs), self.l)
 
     # ------------------------------------------------------------------ exact field computation
-    def _rns_params(self, params: ParamsOrArray):
+    def _rns_params(self, params: ParamsOrArray, ctx: RnsContext | None = None):
         p = self.as_params(params)
-        ctx = self.ctx
+        ctx = ctx or self.ctx
         Ws, bterms = [], []
         for i in range(self.n_layers):
             W = np.asarray(p[f"W{i + 1}"])
@@ -206,7 +214,7 @@ class FieldPolyMLP(Model):
         return Ws, bterms
 
     def _forward_rns(self, Ws, bterms, X: RnsArray):
-        ctx = self.ctx
+        ctx = X.ctx
         acts, zs = [X], []
         for i in range(self.n_layers):
             z = ctx.add(ctx.matmul(acts[-1], Ws[i]), bterms[i])
@@ -216,8 +224,8 @@ class FieldPolyMLP(Model):
         return acts, zs
 
     def _gradient_rns(self, params: ParamsOrArray, X: RnsArray, Y: RnsArray) -> dict[str, RnsArray]:
-        ctx = self.ctx
-        Ws, bterms = self._rns_params(params)
+        ctx = X.ctx
+        Ws, bterms = self._rns_params(params, ctx)
         acts, zs = self._forward_rns(Ws, bterms, X)
         if self.label_mult != 1:
             Y = ctx.multiply(Y, ctx.from_signed(np.full(Y.shape, self.label_mult, dtype=object)))
@@ -269,7 +277,7 @@ class FieldPolyMLP(Model):
         return {k: v.to_field() for k, v in grads.items()}
 
     def integer_gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray, *,
-                         transformed: bool = False) -> Params:
+                         transformed: bool = False, wide: bool = False) -> Params:
         """Exact integer gradient ``psi(g~)`` of ``||Y_bar - f(X_bar)||^2`` (summed over the batch).
 
         Parameters
@@ -280,11 +288,15 @@ class FieldPolyMLP(Model):
         y : ndarray, shape (b,) labels or (b, d_{L+1}) targets (or ``Y_bar`` if ``transformed``).
         transformed : bool
             The data are already ``(X_bar, Y_bar)``.
+        wide : bool
+            Return :class:`~fednet.algebra.wideint.WideInts` (the same integers as 16-bit digit columns,
+            :meth:`~fednet.algebra.rns.RnsContext.to_signed_wide` within the bound below; no Python ints),
+            computed modulo a smaller prime when one holds them (:meth:`_plain_context`).
 
         Returns
         -------
         Params
-            Signed Python integers (object arrays): the integer gradient, computed over GF(p).
+            Signed Python integers (object arrays), or WideInts: the integer gradient, computed over GF(p).
 
         Raises
         ------
@@ -298,10 +310,37 @@ class FieldPolyMLP(Model):
                 f"integer gradient bound 2^{np.log2(max(bound, 1)):.1f} does not fit the signed range of the "
                 f"{self.q.bit_length()}-bit prime; use a larger prime or fewer weight_bits"
             )
-        X = self.ctx.from_signed(xb)
-        Y = self.ctx.from_signed(yb)
+        B = math.ceil(bound)
+        ctx = self._plain_context(B, params, xb, yb) if wide else self.ctx
         # |g| <= bound < (p-1)/2, where psi (eq. 6) and the symmetric signed map agree
-        return {k: self.ctx.to_signed(v) for k, v in self._gradient_rns(params, X, Y).items()}
+        grads = self._gradient_rns(params, ctx.from_signed(xb), ctx.from_signed(yb))
+        if not wide:
+            return {k: ctx.to_signed(v) for k, v in grads.items()}
+        out = {k: ctx.to_signed_wide(v, B) if 8 * B < ctx.q else None for k, v in grads.items()}
+        if any(w is None for w in out.values()):     # a check failed (or 8 bound >= q): over GF(p), as Python ints
+            plain = self.integer_gradient(params, xb, yb, transformed=True)
+            return {k: WideInts.from_ints(v, -(-(self.q.bit_length() + 1) // 16)) for k, v in plain.items()}
+        return out
+
+    def _plain_context(self, bound: int, params: ParamsOrArray, xb: np.ndarray, yb: np.ndarray) -> RnsContext:
+        """The RNS context of the smallest modulus of :data:`PLAIN_MODULI` (below ``q``) above ``8 v``, ``v`` the
+        largest of the gradient bound and every input ``|X_bar|, |c_y Y_bar|, |W|, |c_i b_i|, c_y, c_i`` (else
+        ``self.ctx``).
+
+        The gradient is a polynomial with integer coefficients in these inputs, so computed modulo any odd
+        ``q'`` it is ``g mod q'``, and ``g`` is its balanced representative while ``2 |g| < q'``: the same integers
+        as over GF(p), on a base of fewer moduli (27 instead of 44 at ``2^255 - 19`` against ``2^440 - 33``).
+        """
+        p = self.as_params(params)
+        big = [bound, int(np.abs(xb).max(initial=0)), int(np.abs(yb).max(initial=0)) * self.label_mult,
+               self.label_mult, *self.bias_mult]
+        for i in range(self.n_layers):
+            big.append(int(np.abs(np.asarray(p[f"W{i + 1}"])).max(initial=0)))
+            big.append(int(np.abs(np.asarray(p[f"b{i + 1}"])).max(initial=0)) * self.bias_mult[i])
+        for m in PLAIN_MODULI:
+            if m < self.q and 8 * max(big) < m:
+                return rns_context(m, self.ctx.max_inner)
+        return self.ctx
 
     def gradient_bound(self, params: ParamsOrArray, xbar: np.ndarray, ybar: np.ndarray) -> float:
         """Upper bound on ``max |g|`` over the integer gradient, by the network on absolute values.
