@@ -215,6 +215,21 @@ class GatherResult:
         return self.results[i]
 
 
+
+def _spawner(env: simpy.Environment, children: list[simpy.Process]) -> Callable[[Generator], simpy.Process]:
+    """``spawn(gen)``: start ``gen`` as a SimPy process appended to ``children`` (for cancellation), which ends
+    quietly when interrupted."""
+    def spawn(gen: Generator) -> simpy.Process:
+        def guarded() -> Generator:
+            try:
+                return (yield from gen)
+            except simpy.Interrupt:
+                return None
+        p = env.process(guarded())
+        children.append(p)
+        return p
+    return spawn
+
 class _Block:
     """Payloads delivered to one node at once by :meth:`Mailbox.put_many`: row ``k`` of ``rows`` from ``srcs[k]``.
 
@@ -794,17 +809,7 @@ class Primitives:
         if not senders:
             return delivered
 
-        def spawn(gen: Generator) -> simpy.Process:
-            """Start ``gen`` as a SimPy process tracked for cancellation."""
-            def guarded() -> Generator:
-                """Run ``gen``, ending quietly when the process is cancelled."""
-                try:
-                    return (yield from gen)
-                except simpy.Interrupt:
-                    return None
-            p = env.process(guarded())
-            children.append(p)
-            return p
+        spawn = _spawner(env, children)
 
         def post(src: Node, dst: Node, value: Any) -> None:
             """Deliver ``value`` from ``src`` to ``dst``'s mailbox."""
@@ -908,17 +913,7 @@ class Primitives:
             return delivered
         children: list[simpy.Process] = []
 
-        def spawn(gen: Generator) -> simpy.Process:
-            """Start ``gen`` as a SimPy process tracked for cancellation."""
-            def guarded() -> Generator:
-                """Run ``gen``, ending quietly when the process is cancelled."""
-                try:
-                    return (yield from gen)
-                except simpy.Interrupt:
-                    return None
-            p = env.process(guarded())
-            children.append(p)
-            return p
+        spawn = _spawner(env, children)
 
         def upload(src: Node) -> Generator:
             """Upload ``src``'s shares for its destinations to the server in one message."""
