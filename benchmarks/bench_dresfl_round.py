@@ -87,6 +87,7 @@ def table2(rounds: int = 100, rows: int = 3000) -> float:
     stamps, cpu = [time.perf_counter()], [time.process_time()]
 
     def on_round(row):
+        """Stamp host wall and CPU seconds at the end of each round."""
         stamps.append(time.perf_counter())
         cpu.append(time.process_time())
 

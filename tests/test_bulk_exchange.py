@@ -19,25 +19,13 @@ from fednet.sim.compute import Deterministic
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
-from test_fast_path import Recorder, snapshot  # noqa: E402
+from test_fast_path import Recorder, run_both, snapshot  # noqa: E402
 from test_lightsecagg_scale import SCALE_SCENARIOS, run  # noqa: E402
 
 
 def _both(make, monkeypatch) -> tuple:
-    calls = [0]
-    real = primitives.Primitives._bulk_bundled
-
-    def counting(self, *a, **k):
-        calls[0] += 1
-        return (yield from real(self, *a, **k))
-    monkeypatch.setattr(primitives.Primitives, "_bulk_bundled", counting)
-    monkeypatch.setattr(primitives, "BULK_EXCHANGE", True)
-    bulk = snapshot(make())
-    taken = calls[0]
-    monkeypatch.setattr(primitives, "BULK_EXCHANGE", False)
-    pairs = snapshot(make())
-    assert calls[0] == taken
-    return bulk, pairs, taken
+    """Snapshots with the bulk exchange on and off, and how often it was taken."""
+    return run_both(make, monkeypatch, "BULK_EXCHANGE", "_bulk_bundled")
 
 
 @pytest.mark.parametrize("name", ["lightsecagg_bundled_full", "lightsecagg_bundled_timing",

@@ -30,19 +30,23 @@ def snapshot(proto) -> tuple:
     return rows, views, draws
 
 
-def run_both(make, monkeypatch) -> tuple[tuple, tuple, int]:
+def run_both(make, monkeypatch, switch: str = "FAST_PATH", method: str = "_fast_rounds") -> tuple[tuple, tuple, int]:
+    """Snapshots of ``make()`` with the shortcut ``primitives.<switch>`` on and off, and how often the
+    shortcut's ``Primitives.<method>`` ran with it on (it must not run with it off)."""
     calls = [0]
-    real = primitives.Primitives._fast_rounds
+    real = getattr(primitives.Primitives, method)
 
     def counting(self, *a, **k):
         calls[0] += 1
         return (yield from real(self, *a, **k))
-    monkeypatch.setattr(primitives.Primitives, "_fast_rounds", counting)
-    monkeypatch.setattr(primitives, "FAST_PATH", True)
-    fast = snapshot(make())
-    monkeypatch.setattr(primitives, "FAST_PATH", False)
-    slow = snapshot(make())
-    return fast, slow, calls[0]
+    monkeypatch.setattr(primitives.Primitives, method, counting)
+    monkeypatch.setattr(primitives, switch, True)
+    on = snapshot(make())
+    taken = calls[0]
+    monkeypatch.setattr(primitives, switch, False)
+    off = snapshot(make())
+    assert calls[0] == taken
+    return on, off, taken
 
 
 class Recorder:

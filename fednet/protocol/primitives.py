@@ -220,7 +220,9 @@ def _spawner(env: simpy.Environment, children: list[simpy.Process]) -> Callable[
     """``spawn(gen)``: start ``gen`` as a SimPy process appended to ``children`` (for cancellation), which ends
     quietly when interrupted."""
     def spawn(gen: Generator) -> simpy.Process:
+        """Start ``gen`` as a process tracked in ``children``."""
         def guarded() -> Generator:
+            """Run ``gen``, ending quietly when the process is interrupted (cancelled)."""
             try:
                 return (yield from gen)
             except simpy.Interrupt:
