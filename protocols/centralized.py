@@ -9,6 +9,12 @@ charged: the bound ignores privacy and communication) and takes one SGD step per
 ``batch_size`` rows drawn uniformly without replacement from all ``m`` rows (the keyed stream
 ``(server, "minibatch", round)``); the batch equals DReS-FL's global batch ``b K`` with ``K = 1``.
 Dropouts do not affect it. The step is charged on the server's processor.
+
+``max_norm`` (default None: no clipping) clips the summed minibatch gradient ``b g`` to that L2 norm
+before the step, as DReS-FL clips its decoded global gradient (Table 4; fednet's DReS-FL studies use
+64 in real units).  With ``activation = "quadratic"`` and ``loss = "mse"`` this is the float
+counterpart of DReS-FL's polynomial network, which splits DReS-FL's gap to the ReLU bound into the
+model's part and the fixed-point arithmetic's part (``studies/dresfl_gap.toml``).
 """
 
 from __future__ import annotations
@@ -17,17 +23,33 @@ from collections.abc import Generator
 
 import numpy as np
 
+from pydantic import Field
+
+from fednet.algebra.meter import charge
 from fednet.learning.federated import add_scaled, local_sgd_delta
 from fednet.protocol.neural import NeuralConfig, NeuralProtocol
 
-__all__ = ["Centralized"]
+__all__ = ["Centralized", "CentralizedConfig"]
+
+
+class CentralizedConfig(NeuralConfig):
+    """:class:`NeuralConfig` plus gradient clipping.
+
+    Attributes
+    ----------
+    max_norm : float or None
+        Clip the summed minibatch gradient ``b g`` to this L2 norm (DReS-FL's clipping, Table 4);
+        None (default): no clipping.
+    """
+
+    max_norm: float | None = Field(None, gt=0)
 
 
 class Centralized(NeuralProtocol):
     """Centralized SGD (module docstring)."""
 
     name = "centralized"
-    Config = NeuralConfig
+    Config = CentralizedConfig
 
     def setup(self) -> Generator:
         """Pool the clients' data at the server (uncharged)."""
@@ -39,7 +61,14 @@ class Centralized(NeuralProtocol):
     def sgd_step(self, rows: np.ndarray) -> dict:
         """One SGD step on the pooled rows ``rows``."""
         delta, _ = local_sgd_delta(self.model, self.params, self.X_all[rows], self.Y_all[rows], self.lr)
-        return add_scaled(self.params, 1.0, delta)
+        scale = 1.0
+        if self.config.max_norm is not None:
+            # ||b g|| = ||delta|| b / lr, since delta = -lr g
+            charge(sum(v.size for v in delta.values()))   # the squared norm's MACs
+            norm = np.sqrt(sum(float(np.vdot(v, v)) for v in delta.values())) * len(rows) / self.lr
+            if norm > self.config.max_norm:
+                scale = self.config.max_norm / norm
+        return add_scaled(self.params, scale, delta)
 
     def round(self, epoch: int) -> Generator:
         """One server-side SGD step."""
