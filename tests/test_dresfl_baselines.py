@@ -169,3 +169,25 @@ def test_scaffold_control_average(average):
         assert gap < 1e-5
     else:
         assert gap > 1e-3
+
+
+def test_centralized_clipping():
+    """``max_norm`` clips the summed minibatch gradient ``b g``: the step's norm is ``lr max_norm / b``."""
+    task = make_task(D=6, n=40, d=12, c=3)
+    cfg = dict(SMALL, activation="quadratic", loss="mse")
+
+    def one_step(**extra):
+        proto = registry.get("centralized")(_sim(availability=AlwaysAvailable()), task, dict(cfg, **extra))
+        before = {k: v.copy() for k, v in proto.params.items()}
+        proto.run(1)
+        return np.sqrt(sum(float(np.sum((proto.params[k] - before[k]) ** 2)) for k in before)), proto.params
+
+    free, p_free = one_step()
+    loose, p_loose = one_step(max_norm=1e9)
+    assert all(np.array_equal(p_free[k], p_loose[k]) for k in p_free)     # a bound that does not bind changes nothing
+    b, lr = SMALL["batch_size"], 0.1
+    tight = free * b / lr / 4                                               # a quarter of the unclipped ||b g||
+    clipped, _ = one_step(max_norm=tight)
+    assert clipped == pytest.approx(lr * tight / b, rel=1e-12)
+    with pytest.raises(ValueError, match="max_norm"):
+        one_step(max_norm=0.0)
