@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 import pytest
 
 from fednet.protocols.codedsecagg import CodedSecAgg, CodedSecAggConfig
@@ -20,7 +21,7 @@ from fednet.sim.compute import Deterministic, ShiftedExponential
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
-from test_fast_path import snapshot  # noqa: E402
+from test_fast_path import run_both, snapshot  # noqa: E402
 from test_pinned_traces import SECRET_SEED, digits_task  # noqa: E402
 
 #: name -> (D, seed, protocol parameters, network): "lossy" (loss 0.1, one uplink rate), "two_rates" (uplinks of
@@ -38,6 +39,7 @@ SETUP_SCENARIOS = {
     "asap_N1_ties": (9, 10, dict(z=2, groups=1, sharing_schedule="relay_asap"), "ties"),
     "steps_N3_ties": (9, 11, dict(z=1, groups=3, sharing_schedule="relay_steps"), "ties"),
     "asap_N3_full": (12, 12, dict(z=1, groups=3, sharing_schedule="relay_asap", mode="full"), "lossy"),
+    "asap_N1_40_two_rates": (40, 13, dict(z=1, groups=1, sharing_schedule="relay_asap"), "two_rates"),
 }
 
 
@@ -69,6 +71,8 @@ PINNED: dict[tuple[str, bool], str] = {
     ("asap_N1_ties", False): "8ab2bab8a70464df",
     ("asap_N2_paper", True): "96b84da2ff90d2c3",
     ("asap_N2_paper", False): "1ec5143365c0f7b9",
+    ("asap_N1_40_two_rates", True): "2790bd2398140254",     # (recorded on the process path, BULK_EXCHANGE off)
+    ("asap_N1_40_two_rates", False): "57711d6dfacac520",
     ("asap_N2_two_rates", True): "a5b4ecd1137ca60e",
     ("asap_N2_two_rates", False): "a41d5e9398107d83",
     ("asap_N3", True): "5967ab5db7ffddfa",
@@ -90,3 +94,27 @@ PINNED: dict[tuple[str, bool], str] = {
 @pytest.mark.parametrize("name", sorted(SETUP_SCENARIOS))
 def test_setup_pinned(name: str, record_views: bool) -> None:
     assert digest(setup_run(name, record_views)) == PINNED[(name, record_views)]
+
+
+#: (name, record_views) where the groups' exchanges overlap and views are recorded: the process path is kept
+PROCESS_PATH = {("asap_N2_paper", True), ("steps_N3_paper", True)}
+
+
+@pytest.mark.parametrize("record_views", [True, False])
+@pytest.mark.parametrize("name", sorted(SETUP_SCENARIOS))
+def test_setup_replay_equals_processes(name: str, record_views: bool, monkeypatch) -> None:
+    """The event-free relay replay (:data:`fednet.protocol.primitives.BULK_EXCHANGE`) is taken and changes nothing."""
+    on, off, taken = run_both(lambda: setup_run(name, record_views), monkeypatch, "BULK_EXCHANGE", "_replay_relays")
+    assert (taken > 0) == ((name, record_views) not in PROCESS_PATH)
+    assert on == off
+
+
+def test_uniforms_in_turn_equal_scalar_draws() -> None:
+    """Streams.uniforms_in_turn (repeated nodes, across blocks) equals uniform called in that order."""
+    from fednet.sim.rng import Streams
+    a, b = Streams(5, 40, width=3), Streams(5, 40, width=3)
+    nodes = np.array([7, 3, 7, 39, 0, 7, 3, 12, 7, 7, 7])
+    for _ in range(3):
+        assert a.uniforms_in_turn(nodes, "uplink", 2).tolist() == [b.uniform(int(i), "uplink", 2) for i in nodes]
+    assert a.uniform(7, "uplink", 2) == b.uniform(7, "uplink", 2)
+    assert a.uniforms_in_turn(np.array([], dtype=int), "uplink", 2).size == 0
