@@ -510,7 +510,8 @@ def cyclic_steps(groups: Sequence[Sequence[Node]]) -> list[list[tuple[Node, Node
     if len(sizes) > 1:
         raise ValueError(f"groups must have equal sizes, got sizes {sorted(sizes)}")
     n = sizes.pop() if sizes else 0
-    return [[(members[i], members[(i + r) % n]) for members in groups for i in range(n)] for r in range(1, n)]
+    groups = [list(members) for members in groups]
+    return [[pair for members in groups for pair in zip(members, members[r:] + members[:r])] for r in range(1, n)]
 
 
 @dataclass(frozen=True)
@@ -654,7 +655,7 @@ def _event_order(times: np.ndarray, pred: np.ndarray, base: np.ndarray) -> np.nd
     rank[:n] = c + np.unique(times, return_inverse=True)[1].reshape(-1)
     rank[n:] = np.argsort(np.argsort(base, kind="stable"), kind="stable")
     jump = np.concatenate([np.where(pred >= 0, pred, n - 1 - pred), np.arange(n, n + c)])
-    while len(np.unique(rank[:n])) < n:
+    while rank.max() < n + c - 1:                          # some ranks still shared
         nxt = rank[jump]
         o = np.lexsort((nxt, rank))
         r, x = rank[o], nxt[o]
@@ -879,10 +880,12 @@ class Primitives:
             def payload(src: Node, dst: Node) -> Any:
                 """Row ``dst.index`` of ``src``'s table."""
                 return rows(src)[dst.index]
-        if schedule in ("relay_asap", "relay_steps") and prepare is None and mailbox is None and \
-                self._relay_replay_ok([p for step in steps for p in step], n_elements, element_bits, exclusive):
-            return (yield from self._replay_relays(steps, payload, kind=kind, schedule=schedule, n_elements=n_elements,
-                                                   element_bits=element_bits, timing_key=timing_key))
+        if schedule in ("relay_asap", "relay_steps") and prepare is None and mailbox is None:
+            ends = self._relay_replay_ok([p for step in steps for p in step], n_elements, element_bits, exclusive)
+            if ends is not None:
+                return (yield from self._replay_relays(steps, payload, ends, kind=kind, schedule=schedule,
+                                                       n_elements=n_elements, element_bits=element_bits,
+                                                       timing_key=timing_key))
         env = self.sim.env
         delivered: dict[tuple[int, int], Any] = {}
         children: list[simpy.Process] = []
@@ -1046,11 +1049,12 @@ class Primitives:
         return delivered
 
     def _relay_replay_ok(self, pairs: list[tuple[Node, Node]], n_elements: int | None, element_bits: int | None,
-                         exclusive: bool) -> bool:
-        """Whether :meth:`_replay_relays` may stand for the relay schedules' processes (:data:`BULK_EXCHANGE`).
+                         exclusive: bool) -> tuple[np.ndarray, np.ndarray] | None:
+        """The senders' and receivers' indices of ``pairs`` if :meth:`_replay_relays` may stand for the relay
+        schedules' processes (:data:`BULK_EXCHANGE`), else None.
 
-        True for device-to-device pairs (no direct link, no repeated pair) of one positive size, on links that are
-        idle, with the engine's transfers not overridden, when no other process can act during the exchange:
+        That is, for device-to-device pairs (no direct link, no repeated pair) of one positive size, on links that
+        are idle, with the engine's transfers not overridden, when no other process can act during the exchange:
         nothing else is scheduled (:meth:`_alone`), or the caller says so (``exclusive``) and views are not
         recorded (the server's relay list interleaves every process's messages in time).
         """
@@ -1059,18 +1063,22 @@ class Primitives:
                 or (element_bits or self.element_bits) <= 0 or sim.d2d or not self._plain_engine()
                 or any(getattr(type(sim.streams), name) is not f for name, f in _STREAM_DRAWS.items())
                 or not (self._alone() or (exclusive and not sim.record_views))):
-            return False
-        seen: set[tuple[int, int]] = set()
-        for src, dst in pairs:
-            if src.role != "device" or dst.role != "device" or src is dst or src.uplink.resource.users \
-                    or src.uplink.resource.queue or dst.downlink.resource.users or dst.downlink.resource.queue:
-                return False
-            seen.add((src.index, dst.index))
-        return len(seen) == len(pairs)
+            return None
+        s = np.fromiter((src.index for src, _ in pairs), np.int64, len(pairs))
+        d = np.fromiter((dst.index for _, dst in pairs), np.int64, len(pairs))
+        nodes = sim.nodes
+        keys = np.sort(s * len(nodes) + d)
+        if ((s == d).any() or (keys[1:] == keys[:-1]).any()
+                or any(nodes[i].role != "device" or nodes[i].uplink.resource.users or nodes[i].uplink.resource.queue
+                       for i in np.flatnonzero(np.bincount(s)).tolist())
+                or any(nodes[j].role != "device" or nodes[j].downlink.resource.users
+                       or nodes[j].downlink.resource.queue for j in np.flatnonzero(np.bincount(d)).tolist())):
+            return None
+        return s, d
 
-    def _replay_relays(self, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Callable[[Node, Node], Any], *,
-                       kind: str, schedule: str, n_elements: int, element_bits: int | None,
-                       timing_key: str) -> Generator:
+    def _replay_relays(self, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Callable[[Node, Node], Any],
+                       ends: tuple[np.ndarray, np.ndarray], *, kind: str, schedule: str, n_elements: int,
+                       element_bits: int | None, timing_key: str) -> Generator:
         """:meth:`exchange` on ``relay_asap`` or ``relay_steps`` without its per-message processes (:data:`BULK_EXCHANGE`).
 
         Replays what the processes do, with array arithmetic: every message of a batch (``relay_asap``: all of
@@ -1083,14 +1091,19 @@ class Primitives:
         its draws.  The same draws, times (the same float operations), counters, messages in the server's relay
         list and the receivers' views (when recorded) and returned mapping, bit for bit
         (``tests/test_codedsecagg_setup.py``); the caller resumes at the last delivery, with ``O(n' log n')``
-        array work per batch of ``n'`` messages instead of a SimPy process each.
+        array work per batch of ``n'`` messages instead of a SimPy process each.  ``ends``: the senders' and
+        receivers' indices of the pairs of ``steps`` in order (:meth:`_relay_replay_ok`).
         """
         sim, env = self.sim, self.sim.env
         rnd, record = sim.round, sim.record_views
         bits_each = int(n_elements) * int(element_bits or self.element_bits)
         up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"
         down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"
-        batches = [[p for step in steps for p in step]] if schedule == "relay_asap" else [list(s) for s in steps if s]
+        sizes = [len(step) for step in steps]
+        if schedule == "relay_asap":
+            batches, bounds = [[p for step in steps for p in step]], [0, sum(sizes)]
+        else:
+            batches, bounds = [list(step) for step in steps if step], np.cumsum([0] + [k for k in sizes if k]).tolist()
         nodes = sim.nodes
         up_rate = np.array([n.uplink.rate_bps if n.uplink else 0.0 for n in nodes])
         up_loss = np.array([n.uplink.loss if n.uplink else 0.0 for n in nodes])
@@ -1098,11 +1111,10 @@ class Primitives:
         down_loss = np.array([n.downlink.loss if n.downlink else 0.0 for n in nodes])
         delivered: dict[tuple[int, int], Any] = {}
         now = float(env.now)
-        for batch in batches:
+        for batch, lo, hi in zip(batches, bounds[:-1], bounds[1:]):
             values = [payload(src, dst) for src, dst in batch]       # formed at the batch's start, in launch order
             m = len(batch)
-            s = np.fromiter((src.index for src, _ in batch), np.int64, m)
-            d = np.fromiter((dst.index for _, dst in batch), np.int64, m)
+            s, d = ends[0][lo:hi], ends[1][lo:hi]
             # uplinks: queues in launch order, all requested now
             by_src = np.argsort(s, kind="stable")
             s_sorted = s[by_src]
@@ -1147,8 +1159,7 @@ class Primitives:
                 sim.server.relayed.extend(msgs[k] for k in np.argsort(order).tolist())
                 for k in by_dst.tolist():
                     sim.deliver(msgs[k], msgs[k].hops[1][3])
-            for (src, dst), value in zip(batch, values):
-                delivered[(src.index, dst.index)] = value
+            delivered.update(zip(zip(s.tolist(), d.tolist()), values))
             now = float(down_end.max())
         try:
             yield _event_at(env, now)

@@ -318,11 +318,9 @@ class Streams:
         j = counts[nodes] + occurrence
         counts[ranked[starts]] += lengths
         b, col = np.divmod(j, self.width)
-        out = np.empty(nodes.size)
-        for bb in np.unique(b):
-            sel = b == bb
-            out[sel] = self._block(pid, round, blocks, int(bb))[nodes[sel], col[sel]]
-        return out
+        lo, hi = int(b.min()), int(b.max())
+        held = np.stack([self._block(pid, round, blocks, bb) for bb in range(lo, hi + 1)])
+        return held[b - lo, nodes, col]
 
     def advance(self, nodes: np.ndarray, purpose: str, round: int) -> None:
         """Consume one keyed draw of each of ``nodes`` (distinct) for ``purpose`` in ``round``, as if drawn.
