@@ -238,7 +238,8 @@ class CodedSecAgg(Protocol):
             list(map(self._encode, devices))
         delivered = yield from self.exchange(                # all-to-all in each group, via the server
             cyclic_steps(groups), lambda src, dst: src.state.out_shares[self.group_of[dst.index][1]],
-            kind="shamir_share", schedule=cfg.sharing_schedule, n_elements=self._size, element_bits=self._bits)
+            kind="shamir_share", schedule=cfg.sharing_schedule, n_elements=self._size, element_bits=self._bits,
+            exclusive=True)                                  # nothing else uses these links meanwhile
         for (_, j), share in delivered.items():
             self.devices[j].state.in_shares.append(share)
         yield from self.compute_each(devices, self._combine, free=self.n_prime == 1)   # n' = 1: nothing to add

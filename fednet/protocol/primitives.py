@@ -85,12 +85,15 @@ BATCHED = True
 #: Whether :meth:`Primitives.exchange` of an :class:`AllToAll` on the ``bundled`` schedule, given ``rows``, moves each
 #: sender's and each destination's shares as one array (one :meth:`Mailbox.put_many` per destination) instead of
 #: one object per pair: the same messages, draws, events and results, bit for bit (``tests/test_bulk_exchange.py``),
-#: with ``O(N)`` Python work instead of ``O(N^2)`` for ``N`` devices (LightSecAgg at D = 1000: issue 12).
+#: with ``O(N)`` Python work instead of ``O(N^2)`` for ``N`` devices (LightSecAgg at D = 1000: issue 12); and
+#: whether the ``relay_asap`` / ``relay_steps`` schedules, where no other process can act meanwhile, are replayed
+#: with array arithmetic instead of two SimPy hops per message (:meth:`Primitives._replay_relays`; the same
+#: results, bit for bit: ``tests/test_codedsecagg_setup.py``; CodedSecAgg's set-up at D = 1000: issue 12).
 BULK_EXCHANGE = True
 
 #: The keyed draws of :class:`fednet.sim.rng.Streams` as defined there: the vectorised replay looks at draws
 #: before taking them, so where one of these is overridden (or patched) it leaves the step to the node-by-node one.
-_STREAM_DRAWS = {name: getattr(Streams, name) for name in ("uniform", "uniforms", "advance")}
+_STREAM_DRAWS = {name: getattr(Streams, name) for name in ("uniform", "uniforms", "uniforms_in_turn", "advance")}
 
 #: The sharing schedules of :meth:`Primitives.exchange`.
 SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
@@ -507,7 +510,8 @@ def cyclic_steps(groups: Sequence[Sequence[Node]]) -> list[list[tuple[Node, Node
     if len(sizes) > 1:
         raise ValueError(f"groups must have equal sizes, got sizes {sorted(sizes)}")
     n = sizes.pop() if sizes else 0
-    return [[(members[i], members[(i + r) % n]) for members in groups for i in range(n)] for r in range(1, n)]
+    groups = [list(members) for members in groups]
+    return [[pair for members in groups for pair in zip(members, members[r:] + members[:r])] for r in range(1, n)]
 
 
 @dataclass(frozen=True)
@@ -589,6 +593,76 @@ def _event_at(env: simpy.Environment, t: float) -> simpy.Event:
     event._ok, event._value = True, None
     heapq.heappush(env._queue, (t, NORMAL, next(env._eid), event))
     return event
+
+def _fifo_links(arrive: np.ndarray, seconds: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end of each message on capacity-1 FIFO links (a :class:`fednet.sim.network.Link`'s resource).
+
+    The messages are given link by link, each link's in its queue order (``first`` marks the first of each link):
+    a message starts when it has arrived and the one before it on its link has ended, ``max(arrive, end before)``,
+    and holds the link ``seconds`` (the floats SimPy's grant and ``timeout`` give: ``now + seconds``).
+
+    Parameters
+    ----------
+    arrive, seconds : ndarray of float, (n,)
+        When each message requests its link, and how long it holds it (simulated seconds).
+    first : ndarray of bool, (n,)
+
+    Returns
+    -------
+    start, end : ndarray of float, (n,)
+    """
+    n = len(arrive)
+    at = np.arange(n)
+    pos = at - np.maximum.accumulate(np.where(first, at, 0))        # place in its link's queue
+    levels = np.argsort(pos, kind="stable")
+    start, end = np.empty(n), np.empty(n)
+    lo = 0
+    for k, count in enumerate(np.bincount(pos).tolist()):           # the k-th message of every link at once
+        sel = levels[lo:lo + count]
+        lo += count
+        s = arrive[sel] if k == 0 else np.maximum(arrive[sel], end[sel - 1])
+        start[sel] = s
+        end[sel] = s + seconds[sel]
+    return start, end
+
+
+def _event_order(times: np.ndarray, pred: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Ranks of events in the order SimPy processes them, where each was scheduled by processing its predecessor.
+
+    Events at one time are processed in the order they were scheduled (SimPy's heap key ``(time, priority, id)``,
+    the id counting up): event ``m`` was scheduled when its predecessor ``pred[m]`` was processed (through a chain
+    of same-instant events that keeps the order), or, where ``pred[m] < 0``, at the start, in the order
+    ``base[-1 - pred[m]]``.  So ``m`` comes before ``m'`` iff the string ``times[m], times[pred[m]], ...,`` (ending
+    in its start symbol) is lexicographically smaller, a start symbol coming before any time; the strings are
+    ranked by prefix doubling (``O(n log n log depth)``).
+
+    Parameters
+    ----------
+    times : ndarray of float, (n,)
+        Each event's time, later than its predecessor's (and than the start).
+    pred : ndarray of int, (n,)
+        The predecessor's index in ``[0, n)``, or ``-1 - c`` for the start symbol ``c``.
+    base : ndarray of int, (c,)
+        Distinct ranks of the start symbols.
+
+    Returns
+    -------
+    ndarray of int, (n,)
+        Distinct ranks, 0 first.
+    """
+    n, c = len(times), len(base)
+    rank = np.empty(n + c, dtype=np.int64)
+    rank[:n] = c + np.unique(times, return_inverse=True)[1].reshape(-1)
+    rank[n:] = np.argsort(np.argsort(base, kind="stable"), kind="stable")
+    jump = np.concatenate([np.where(pred >= 0, pred, n - 1 - pred), np.arange(n, n + c)])
+    while rank.max() < n + c - 1:                          # some ranks still shared
+        nxt = rank[jump]
+        o = np.lexsort((nxt, rank))
+        r, x = rank[o], nxt[o]
+        rank[o] = np.cumsum(np.r_[True, (r[1:] != r[:-1]) | (x[1:] != x[:-1])]) - 1
+        jump = jump[jump]
+    return rank[:n] - c                  # the start symbols hold ranks 0 .. c - 1
+
 
 class Primitives:
     """SimPy sub-generators that move messages and charge time (module docstring)."""
@@ -732,7 +806,8 @@ class Primitives:
                  kind: str, schedule: Literal["relay_steps", "relay_asap", "upload_once", "bundled"] = "relay_steps",
                  n_elements: int | None = None, element_bits: int | None = None,
                  prepare: Callable[[Node], Generator] | None = None, mailbox: Mailbox | None = None,
-                 rows: Callable[[Node], Any] | None = None, timing_key: str = "") -> Generator:
+                 rows: Callable[[Node], Any] | None = None, timing_key: str = "",
+                 exclusive: bool = False) -> Generator:
         """Device-to-device exchange of shares, relayed through the server, on a sharing schedule.
 
         Parameters
@@ -771,6 +846,12 @@ class Primitives:
             each posted to ``mailbox`` with one :meth:`Mailbox.put_many`.
         timing_key : str
             Key of the messages' loss draws (:meth:`send`); ``prepare`` names its own compute key.
+        exclusive : bool
+            The caller's word that, until the exchange ends, no other process uses the links of its devices or
+            cancels it (other processes may run beside it, e.g. other groups' exchanges): the ``relay_*``
+            schedules may then be replayed without their processes even then (:data:`BULK_EXCHANGE`,
+            :meth:`_replay_relays`; without views recorded).  Without it they are only where nothing else is
+            scheduled.
 
         Returns
         -------
@@ -799,6 +880,12 @@ class Primitives:
             def payload(src: Node, dst: Node) -> Any:
                 """Row ``dst.index`` of ``src``'s table."""
                 return rows(src)[dst.index]
+        if schedule in ("relay_asap", "relay_steps") and prepare is None and mailbox is None:
+            ends = self._relay_replay_ok([p for step in steps for p in step], n_elements, element_bits, exclusive)
+            if ends is not None:
+                return (yield from self._replay_relays(steps, payload, ends, kind=kind, schedule=schedule,
+                                                       n_elements=n_elements, element_bits=element_bits,
+                                                       timing_key=timing_key))
         env = self.sim.env
         delivered: dict[tuple[int, int], Any] = {}
         children: list[simpy.Process] = []
@@ -959,6 +1046,125 @@ class Primitives:
             for p in children:
                 if p.is_alive:
                     p.interrupt("cancelled: the exchange is no longer needed")
+        return delivered
+
+    def _relay_replay_ok(self, pairs: list[tuple[Node, Node]], n_elements: int | None, element_bits: int | None,
+                         exclusive: bool) -> tuple[np.ndarray, np.ndarray] | None:
+        """The senders' and receivers' indices of ``pairs`` if :meth:`_replay_relays` may stand for the relay
+        schedules' processes (:data:`BULK_EXCHANGE`), else None.
+
+        That is, for device-to-device pairs (no direct link, no repeated pair) of one positive size, on links that
+        are idle, with the engine's transfers not overridden, when no other process can act during the exchange:
+        nothing else is scheduled (:meth:`_alone`), or the caller says so (``exclusive``) and views are not
+        recorded (the server's relay list interleaves every process's messages in time).
+        """
+        sim = self.sim
+        if (not BULK_EXCHANGE or not pairs or n_elements is None or int(n_elements) <= 0
+                or (element_bits or self.element_bits) <= 0 or sim.d2d or not self._plain_engine()
+                or any(getattr(type(sim.streams), name) is not f for name, f in _STREAM_DRAWS.items())
+                or not (self._alone() or (exclusive and not sim.record_views))):
+            return None
+        s = np.fromiter((src.index for src, _ in pairs), np.int64, len(pairs))
+        d = np.fromiter((dst.index for _, dst in pairs), np.int64, len(pairs))
+        nodes = sim.nodes
+        keys = np.sort(s * len(nodes) + d)
+        if ((s == d).any() or (keys[1:] == keys[:-1]).any()
+                or any(nodes[i].role != "device" or nodes[i].uplink.resource.users or nodes[i].uplink.resource.queue
+                       for i in np.flatnonzero(np.bincount(s)).tolist())
+                or any(nodes[j].role != "device" or nodes[j].downlink.resource.users
+                       or nodes[j].downlink.resource.queue for j in np.flatnonzero(np.bincount(d)).tolist())):
+            return None
+        return s, d
+
+    def _replay_relays(self, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Callable[[Node, Node], Any],
+                       ends: tuple[np.ndarray, np.ndarray], *, kind: str, schedule: str, n_elements: int,
+                       element_bits: int | None, timing_key: str) -> Generator:
+        """:meth:`exchange` on ``relay_asap`` or ``relay_steps`` without its per-message processes (:data:`BULK_EXCHANGE`).
+
+        Replays what the processes do, with array arithmetic: every message of a batch (``relay_asap``: all of
+        them; ``relay_steps``: one step, starting when the previous one is delivered) requests its sender's uplink
+        at the batch's start, in launch order; each uplink serves its queue first come, first served
+        (:func:`_fifo_links`), the keyed uplink draws taken in that order; an upload's end puts the message in
+        its receiver's downlink queue, which is served the same way.  Upload ends at one instant are processed in
+        SimPy's order (:func:`_event_order`: an uplink's next grant is scheduled by processing its previous upload's
+        end, the first ones at the start in launch order), which decides the order of a downlink's queue and so
+        its draws.  The same draws, times (the same float operations), counters, messages in the server's relay
+        list and the receivers' views (when recorded) and returned mapping, bit for bit
+        (``tests/test_codedsecagg_setup.py``); the caller resumes at the last delivery, with ``O(n' log n')``
+        array work per batch of ``n'`` messages instead of a SimPy process each.  ``ends``: the senders' and
+        receivers' indices of the pairs of ``steps`` in order (:meth:`_relay_replay_ok`).
+        """
+        sim, env = self.sim, self.sim.env
+        rnd, record = sim.round, sim.record_views
+        bits_each = int(n_elements) * int(element_bits or self.element_bits)
+        up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"
+        down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"
+        sizes = [len(step) for step in steps]
+        if schedule == "relay_asap":
+            batches, bounds = [[p for step in steps for p in step]], [0, sum(sizes)]
+        else:
+            batches, bounds = [list(step) for step in steps if step], np.cumsum([0] + [k for k in sizes if k]).tolist()
+        nodes = sim.nodes
+        up_rate = np.array([n.uplink.rate_bps if n.uplink else 0.0 for n in nodes])
+        up_loss = np.array([n.uplink.loss if n.uplink else 0.0 for n in nodes])
+        down_rate = np.array([n.downlink.rate_bps if n.downlink else 0.0 for n in nodes])
+        down_loss = np.array([n.downlink.loss if n.downlink else 0.0 for n in nodes])
+        delivered: dict[tuple[int, int], Any] = {}
+        now = float(env.now)
+        for batch, lo, hi in zip(batches, bounds[:-1], bounds[1:]):
+            values = [payload(src, dst) for src, dst in batch]       # formed at the batch's start, in launch order
+            m = len(batch)
+            s, d = ends[0][lo:hi], ends[1][lo:hi]
+            # uplinks: queues in launch order, all requested now
+            by_src = np.argsort(s, kind="stable")
+            s_sorted = s[by_src]
+            first_s = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
+            u_up = sim.streams.uniforms_in_turn(s_sorted, up_purpose, rnd)
+            secs_up, extra_up = transmission_times(bits_each, up_rate[s_sorted], sim.overhead, up_loss[s_sorted],
+                                                   sim.packet_bits, u_up, arrays=True)
+            up_start, up_end = np.empty(m), np.empty(m)
+            up_start[by_src], up_end[by_src] = _fifo_links(np.full(m, now), secs_up, first_s)
+            # the order SimPy processes the upload ends in (needed only where two at one instant matter)
+            pred = np.empty(m, dtype=np.int64)
+            pred[by_src] = np.where(first_s, -1 - np.cumsum(first_s) + 1, np.r_[0, by_src[:-1]])
+            firsts = by_src[first_s]                                   # each sender's first message: launch order
+            o = np.lexsort((up_end, d))
+            tied_dst = bool(((d[o][1:] == d[o][:-1]) & (up_end[o][1:] == up_end[o][:-1])).any())
+            if tied_dst or (record and len(np.unique(up_end)) < m):
+                order = _event_order(up_end, pred, firsts)
+            else:
+                order = np.argsort(np.argsort(up_end, kind="stable"), kind="stable")
+            # downlinks: queues in that order
+            by_dst = np.lexsort((order, d))
+            d_sorted = d[by_dst]
+            first_d = np.r_[True, d_sorted[1:] != d_sorted[:-1]]
+            u_down = sim.streams.uniforms_in_turn(d_sorted, down_purpose, rnd)
+            secs_down, extra_down = transmission_times(bits_each, down_rate[d_sorted], sim.overhead,
+                                                       down_loss[d_sorted], sim.packet_bits, u_down, arrays=True)
+            down_start, down_end = np.empty(m), np.empty(m)
+            down_start[by_dst], down_end[by_dst] = _fifo_links(up_end[by_dst], secs_down, first_d)
+            counters = sim.counters
+            counters.bits_up += bits_each * m
+            counters.bits_down += bits_each * m
+            counters.messages += 2 * m
+            counters.retransmissions += int(extra_up.sum()) + int(extra_down.sum())
+            if record:
+                msgs = []
+                for (src, dst), value, t0, t1, t2, t3 in zip(batch, values, up_start.tolist(), up_end.tolist(),
+                                                             down_start.tolist(), down_end.tolist()):
+                    msg = self._message(src, dst, value, kind, n_elements, element_bits, timing_key=timing_key)
+                    msg.sent_at, msg.encrypted = now, True
+                    msg.hops += [("up", src.index, t0, t1), ("down", dst.index, t2, t3)]
+                    msgs.append(msg)
+                sim.server.relayed.extend(msgs[k] for k in np.argsort(order).tolist())
+                for k in by_dst.tolist():
+                    sim.deliver(msgs[k], msgs[k].hops[1][3])
+            delivered.update(zip(zip(s.tolist(), d.tolist()), values))
+            now = float(down_end.max())
+        try:
+            yield _event_at(env, now)
+        except simpy.Interrupt:
+            raise RuntimeError(f"{self.label}: an exchange run without its processes cannot be cancelled") from None
         return delivered
 
     # -- computation -----------------------------------------------------------------------
@@ -1238,21 +1444,30 @@ class Primitives:
         link and processor involved is idle; then no other process can interact with the step and
         :meth:`_fast_rounds` gives the same results.
         """
-        if not FAST_PATH:
+        if not FAST_PATH or not self._plain_engine() or not self._alone():
             return False
-        sim_type = type(self.sim)
-        if (type(self).send is not Primitives.send or type(self)._message is not Primitives._message
-                or any(getattr(sim_type, name) is not getattr(Simulation, name)
-                       for name in ("transfer", "compute", "_hop", "hop_draw", "hop_done", "deliver", "compute_now"))):
-            return False                       # an override must see every message: keep the process path
-        for entry in self.sim.env._queue:
-            ev = entry[3]
-            if ev.callbacks and not (type(ev) is Release and not ev.resource.put_queue):
-                return False
         for n in nodes:
             for res in (n.cpu, n.downlink.resource, n.uplink.resource):
                 if res.users or res.queue:
                     return False
+        return True
+
+    def _plain_engine(self) -> bool:
+        """Whether neither the protocol's ``send`` / ``_message`` nor the simulation's ``transfer``, ``_hop``,
+        ``hop_draw``, ``hop_done``, ``deliver``, ``compute`` or ``compute_now`` is overridden (an override must see
+        every message and computation: it keeps the process path)."""
+        sim_type = type(self.sim)
+        return (type(self).send is Primitives.send and type(self)._message is Primitives._message
+                and all(getattr(sim_type, name) is getattr(Simulation, name)
+                        for name in ("transfer", "compute", "_hop", "hop_draw", "hop_done", "deliver", "compute_now")))
+
+    def _alone(self) -> bool:
+        """Whether nothing else is scheduled: every event still queued has no callbacks (leftovers of interrupted
+        work) or releases a resource nobody queues for, so no other process can act before the caller's next yield."""
+        for entry in self.sim.env._queue:
+            ev = entry[3]
+            if ev.callbacks and not (type(ev) is Release and not ev.resource.put_queue):
+                return False
         return True
 
     def _fast_rounds(self, nodes: list[Node], first: int | None, absent: list[Node], download: Any,

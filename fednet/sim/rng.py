@@ -276,6 +276,52 @@ class Streams:
             out[sel] = self._block(pid, round, blocks, int(bb))[nodes[sel], col[sel]]
         return out
 
+    def uniforms_in_turn(self, nodes: np.ndarray, purpose: str, round: int) -> np.ndarray:
+        """``[uniform(i, purpose, round) for i in nodes]`` at once: the draws taken in the order of ``nodes``.
+
+        Unlike :meth:`uniforms`, a node may repeat: its ``c``-th occurrence takes its ``c``-th next draw
+        (a link serving several messages in turn).
+
+        Parameters
+        ----------
+        nodes : ndarray of int, (n,)
+            Node indices in ``[0, n_nodes)``, in the order the draws are taken.
+        purpose : str
+        round : int
+
+        Returns
+        -------
+        ndarray of float64, (n,)
+            Element ``t`` equals what the ``t``-th call of ``uniform(nodes[t], purpose, round)`` in that
+            loop would return; each node's stream advances by its number of occurrences.
+
+        Raises
+        ------
+        ValueError
+            For a node out of range or a negative round.
+        """
+        nodes = np.asarray(nodes, dtype=np.intp).reshape(-1)
+        if nodes.size and (nodes.min() < 0 or nodes.max() >= self.n_nodes):
+            raise ValueError(f"nodes must be in [0, {self.n_nodes}), got {nodes.min()}..{nodes.max()}")
+        if round < 0:
+            raise ValueError(f"round must be non-negative, got {round}")
+        pid = purpose_id(purpose)
+        blocks, counts = self._entry(pid, round)
+        if not nodes.size:
+            return np.empty(0)
+        order = np.argsort(nodes, kind="stable")
+        ranked = nodes[order]
+        starts = np.flatnonzero(np.r_[True, ranked[1:] != ranked[:-1]])
+        lengths = np.diff(np.r_[starts, nodes.size])
+        occurrence = np.empty(nodes.size, dtype=np.int64)
+        occurrence[order] = np.arange(nodes.size) - np.repeat(starts, lengths)
+        j = counts[nodes] + occurrence
+        counts[ranked[starts]] += lengths
+        b, col = np.divmod(j, self.width)
+        lo, hi = int(b.min()), int(b.max())
+        held = np.stack([self._block(pid, round, blocks, bb) for bb in range(lo, hi + 1)])
+        return held[b - lo, nodes, col]
+
     def advance(self, nodes: np.ndarray, purpose: str, round: int) -> None:
         """Consume one keyed draw of each of ``nodes`` (distinct) for ``purpose`` in ``round``, as if drawn.
 
