@@ -1,7 +1,8 @@
 """The ``fednet`` command.
 
 ``fednet run STUDY.toml [--out DIR] [--seed N] [--data-dir DIR] [--set KEY.PATH=VALUE ...]
-[--epochs N] [--runs LABEL ...] [--targets ACC ...] [--jobs [N] | --scheduler ADDRESS] [--blas-threads N]``
+[--epochs N] [--runs LABEL ...] [--targets ACC ...] [--jobs [N] | --scheduler ADDRESS] [--blas-threads N]
+[--resume]``
     Run a study (a TOML file, or the name of a bundled one such as ``quickstart``) with a
     progress bar; write ``summary.json``, ``timing.json``, ``provenance.json``,
     ``accuracy_vs_time.png`` and per-run ``trace.csv`` to ``DIR`` (default
@@ -14,6 +15,8 @@
     single-threaded worker processes (default: the number of cores), ``--scheduler ADDRESS``
     on a running Dask cluster; the outputs are the serial run's, byte for byte (``timing.json``
     aside). ``--blas-threads N`` (default 1) sets the BLAS threads of each simulation.
+    ``--resume`` reuses the (run, seed) pairs an interrupted run of the same command finished
+    (:mod:`fednet.study.checkpoint`) and runs only the others.
 ``fednet describe PROTOCOL``
     Every parameter of a protocol: type, default, bounds and documentation.
 ``fednet schema``
@@ -90,7 +93,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     try:
         result = run_study(study, out, data_dir=args.data_dir, progress=not args.quiet,
                            command=["fednet", *(sys.argv[1:] if args.argv is None else args.argv)],
-                           jobs=args.jobs, scheduler=args.scheduler, blas_threads=args.blas_threads)
+                           jobs=args.jobs, scheduler=args.scheduler, blas_threads=args.blas_threads,
+                           resume=args.resume)
     except ImportError as e:
         if args.jobs is None and args.scheduler is None:
             raise
@@ -287,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
                           "(N omitted: the number of cores)")
     par.add_argument("--scheduler", metavar="ADDRESS",
                      help="run the runs x seeds on a running Dask cluster (e.g. tcp://host:8786)")
+    p_run.add_argument("--resume", action="store_true",
+                       help="reuse the (run, seed) pairs an interrupted run of the same command finished "
+                            "(kept beside --out) and run only the others")
     p_run.add_argument("--blas-threads", type=_positive, default=1, metavar="N",
                        help="BLAS/OpenMP threads per simulation (default 1)")
     p_run.set_defaults(func=_cmd_run)

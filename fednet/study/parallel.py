@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 try:
@@ -320,7 +320,8 @@ def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_t
 
 def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str | None = None, client: Any = None,
                       data_dir: str | os.PathLike | None = None, progress: bool = True,
-                      blas_threads: int | None = 1) -> tuple[dict[str, dict[int, list[dict[str, Any]]]],
+                      blas_threads: int | None = 1, finished: Mapping[tuple[int, int], dict[str, Any]] | None = None,
+                      on_done: Callable[[int, int, dict[str, Any]], None] | None = None) -> tuple[dict[str, dict[int, list[dict[str, Any]]]],
                                                              dict[str, dict[int, float]], dict[str, float],
                                                              dict[str, Any]]:
     """Run every (run, seed) of ``study`` as a Dask task and gather the traces in serial order.
@@ -339,6 +340,11 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
         exact as each task completes).
     blas_threads : int or None
         Thread-pool size in every worker.
+    finished : {(run index, seed): record}, optional
+        Pairs taken as they are, not submitted (records as :func:`run_task` returns them; from a
+        checkpoint, :mod:`fednet.study.checkpoint`).
+    on_done : callable, optional
+        Called in the client as ``on_done(run index, seed, record)`` for each task as it completes.
 
     Returns
     -------
@@ -368,6 +374,7 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
         for seed in study.seeds:
             groups.setdefault(study.data.feature_seed_for(seed), []).append(seed)
         order = [(i, seed) for seeds in groups.values() for i in range(len(study.runs)) for seed in seeds]
+        finished = dict(finished or {})
         # progress in rounds, as in the serial runner: workers log the rounds done per task to a
         # topic; a finished task counts its rows, and a run stopped early by stop_at shrinks the
         # total expected of its remaining seeds
@@ -375,6 +382,10 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
         left = {i: len(study.seeds) for i in expect}
         running: dict[str, int] = {}
         done_rounds = 0
+        for i, seed in finished:
+            done_rounds += len(finished[(i, seed)]["rows"])
+            left[i] -= 1
+            expect[i] = min(expect[i], len(finished[(i, seed)]["rows"]))
         lock = threading.Lock()
         topic = f"fednet-progress-{os.urandom(6).hex()}"
         bar = tqdm(total=sum(expect[i] * left[i] for i in expect), desc=study.name, unit="round",
@@ -385,6 +396,9 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
             bar.total = max(bar.n, done_rounds + sum(expect[i] * left[i] for i in expect))
             bar.refresh()
 
+        if finished:
+            _refresh()
+
         def _on_event(event: tuple[float, dict[str, Any]]) -> None:
             msg = event[1]
             with lock:
@@ -394,19 +408,23 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
 
         futures = {}
         for i, seed in order:
+            if (i, seed) in finished:
+                continue
             running[f"{i}:{seed}"] = 0
             fut = client.submit(run_task, study, i, seed, data_dir, blas_threads, env, topic if progress else None,
                                 pure=False, key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
             futures[fut] = (i, seed)
         if progress:
             client.subscribe_topic(topic, _on_event)
-        results: dict[tuple[int, int], dict[str, Any]] = {}
+        results: dict[tuple[int, int], dict[str, Any]] = dict(finished)
         with bar:
             try:
                 for fut in as_completed(list(futures)):
                     i, seed = futures[fut]
                     res = fut.result()
                     results[(i, seed)] = res
+                    if on_done is not None:
+                        on_done(i, seed, res)
                     with lock:
                         running.pop(f"{i}:{seed}", None)
                         done_rounds += len(res["rows"])

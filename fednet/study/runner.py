@@ -31,7 +31,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +56,7 @@ from fednet.topologies.distributions import per_device
 from fednet.topologies.groups import assign_groups, make_groups
 from fednet.topologies.lte import lte_star
 
+from .checkpoint import Checkpoint, Record
 from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
 from .output import StagedOutput
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
@@ -373,8 +374,15 @@ def write_results(result: StudyResult, study: Study, directory: str | os.PathLik
 
 
 def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: bool,
-              command: Sequence[str] | None) -> StudyResult:
-    """Run every (run, seed) of ``study`` in memory (data loaded once per feature draw)."""
+              command: Sequence[str] | None, finished: Mapping[tuple[int, int], Record] | None = None,
+              on_done: Callable[[int, int, Record], None] | None = None) -> StudyResult:
+    """Run every (run, seed) of ``study`` in memory (data loaded once per feature draw).
+
+    ``finished`` (``{(run index, seed): record}``, :mod:`fednet.study.checkpoint`) are taken as they
+    are and not run (a feature draw whose pairs are all finished is not even loaded); ``on_done`` is
+    called with each pair this call runs, as it finishes.
+    """
+    finished = finished or {}
     t_start = time.perf_counter()
     groups: dict[int, list[int]] = {}
     for seed in study.seeds:
@@ -391,26 +399,37 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
               leave=False, mininterval=0.5) as bar:
         data = None
         for fs, seeds in groups.items():
-            bar.set_postfix_str(f"loading {study.data.dataset}, vertical split" if study.data.vertical else
-                                f"loading {study.data.dataset}, {study.data.n_components} random features "
-                                f"(draw {fs})")
-            bar.refresh()
-            t0 = time.perf_counter()
+            todo = [(i, seed) for i in range(len(study.runs)) for seed in seeds if (i, seed) not in finished]
             task = None
-            if data is None:
-                data = load_source(study, data_dir)
-            task = prepare_task(study, data_dir, feature_seed=fs, data=data)
-            data_s[str(fs)] = time.perf_counter() - t0
-            log.info("%s: data %s with feature draw %d ready in %.1f s", study.name, study.data.dataset, fs,
-                     data_s[str(fs)])
-            for run in study.runs:             # refuse data-dependent misfits before any run
-                _build_protocol(study, run, seeds[0], task)
-            for run in study.runs:
+            if todo:
+                bar.set_postfix_str(f"loading {study.data.dataset}, vertical split" if study.data.vertical else
+                                    f"loading {study.data.dataset}, {study.data.n_components} random features "
+                                    f"(draw {fs})")
+                bar.refresh()
+                t0 = time.perf_counter()
+                if data is None:
+                    data = load_source(study, data_dir)
+                task = prepare_task(study, data_dir, feature_seed=fs, data=data)
+                data_s[str(fs)] = time.perf_counter() - t0
+                log.info("%s: data %s with feature draw %d ready in %.1f s", study.name, study.data.dataset, fs,
+                         data_s[str(fs)])
+                for run in study.runs:             # refuse data-dependent misfits before any run
+                    _build_protocol(study, run, seeds[0], task)
+            else:
+                data_s[str(fs)] = max(finished[(i, s)]["data_s"] for i in range(len(study.runs)) for s in seeds)
+            for i, run in enumerate(study.runs):
                 for seed in seeds:
-                    bar.set_postfix_str(f"{run.name} seed {seed}")
-                    t0 = time.perf_counter()
-                    rows = _run_one(study, run, seed, task, lambda row: bar.update(1))
-                    wall[run.name][seed] = time.perf_counter() - t0
+                    if (i, seed) in finished:
+                        rows, wall[run.name][seed] = finished[(i, seed)]["rows"], finished[(i, seed)]["wall_s"]
+                        bar.update(len(rows))
+                    else:
+                        bar.set_postfix_str(f"{run.name} seed {seed}")
+                        t0 = time.perf_counter()
+                        rows = _run_one(study, run, seed, task, lambda row: bar.update(1))
+                        wall[run.name][seed] = time.perf_counter() - t0
+                        if on_done is not None:
+                            on_done(i, seed, {"rows": rows, "wall_s": wall[run.name][seed],
+                                              "data_s": data_s[str(fs)], "feature_seed": fs})
                     traces[run.name][seed] = rows
                     done += len(rows)
                     left[run.name] -= 1
@@ -418,9 +437,15 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
                         expect[run.name] = len(rows)
                     bar.total = done + sum(expect[r] * left[r] for r in expect)
                     bar.refresh()
-                    log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name, run.name, seed,
-                             len(rows) - 1, rows[-1]["time_s"], wall[run.name][seed])
-    return _assemble(study, traces, wall, data_s, {}, t_start, command)
+                    log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s%s", study.name, run.name,
+                             seed, len(rows) - 1, rows[-1]["time_s"], wall[run.name][seed],
+                             " (resumed)" if (i, seed) in finished else "")
+    return _assemble(study, traces, wall, data_s, _resumed(study, finished), t_start, command)
+
+
+def _resumed(study: Study, finished: Mapping[tuple[int, int], Record] | None) -> dict[str, Any]:
+    """``timing.json``'s list of the pairs taken from a checkpoint (empty: none)."""
+    return {"resumed": [[study.runs[i].name, seed] for i, seed in sorted(finished)]} if finished else {}
 
 
 def _assemble(study: Study, traces: dict[str, dict[int, list[dict[str, Any]]]], wall: dict[str, dict[int, float]],
@@ -440,20 +465,23 @@ def _assemble(study: Study, traces: dict[str, dict[int, list[dict[str, Any]]]], 
 
 
 def _simulate_parallel(study: Study, *, jobs: int | None, scheduler: str | None, data_dir: str | os.PathLike | None,
-                       progress: bool, blas_threads: int | None, command: Sequence[str] | None) -> StudyResult:
-    """Run every (run, seed) of ``study`` as Dask tasks (:mod:`fednet.study.parallel`)."""
+                       progress: bool, blas_threads: int | None, command: Sequence[str] | None,
+                       finished: Mapping[tuple[int, int], Record] | None = None,
+                       on_done: Callable[[int, int, Record], None] | None = None) -> StudyResult:
+    """Run every (run, seed) of ``study`` as Dask tasks (:mod:`fednet.study.parallel`); as :func:`_simulate`."""
     from .parallel import simulate_parallel
 
     t_start = time.perf_counter()
     traces, wall, data_s, info = simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir,
-                                                   progress=progress, blas_threads=blas_threads)
-    return _assemble(study, traces, wall, data_s, {"parallel": info}, t_start, command)
+                                                   progress=progress, blas_threads=blas_threads, finished=finished,
+                                                   on_done=on_done)
+    return _assemble(study, traces, wall, data_s, {"parallel": info, **_resumed(study, finished)}, t_start, command)
 
 
 def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
               data_dir: str | os.PathLike | None = None, progress: bool = True, plot: bool = True,
               command: Sequence[str] | None = None, jobs: int | None = None, scheduler: str | None = None,
-              blas_threads: int | None = 1) -> StudyResult:
+              blas_threads: int | None = 1, resume: bool = False) -> StudyResult:
     """Run every (run, seed) of a study; write its results to ``out_dir`` unless it is None.
 
     Parameters
@@ -479,6 +507,10 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
     blas_threads : int or None
         BLAS/OpenMP threads of each simulation (``threadpoolctl``; default 1: parallelise over
         runs instead); None leaves the thread pools alone.
+    resume : bool
+        Take the (run, seed) pairs that an interrupted run of the same study on the same
+        ``out_dir`` finished from its checkpoint and run only the others
+        (:mod:`fednet.study.checkpoint`); False (default): discard such a checkpoint.
 
     Returns
     -------
@@ -494,32 +526,43 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
     fednet.learning.datasets.DatasetError
         For missing or corrupted data (nothing is left behind).
     fednet.errors.ConfigError
-        A protocol refuses its parameters against the data (before any run starts).
+        A protocol refuses its parameters against the data (before any run starts); ``resume``
+        without ``out_dir``, or with a checkpoint of another study.
     fednet.protocol.base.StragglerShortfall
         With ``study.strict``, from a round that cannot complete.
 
     Notes
     -----
-    The output folder is checked and locked first; every simulation runs before anything is
-    written; the files then go to a staging folder renamed to ``out_dir``. An existing
+    The output folder is checked and locked first; every simulation runs before the result files
+    are written; the files then go to a staging folder renamed to ``out_dir``. An existing
     ``out_dir`` is replaced only if fednet wrote it (:class:`~fednet.study.output.StagedOutput`).
+    Meanwhile each finished (run, seed) is kept in a checkpoint beside ``out_dir``, removed once
+    ``out_dir`` is in place (:mod:`fednet.study.checkpoint`).
     """
-    def _run() -> StudyResult:
+    def _run(finished: Mapping[tuple[int, int], Record] | None = None,
+             on_done: Callable[[int, int, Record], None] | None = None) -> StudyResult:
         if jobs is not None or scheduler is not None:
             return _simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir, progress=progress,
-                                      blas_threads=blas_threads, command=command)
+                                      blas_threads=blas_threads, command=command, finished=finished,
+                                      on_done=on_done)
         from .threads import limit_threads
 
         for run in study.runs:  # import the protocols (and their libraries) before the thread limit
             registry.get(run.protocol)
         with limit_threads(blas_threads):
-            return _simulate(study, data_dir=data_dir, progress=progress, command=command)
+            return _simulate(study, data_dir=data_dir, progress=progress, command=command, finished=finished,
+                             on_done=on_done)
 
     if out_dir is None:
+        if resume:
+            raise ConfigError("resume=True needs an output folder (out_dir is None): the checkpoint lives beside it")
         return _run()
     out_dir = Path(out_dir)
     with StagedOutput(out_dir) as tmp:
-        result = _run()
+        checkpoint = Checkpoint(out_dir, study)
+        finished = checkpoint.open(resume)
+        result = _run(finished, checkpoint.save)
         write_results(result, study, tmp, plot=plot)
+    checkpoint.discard()
     result.out_dir = out_dir
     return result
