@@ -223,7 +223,8 @@ class CodedPaddedFL(Protocol):
                  for step in padded.sharing_steps(cfg.alpha, self.groups, self.codes, groups)]
         delivered = yield from self.exchange(steps, lambda src, dst: src.state.share, kind="share",
                                              schedule=cfg.sharing_schedule, n_elements=padded.share_elements(d, c),
-                                             element_bits=cfg.share_element_bits or cfg.ring_bits)
+                                             element_bits=cfg.share_element_bits or cfg.ring_bits,
+                                             exclusive=True)   # nothing else uses these links meanwhile
         for (src, dst), share in delivered.items():
             self.devices[dst].state.received_shares[src] = share
         yield from self.compute_each(nodes, self._encode_device,   # paper's count, alpha = 1: no encoding (Sec. V-D)

@@ -118,3 +118,25 @@ def test_uniforms_in_turn_equal_scalar_draws() -> None:
         assert a.uniforms_in_turn(nodes, "uplink", 2).tolist() == [b.uniform(int(i), "uplink", 2) for i in nodes]
     assert a.uniform(7, "uplink", 2) == b.uniform(7, "uplink", 2)
     assert a.uniforms_in_turn(np.array([], dtype=int), "uplink", 2).size == 0
+
+
+@pytest.mark.parametrize("schedule", ["relay_asap", "relay_steps"])
+@pytest.mark.parametrize("paper", [False, True])
+def test_codedpaddedfl_sharing_replay_equals_processes(schedule: str, paper: bool, monkeypatch) -> None:
+    """CodedPaddedFL's share exchange along Omega (Sec. V-A) takes the relay replay too, also where every group
+    shares in its own process at once (``encode_per_group``, the paper's accounting): the same results, bit for bit."""
+    from fednet.protocols.codedpaddedfl import CodedPaddedFL, CodedPaddedFLConfig
+
+    def make() -> CodedPaddedFL:
+        D = 12
+        g = lte_star(D, loss=0.1, device_mac_rates=[2e6 * (1 + (i % 4)) for i in range(D)])
+        sim = Simulation(g, 21, device_compute=ShiftedExponential(0.5), record_views=False, secret_seed=SECRET_SEED)
+        params = dict(mode="timing", alpha=3, groups=3, sharing_schedule=schedule,
+                      **(CodedPaddedFLConfig.paper_accounting if paper else {}))
+        proto = CodedPaddedFL(sim, digits_task(D, 16, "noniid"), params, label="cpfl")
+        proto.run(2)
+        return proto
+
+    on, off, taken = run_both(make, monkeypatch, "BULK_EXCHANGE", "_replay_relays")
+    assert taken > 0
+    assert on == off
