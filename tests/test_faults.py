@@ -44,6 +44,7 @@ from fednet.protocol import registry
 from fednet.protocol.base import StragglerShortfall
 from fednet.sim.compute import Availability, BernoulliDropout, ShiftedExponential, TraceCompute
 from fednet.sim.simulation import Simulation
+from fednet.study.checkpoint import CHECKPOINT
 from fednet.study.config import StudyError, load_study
 from fednet.study.output import MARKER, StagedOutput, pid_alive
 from fednet.topologies.lte import lte_star
@@ -801,7 +802,9 @@ def _kill_run(phase: str, sig: int, study: Path, out: Path) -> int:
 
 
 def _debris(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".out."))
+    """What a run on ``folder / "out"`` left beside it, except the checkpoint of its finished (run, seed) pairs:
+    that is kept on purpose, for ``--resume`` (:mod:`fednet.study.checkpoint`; see the test below)."""
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".out.") and p.name != ".out" + CHECKPOINT)
 
 
 @pytest.mark.parametrize("phase", PHASES)
@@ -910,6 +913,8 @@ def test_sigint_and_sighup_clean_like_sigterm(tmp_path, tiny, sig) -> None:
     code = _kill_run("plot", sig, tiny, tmp_path / "out")
     assert code == 128 + sig
     assert _debris(tmp_path) == [] and not (tmp_path / "out").exists()
+    kept = tmp_path / (".out" + CHECKPOINT)                # every pair had finished: all kept for --resume
+    assert sorted(p.name for p in kept.glob("*.pkl")) == ["run0-seed0.pkl"]
 
 
 def test_second_writer_in_the_same_process_is_refused(tmp_path) -> None:

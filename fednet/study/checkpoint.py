@@ -3,7 +3,7 @@
 A study writes its output folder only when every (run, seed) has finished
 (:mod:`fednet.study.output`), so an interrupted study of hours used to lose everything it had
 finished. :func:`~fednet.study.runner.run_study` now also records each finished pair, as it
-finishes, in a checkpoint folder beside the output::
+finishes, in a checkpoint folder beside the output (made at the first finished pair)::
 
     .<name>.fednet-checkpoint/.fednet-output   marker ({"fednet": "checkpoint"}; only such folders are removed)
     .<name>.fednet-checkpoint/study.json       the validated study the pairs belong to
@@ -110,10 +110,6 @@ class Checkpoint:
                 _remove_marked(self.folder)
         elif resume:
             log.info("%s: no checkpoint at %s; running every (run, seed)", self.study.name, self.folder)
-        if not self.folder.exists():
-            self.folder.mkdir()
-            (self.folder / MARKER).write_text(json.dumps({"fednet": "checkpoint"}) + "\n", encoding="utf-8")
-            (self.folder / "study.json").write_text(self._study_json, encoding="utf-8")
         return finished
 
     def _load(self) -> dict[tuple[int, int], Record]:
@@ -136,7 +132,15 @@ class Checkpoint:
         return finished
 
     def save(self, run_index: int, seed: int, record: Record) -> None:
-        """Record one finished pair (written to a temporary name, then renamed: never half a file)."""
+        """Record one finished pair (written to a temporary name, then renamed: never half a file).
+
+        The folder is made at the first pair, so a study that fails before any pair finishes leaves
+        nothing behind.
+        """
+        if not self.folder.exists():
+            self.folder.mkdir()
+            (self.folder / MARKER).write_text(json.dumps({"fednet": "checkpoint"}) + "\n", encoding="utf-8")
+            (self.folder / "study.json").write_text(self._study_json, encoding="utf-8")
         path = self._path(run_index, seed)
         tmp = path.with_name(path.name + ".tmp")
         with open(tmp, "wb") as fh:
