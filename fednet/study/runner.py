@@ -13,6 +13,8 @@ at the end, so a failed or interrupted study leaves no partial result directory;
     OUT/study.json              the validated study, as run
     OUT/<run label>/trace.csv   one row per (seed, round)
     OUT/.fednet-output          marker: the files fednet wrote (only such folders are replaced)
+    .OUT.fednet-checkpoint/     beside OUT while the study runs: each finished (run, seed), kept after an
+                                interruption for ``--resume`` (:mod:`fednet.study.checkpoint`)
 
 ``run_study(study, None)`` writes nothing and returns the results in memory (notebooks);
 :meth:`StudyResult.frames` gives them as pandas DataFrames, like
