@@ -167,6 +167,16 @@ def unmask_shares(masked, s_parts, alphas, betas, U: int, T: int, shape, b: int,
     return unmask_aggregate(masked, np.stack(s_parts), alphas, betas, U, T, shape, b, p)
 
 
+def _sum_in_order(values: list[np.ndarray]) -> np.ndarray:
+    """``sum(values)`` (``0 + v_0 + v_1 + ...``, left to right) with one output array: the same floats, bit for bit
+    (each ``+=`` is the ``+`` it replaces; ``0 + v_0`` turns a ``-0.0`` into ``0.0`` as ``sum`` does). Not metered
+    (timing mode's stand-in of the unmasked sum)."""
+    total = np.add(0, values[0])
+    for v in values[1:]:
+        np.add(total, v, out=total)
+    return total
+
+
 class LightSecAgg(Protocol):
     """LightSecAgg baseline (So et al., MLSys 2022) on conventional minibatch FL; module docstring."""
 
@@ -281,7 +291,7 @@ class LightSecAgg(Protocol):
             macs=lambda: unmask_aggregate([np.zeros(d * c, np.int64)] * n_survivors, np.zeros((U, L), np.int64),
                                           self.alphas[:U], self.betas, U, T, (d, c), 0, 2**31 - 1),
             key=("lsa-decode", U, T, L, n_survivors, d * c), like=Shape((d, c), np.float64),
-            stand_in=lambda: sum(m.value for m in masked))
+            stand_in=lambda: _sum_in_order([m.value for m in masked]))
 
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
@@ -307,7 +317,9 @@ class LightSecAgg(Protocol):
         One ``X_b^T (X_b Theta - Y_b)`` per user, the same BLAS products (and floats) as a stacked
         ``np.matmul`` over users of the same shapes would give, without copying every minibatch twice;
         the capacity check of :func:`~fednet.algebra.quantize.quantize` runs once over all users (and
-        per user, in order, only to name the first that fails).
+        per user, in order, only to name the first that fails).  Each user's steps run in place on its
+        own result (the same float operations as ``rint((X_b^T (X_b Theta - Y_b)) s 2**b) / 2**b``,
+        without four temporaries of ``d c`` elements).
         """
         if self._host_batch[0] != self.epoch:
             b, epoch, scale = self.config.quant_bits, self.epoch, 2.0**self.config.quant_bits
@@ -320,10 +332,15 @@ class LightSecAgg(Protocol):
                 i = dev.index
                 X, rows = self.task.X[i], self._rows(dev, epoch)
                 Xb = X[rows]
-                g = (Xb.T @ (Xb @ theta - self.task.Y[i][rows])) * (X.shape[0] / dev.state.batch)
-                v = np.rint(g * scale)
-                top = np.maximum(top, np.max(np.abs(v)))        # nan propagates: caught below
-                out[i] = v / scale
+                r = Xb @ theta                                  # each in-place step is the operation it replaces
+                r -= self.task.Y[i][rows]
+                g = Xb.T @ r
+                g *= X.shape[0] / dev.state.batch
+                g *= scale
+                np.rint(g, out=g)
+                top = np.maximum(top, np.maximum(g.max(), -g.min()))    # max |v|; nan propagates: caught below
+                g /= scale
+                out[i] = g
             if out and not (np.isfinite(top) and int(top) * self.U <= (self.config.p - 1) // 2):
                 for g in out.values():                        # the first user that fails names the problem
                     quantize(g, b, self.config.p, n_summands=self.U)
