@@ -247,9 +247,10 @@ class LightSecAgg(Protocol):
         online = yield from self.gather(available, self._masked_gradient, kind="masked_model", first=U,
                                         download=self.theta.astype(np.float32), upload_elements=d * c, cancel=False)
         U1 = sorted(dev.index for dev in online.nodes)    # the others are dropped this round; their work goes on
-        senders = frozenset(U1)
+        senders, U1_at = frozenset(U1), np.asarray(U1, dtype=np.int64)     # one array for every survivor's read
         survivors = yield from self.gather(
-            [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1, masks, L), kind="aggregated_mask",
+            [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1_at, masks, L),
+            kind="aggregated_mask",
             download=np.asarray(U1), download_kind="survivors", upload_elements=L,
             wait=lambda dev: masks.wait(dev.index, senders), free=len(U1) == 1,              # |U1| = 1: nothing to add
             timing_key="mask")
@@ -286,8 +287,8 @@ class LightSecAgg(Protocol):
                              key=("lsa-masked", X.shape, Y.shape, len(rows), d, c, cfg.quant_bits, cfg.p, U),
                              like=Shape((d * c,), np.int64), stand_in=lambda: self._host_gradients()[i])
 
-    def _aggregate_masks(self, dev: Node, U1: list[int], masks: Mailbox, L: int):
-        """Survivor ``dev``: the sum of the encoded masks of U1 addressed to it (``(|U1| - 1) L`` MACs)."""
+    def _aggregate_masks(self, dev: Node, U1: np.ndarray, masks: Mailbox, L: int):
+        """Survivor ``dev``: the sum of the encoded masks of U1 (indices, ascending) addressed to it (``(|U1| - 1) L`` MACs)."""
         return self.mode.run(lsa_aggregate_encoded, masks.get_many(U1, dev.index), self.config.p,
                              macs=(len(U1) - 1) * L, like=Shape((L,), np.int64))
 

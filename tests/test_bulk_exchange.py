@@ -124,6 +124,10 @@ def test_put_many_refuses_a_pair_twice() -> None:
         box.put(3, 0, np.zeros(2))
     with pytest.raises(ValueError, match="from 4 to 0"):
         box.put_many([4, 4], 0, np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="from 3 to 0"):                # a pair of an earlier block
+        box.put_many([6, 3, 5], 0, np.zeros((3, 2)))
+    box.put_many([6, 5], 0, np.zeros((2, 2)))
+    assert [box.get(src, 0).shape for src in (1, 2, 3, 5, 6)] == [(2,)] * 5
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.4])

@@ -239,23 +239,28 @@ class _Block:
     """Payloads delivered to one node at once by :meth:`Mailbox.put_many`: row ``k`` of ``rows`` from ``srcs[k]``.
 
     The pair of ``srcs[k]`` is stamped ``(time, priority, eid0 + k)``, the key its event would have had had
-    the pairs been put one by one in the order of ``srcs``.
+    the pairs been put one by one in the order of ``srcs``.  Membership is looked up in the sorted senders
+    (no Python set of them is built: ``O(N)`` senders per block, ``N`` blocks a round at D = N = 1000).
     """
 
-    __slots__ = ("srcs", "sorted", "order", "srcset", "key", "rows", "ascending")
+    __slots__ = ("srcs", "sorted", "order", "key", "rows", "ascending")
 
     def __init__(self, srcs: np.ndarray, key: tuple, rows: Any) -> None:
         self.srcs, self.key, self.rows = srcs, key, rows
         self.ascending = bool((srcs[1:] > srcs[:-1]).all())
         self.order = np.arange(len(srcs)) if self.ascending else np.argsort(srcs, kind="stable")
         self.sorted = srcs if self.ascending else srcs[self.order]
-        self.srcset = set(srcs.tolist())
 
-    def last(self, srcs: set[int]) -> int:
-        """The largest row of the senders ``srcs`` (all in this block)."""
-        if self.ascending:
-            return int(np.searchsorted(self.sorted, max(srcs)))
-        return int(self.positions(np.fromiter(srcs, np.int64, len(srcs)))[1].max())
+    def holds(self, src: int) -> bool:
+        """Whether ``src`` sent a row of this block."""
+        at = int(np.searchsorted(self.sorted, src))
+        return at < len(self.sorted) and int(self.sorted[at]) == src
+
+    def among(self, srcs: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(senders, found, position)``: ``srcs`` as an array, which of them this block holds, and their rows
+        (where found)."""
+        m = np.fromiter(srcs, np.int64)
+        return (m, *self.positions(m))
 
     def positions(self, srcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(found, position)``: which of ``srcs`` this block holds, and their rows (where found)."""
@@ -325,17 +330,25 @@ class Mailbox:
         if not waiters:
             return
         for waiter in waiters:                     # in order of registration, as SimPy would call them
-            hit = waiter[0] & srcs
-            if hit:
+            if block is None:
+                hit = waiter[0] & srcs
+                if not hit:
+                    continue
                 waiter[0] -= hit
-                if not waiter[0]:                  # the last pair it needed: its event completes the wait
-                    if block is None:
-                        (src,) = hit
-                        key = self._stamp[(src, dst)]
-                    else:
-                        k = block.last(hit)
-                        src, key = int(block.srcs[k]), block.stamp(k)
-                    self._materialise((src, dst), key, lambda _ev, done=waiter[1]: done.succeed())
+                if waiter[0]:
+                    continue
+                (src,) = hit                       # the last pair it needed: its event completes the wait
+                key = self._stamp[(src, dst)]
+            else:
+                m, found, at = block.among(waiter[0])
+                if not found.all():                # some pairs it needs are still to come
+                    if found.any():
+                        waiter[0] -= set(m[found].tolist())
+                    continue
+                waiter[0] = set()                  # the last of its pairs in this block completes the wait
+                k = int(at.max())
+                src, key = int(block.srcs[k]), block.stamp(k)
+            self._materialise((src, dst), key, lambda _ev, done=waiter[1]: done.succeed())
         self._waiting[dst] = [w for w in waiters if w[0]]
 
     def _last(self, dst: int, srcs: set[int]) -> tuple[int, tuple]:
@@ -348,9 +361,9 @@ class Mailbox:
                 best = (src, key)
         rest = srcs - singles
         for block in self._blocks.get(dst, ()) if rest else ():
-            inside = rest & block.srcset
-            if inside:
-                k = block.last(inside)
+            _, found, at = block.among(rest)
+            if found.any():
+                k = int(at[found].max())
                 if best is None or block.stamp(k) > best[1]:
                     best = (int(block.srcs[k]), block.stamp(k))
         return best
@@ -363,7 +376,7 @@ class Mailbox:
         ValueError
             If ``(src, dst)`` was already delivered.
         """
-        if (src, dst) in self._box or any(src in b.srcset for b in self._blocks.get(dst, ())):
+        if (src, dst) in self._box or any(b.holds(src) for b in self._blocks.get(dst, ())):
             raise ValueError(f"a payload from {src} to {dst} was already delivered")
         self._box[(src, dst)] = payload
         if not self._lazy:
@@ -399,15 +412,20 @@ class Mailbox:
         env = self.env
         eid0 = next(env._eid)
         block = _Block(srcs, (env.now, NORMAL, eid0), rows)
-        again = block.srcset & self._singles.get(dst, set())
+        again: set[int] = set()
+        singles = self._singles.get(dst)
+        if singles:
+            m, found, _ = block.among(singles)
+            again.update(m[found].tolist())
         for other in self._blocks.get(dst, ()):
-            again |= block.srcset & other.srcset
-        if again or len(block.srcset) != len(srcs):
-            src = min(again) if again else int(srcs[np.flatnonzero(np.diff(block.sorted) == 0)[0]])
+            again.update(block.sorted[other.positions(block.sorted)[0]].tolist())
+        twice = np.flatnonzero(np.diff(block.sorted) == 0)
+        if again or len(twice):
+            src = min(again) if again else int(block.sorted[twice[0]])
             raise ValueError(f"a payload from {src} to {dst} was already delivered")
         env._eid = itertools.count(eid0 + len(srcs))       # one id per pair, as len(srcs) puts would draw
         self._blocks.setdefault(dst, []).append(block)
-        self._delivered(dst, block.srcset, block)
+        self._delivered(dst, set(), block)
 
     def get(self, src: int, dst: int) -> Any:
         """The payload ``src`` delivered to ``dst`` (KeyError if none)."""
@@ -415,7 +433,7 @@ class Mailbox:
             return self._box[(src, dst)]
         except KeyError:
             for block in self._blocks.get(dst, ()):
-                if src in block.srcset:
+                if block.holds(src):
                     _, at = block.positions(np.array([src], dtype=np.int64))
                     return block.rows[int(at[0])]
             raise
@@ -470,8 +488,12 @@ class Mailbox:
         done = env.event()
         want = set(srcs) if isinstance(srcs, frozenset) else set(map(int, srcs))
         missing = want - self._singles.get(dst, set())
-        for block in self._blocks.get(dst, ()):
-            missing -= block.srcset
+        for block in self._blocks.get(dst, ()) if missing else ():
+            m, found, _ = block.among(missing)
+            if found.any():
+                missing = set(m[~found].tolist())
+                if not missing:
+                    break
         if missing:
             self._waiting.setdefault(dst, []).append([missing, done])
             return done
