@@ -158,8 +158,10 @@ def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np
 
 def masked_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray, mask: np.ndarray, b: int,
                     p: int, n_summands: int) -> np.ndarray:
-    """Online phase of a user: its minibatch gradient, quantised and masked, ``(d c,)`` over GF(p); ``2 b d c + d c`` MACs."""
-    return mask_upload(minibatch_gradient(X, Y, theta, rows), mask, b, p, n_summands)
+    """Online phase of a user: its minibatch gradient, quantised and masked, ``(d c,)`` over GF(p); ``2 b d c + d c`` MACs.
+
+    ``theta`` is the model as downloaded (float32 on the wire), widened to float64 here."""
+    return mask_upload(minibatch_gradient(X, Y, theta.astype(np.float64), rows), mask, b, p, n_summands)
 
 
 def unmask_shares(masked, s_parts, alphas, betas, U: int, T: int, shape, b: int, p: int) -> np.ndarray:
@@ -279,7 +281,7 @@ class LightSecAgg(Protocol):
         (``2 b_i d c + d c``), without describing every argument each call."""
         i, cfg, U, d, c = dev.index, self.config, self.U, self.task.d, self.task.c
         X, Y, rows = self.task.X[i], self.task.Y[i], self._rows(dev, self.epoch)
-        return self.mode.run(masked_gradient, X, Y, dev.state.received.astype(np.float64), rows, dev.state.mask,
+        return self.mode.run(masked_gradient, X, Y, dev.state.received, rows, dev.state.mask,
                              cfg.quant_bits, cfg.p, U,
                              macs=lambda: masked_gradient(np.zeros(X.shape), np.zeros(Y.shape), np.zeros((d, c)),
                                                           np.arange(len(rows)), np.zeros(d * c, np.int64),
