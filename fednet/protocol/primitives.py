@@ -307,7 +307,9 @@ class Mailbox:
         self._singles: dict[int, set[int]] = {}                    # dst -> the srcs of its pairs put alone
         self._blocks: dict[int, list[_Block]] = {}                 # dst -> its blocks, in order of delivery
         self._relay: dict[tuple[int, int], simpy.Event] = {}       # pair -> its event, once materialised
-        self._waiting: dict[int, list[list]] = {}                  # dst -> waiters [srcs still missing, done event]
+        self._waiting: dict[int, list[list]] = {}                  # dst -> waiters [srcs still missing, done event,
+        #                                                            the same srcs as an array, or None]
+        self._arrays: dict[int, tuple[frozenset, np.ndarray]] = {}  # id -> a frozenset waited for, as an array
 
     def _event(self, src: int, dst: int) -> simpy.Event:
         if (src, dst) not in self._events:
@@ -335,15 +337,19 @@ class Mailbox:
                 if not hit:
                     continue
                 waiter[0] -= hit
+                waiter[2] = None                   # its array would need the same strike: made again if needed
                 if waiter[0]:
                     continue
                 (src,) = hit                       # the last pair it needed: its event completes the wait
                 key = self._stamp[(src, dst)]
             else:
-                m, found, at = block.among(waiter[0])
+                m = waiter[2] if waiter[2] is not None else np.fromiter(waiter[0], np.int64)
+                found, at = block.positions(m)
                 if not found.all():                # some pairs it needs are still to come
                     if found.any():
                         waiter[0] -= set(m[found].tolist())
+                        m = m[~found]
+                    waiter[2] = m
                     continue
                 waiter[0] = set()                  # the last of its pairs in this block completes the wait
                 k = int(at.max())
@@ -486,16 +492,29 @@ class Mailbox:
             return self.env.all_of([self._event(int(i), dst) for i in srcs])
         env = self.env
         done = env.event()
-        want = set(srcs) if isinstance(srcs, frozenset) else set(map(int, srcs))
-        missing = want - self._singles.get(dst, set())
+        if isinstance(srcs, frozenset):            # one array for every waiter on these senders
+            want = set(srcs)
+            held = self._arrays.get(id(srcs))
+            if held is None or held[0] is not srcs:
+                held = self._arrays[id(srcs)] = (srcs, np.fromiter(srcs, np.int64, len(srcs)))
+            arr = held[1]
+        else:
+            want, arr = set(map(int, srcs)), None
+        singles = self._singles.get(dst, set())
+        missing = want - singles
+        if arr is not None and len(missing) != len(want):
+            arr = arr[~np.isin(arr, np.fromiter(want & singles, np.int64))]
         for block in self._blocks.get(dst, ()) if missing else ():
-            m, found, _ = block.among(missing)
+            if arr is None:
+                arr = np.fromiter(missing, np.int64, len(missing))
+            found, _ = block.positions(arr)
             if found.any():
-                missing = set(m[~found].tolist())
+                arr = arr[~found]
+                missing = set(arr.tolist())
                 if not missing:
                     break
         if missing:
-            self._waiting.setdefault(dst, []).append([missing, done])
+            self._waiting.setdefault(dst, []).append([missing, done, arr])
             return done
         if not want:
             done.succeed()
