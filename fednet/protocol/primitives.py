@@ -357,23 +357,6 @@ class Mailbox:
             self._materialise((src, dst), key, lambda _ev, done=waiter[1]: done.succeed())
         self._waiting[dst] = [w for w in waiters if w[0]]
 
-    def _last(self, dst: int, srcs: set[int]) -> tuple[int, tuple]:
-        """Of the delivered pairs ``(src, dst)``, ``src`` in ``srcs``: the one with the largest key, and its key."""
-        best: tuple[int, tuple] | None = None
-        singles = srcs & self._singles.get(dst, set())
-        for src in singles:
-            key = self._stamp[(src, dst)]
-            if best is None or key > best[1]:
-                best = (src, key)
-        rest = srcs - singles
-        for block in self._blocks.get(dst, ()) if rest else ():
-            _, found, at = block.among(rest)
-            if found.any():
-                k = int(at[found].max())
-                if best is None or block.stamp(k) > best[1]:
-                    best = (int(block.srcs[k]), block.stamp(k))
-        return best
-
     def put(self, src: int, dst: int, payload: Any) -> None:
         """Deliver ``payload`` from ``src`` to ``dst`` (once per pair).
 
@@ -492,34 +475,39 @@ class Mailbox:
             return self.env.all_of([self._event(int(i), dst) for i in srcs])
         env = self.env
         done = env.event()
-        if isinstance(srcs, frozenset):            # one array for every waiter on these senders
-            want = set(srcs)
+        if isinstance(srcs, frozenset):            # one sorted array for every waiter on these senders
+            want = srcs
             held = self._arrays.get(id(srcs))
             if held is None or held[0] is not srcs:
-                held = self._arrays[id(srcs)] = (srcs, np.fromiter(srcs, np.int64, len(srcs)))
+                held = self._arrays[id(srcs)] = (srcs, np.sort(np.fromiter(srcs, np.int64, len(srcs))))
             arr = held[1]
         else:
-            want, arr = set(map(int, srcs)), None
-        singles = self._singles.get(dst, set())
-        missing = want - singles
-        if arr is not None and len(missing) != len(want):
-            arr = arr[~np.isin(arr, np.fromiter(want & singles, np.int64))]
-        for block in self._blocks.get(dst, ()) if missing else ():
-            if arr is None:
-                arr = np.fromiter(missing, np.int64, len(missing))
-            found, _ = block.positions(arr)
+            want = set(map(int, srcs))
+            arr = np.sort(np.fromiter(want, np.int64, len(want)))
+        best: tuple[int, tuple] | None = None      # the delivered pair of the largest key: (src, key)
+        alone = want & self._singles.get(dst, set())
+        for src in alone:
+            key = self._stamp[(src, dst)]
+            if best is None or key > best[1]:
+                best = (src, key)
+        if alone:                                  # the senders still to look for
+            arr = np.delete(arr, np.searchsorted(arr, np.fromiter(alone, np.int64, len(alone))))
+        for block in self._blocks.get(dst, ()):
+            if not len(arr):
+                break
+            found, at = block.positions(arr)
             if found.any():
+                k = int(at[found].max())
+                if best is None or block.stamp(k) > best[1]:
+                    best = (int(block.srcs[k]), block.stamp(k))
                 arr = arr[~found]
-                missing = set(arr.tolist())
-                if not missing:
-                    break
-        if missing:
-            self._waiting.setdefault(dst, []).append([missing, done, arr])
+        if len(arr):                               # some pairs are still to come
+            self._waiting.setdefault(dst, []).append([set(arr.tolist()), done, arr])
             return done
-        if not want:
+        if best is None:                           # no senders
             done.succeed()
             return done
-        src, key = self._last(dst, want)
+        src, key = best
         if key < env.current:                       # every pair's event was processed already
             done.succeed()
         else:                                       # the last one is still in SimPy's queue
