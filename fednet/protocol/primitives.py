@@ -492,6 +492,7 @@ class Mailbox:
                 best = (src, key)
         if alone:                                  # the senders still to look for
             arr = np.delete(arr, np.searchsorted(arr, np.fromiter(alone, np.int64, len(alone))))
+        struck = False                             # whether a block held some of them
         for block in self._blocks.get(dst, ()):
             if not len(arr):
                 break
@@ -500,9 +501,9 @@ class Mailbox:
                 k = int(at[found].max())
                 if best is None or block.stamp(k) > best[1]:
                     best = (int(block.srcs[k]), block.stamp(k))
-                arr = arr[~found]
+                arr, struck = arr[~found], True
         if len(arr):                               # some pairs are still to come
-            self._waiting.setdefault(dst, []).append([set(arr.tolist()), done, arr])
+            self._waiting.setdefault(dst, []).append([set(arr.tolist()) if struck else want - alone, done, arr])
             return done
         if best is None:                           # no senders
             done.succeed()
