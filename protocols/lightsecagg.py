@@ -158,13 +158,25 @@ def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np
 
 def masked_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray, mask: np.ndarray, b: int,
                     p: int, n_summands: int) -> np.ndarray:
-    """Online phase of a user: its minibatch gradient, quantised and masked, ``(d c,)`` over GF(p); ``2 b d c + d c`` MACs."""
-    return mask_upload(minibatch_gradient(X, Y, theta, rows), mask, b, p, n_summands)
+    """Online phase of a user: its minibatch gradient, quantised and masked, ``(d c,)`` over GF(p); ``2 b d c + d c`` MACs.
+
+    ``theta`` is the model as downloaded (float32 on the wire), widened to float64 here."""
+    return mask_upload(minibatch_gradient(X, Y, theta.astype(np.float64), rows), mask, b, p, n_summands)
 
 
 def unmask_shares(masked, s_parts, alphas, betas, U: int, T: int, shape, b: int, p: int) -> np.ndarray:
     """:func:`fednet.codes.lightsecagg.unmask_aggregate` of a list of aggregated encoded masks (each ``(L,)``)."""
     return unmask_aggregate(masked, np.stack(s_parts), alphas, betas, U, T, shape, b, p)
+
+
+def _sum_in_order(values: list[np.ndarray]) -> np.ndarray:
+    """``sum(values)`` (``0 + v_0 + v_1 + ...``, left to right) with one output array: the same floats, bit for bit
+    (each ``+=`` is the ``+`` it replaces; ``0 + v_0`` turns a ``-0.0`` into ``0.0`` as ``sum`` does). Not metered
+    (timing mode's stand-in of the unmasked sum)."""
+    total = np.add(0, values[0])
+    for v in values[1:]:
+        np.add(total, v, out=total)
+    return total
 
 
 class LightSecAgg(Protocol):
@@ -237,9 +249,10 @@ class LightSecAgg(Protocol):
         online = yield from self.gather(available, self._masked_gradient, kind="masked_model", first=U,
                                         download=self.theta.astype(np.float32), upload_elements=d * c, cancel=False)
         U1 = sorted(dev.index for dev in online.nodes)    # the others are dropped this round; their work goes on
-        senders = frozenset(U1)
+        senders, U1_at = frozenset(U1), np.asarray(U1, dtype=np.int64)     # one array for every survivor's read
         survivors = yield from self.gather(
-            [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1, masks, L), kind="aggregated_mask",
+            [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1_at, masks, L),
+            kind="aggregated_mask",
             download=np.asarray(U1), download_kind="survivors", upload_elements=L,
             wait=lambda dev: masks.wait(dev.index, senders), free=len(U1) == 1,              # |U1| = 1: nothing to add
             timing_key="mask")
@@ -262,14 +275,22 @@ class LightSecAgg(Protocol):
             key=("lsa-encode", N, U, T, dc), like=Shape((N, lsa_piece_length(dc, U, T)), np.int64))
 
     def _masked_gradient(self, dev: Node):
-        """Online phase of user ``dev`` on the model it downloaded (eq. 3 estimate, quantised, masked)."""
-        i = dev.index
-        return self.mode.run(masked_gradient, self.task.X[i], self.task.Y[i], dev.state.received.astype(np.float64),
-                             self._rows(dev, self.epoch), dev.state.mask, self.config.quant_bits, self.config.p, self.U,
-                             stand_in=lambda: self._host_gradients()[i])
+        """Online phase of user ``dev`` on the model it downloaded (eq. 3 estimate, quantised, masked).
 
-    def _aggregate_masks(self, dev: Node, U1: list[int], masks: Mailbox, L: int):
-        """Survivor ``dev``: the sum of the encoded masks of U1 addressed to it (``(|U1| - 1) L`` MACs)."""
+        Timing mode charges the MACs the kernels meter at these shapes, measured once per shape key
+        (``2 b_i d c + d c``), without describing every argument each call."""
+        i, cfg, U, d, c = dev.index, self.config, self.U, self.task.d, self.task.c
+        X, Y, rows = self.task.X[i], self.task.Y[i], self._rows(dev, self.epoch)
+        return self.mode.run(masked_gradient, X, Y, dev.state.received, rows, dev.state.mask,
+                             cfg.quant_bits, cfg.p, U,
+                             macs=lambda: masked_gradient(np.zeros(X.shape), np.zeros(Y.shape), np.zeros((d, c)),
+                                                          np.arange(len(rows)), np.zeros(d * c, np.int64),
+                                                          cfg.quant_bits, cfg.p, U),
+                             key=("lsa-masked", X.shape, Y.shape, len(rows), d, c, cfg.quant_bits, cfg.p, U),
+                             like=Shape((d * c,), np.int64), stand_in=lambda: self._host_gradients()[i])
+
+    def _aggregate_masks(self, dev: Node, U1: np.ndarray, masks: Mailbox, L: int):
+        """Survivor ``dev``: the sum of the encoded masks of U1 (indices, ascending) addressed to it (``(|U1| - 1) L`` MACs)."""
         return self.mode.run(lsa_aggregate_encoded, masks.get_many(U1, dev.index), self.config.p,
                              macs=(len(U1) - 1) * L, like=Shape((L,), np.int64))
 
@@ -281,7 +302,7 @@ class LightSecAgg(Protocol):
             macs=lambda: unmask_aggregate([np.zeros(d * c, np.int64)] * n_survivors, np.zeros((U, L), np.int64),
                                           self.alphas[:U], self.betas, U, T, (d, c), 0, 2**31 - 1),
             key=("lsa-decode", U, T, L, n_survivors, d * c), like=Shape((d, c), np.float64),
-            stand_in=lambda: sum(m.value for m in masked))
+            stand_in=lambda: _sum_in_order([m.value for m in masked]))
 
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
@@ -307,7 +328,9 @@ class LightSecAgg(Protocol):
         One ``X_b^T (X_b Theta - Y_b)`` per user, the same BLAS products (and floats) as a stacked
         ``np.matmul`` over users of the same shapes would give, without copying every minibatch twice;
         the capacity check of :func:`~fednet.algebra.quantize.quantize` runs once over all users (and
-        per user, in order, only to name the first that fails).
+        per user, in order, only to name the first that fails).  Each user's steps run in place on its
+        own result (the same float operations as ``rint((X_b^T (X_b Theta - Y_b)) s 2**b) / 2**b``,
+        without four temporaries of ``d c`` elements).
         """
         if self._host_batch[0] != self.epoch:
             b, epoch, scale = self.config.quant_bits, self.epoch, 2.0**self.config.quant_bits
@@ -320,10 +343,15 @@ class LightSecAgg(Protocol):
                 i = dev.index
                 X, rows = self.task.X[i], self._rows(dev, epoch)
                 Xb = X[rows]
-                g = (Xb.T @ (Xb @ theta - self.task.Y[i][rows])) * (X.shape[0] / dev.state.batch)
-                v = np.rint(g * scale)
-                top = np.maximum(top, np.max(np.abs(v)))        # nan propagates: caught below
-                out[i] = v / scale
+                r = Xb @ theta                                  # each in-place step is the operation it replaces
+                r -= self.task.Y[i][rows]
+                g = Xb.T @ r
+                g *= X.shape[0] / dev.state.batch
+                g *= scale
+                np.rint(g, out=g)
+                top = np.maximum(top, np.maximum(g.max(), -g.min()))    # max |v|; nan propagates: caught below
+                g /= scale
+                out[i] = g
             if out and not (np.isfinite(top) and int(top) * self.U <= (self.config.p - 1) // 2):
                 for g in out.values():                        # the first user that fails names the problem
                     quantize(g, b, self.config.p, n_summands=self.U)

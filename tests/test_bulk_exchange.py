@@ -90,7 +90,8 @@ def _mailbox_run(bulk: bool, stand_ins: bool) -> tuple:
 
     for name, srcs, at in [("all", [9, 4, 2, 7, 5, 3], 0.0), ("first-block", [4, 7], 0.5), ("one", [2], 0.0),
                            ("later", [3, 9], 1.5), ("late", [4, 5], 3.0), ("none", [], 0.2),
-                           ("frozen", frozenset({2, 5}), 0.0)]:
+                           ("frozen", frozenset({2, 5}), 0.0), ("frozen-after", frozenset({9, 4, 3}), 1.5),
+                           ("frozen-held", frozenset({9, 7}), 1.5)]:
         env.process(waiter(name, srcs, at))
     env.process(deliver())
     sim.env.run()
@@ -104,7 +105,7 @@ def test_put_many_equals_puts(stand_ins: bool) -> None:
     log_b, eid_b, got_b, many_b = _mailbox_run(True, stand_ins)
     log_p, eid_p, got_p, many_p = _mailbox_run(False, stand_ins)
     assert log_b == log_p and eid_b == eid_p
-    assert len(log_b) == 8
+    assert len(log_b) == 10
     if stand_ins:
         assert all(isinstance(g, Shape) and g.shape == (3,) for g in got_b + got_p)
         assert many_b.shape == many_p.shape == (3, 3)
@@ -124,6 +125,10 @@ def test_put_many_refuses_a_pair_twice() -> None:
         box.put(3, 0, np.zeros(2))
     with pytest.raises(ValueError, match="from 4 to 0"):
         box.put_many([4, 4], 0, np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="from 3 to 0"):                # a pair of an earlier block
+        box.put_many([6, 3, 5], 0, np.zeros((3, 2)))
+    box.put_many([6, 5], 0, np.zeros((2, 2)))
+    assert [box.get(src, 0).shape for src in (1, 2, 3, 5, 6)] == [(2,)] * 5
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.4])

@@ -107,6 +107,20 @@ def test_negative_binomial_inversion_is_exact_quantile() -> None:
             assert negative_binomial_from_uniform(u, n, p) == stats.nbinom.ppf(u, n, 1 - p)
 
 
+def test_negative_binomial_stored_cdf_equals_the_walk() -> None:
+    """The stored-CDF lookup gives the count of the nbdtrik-then-nbdtr walk it replaced, also at (and one ulp
+    beside) the CDF's own values and for tables too long to store (issue 12)."""
+    from fednet.sim import rng as R
+    g = np.random.default_rng(3)
+    for n in (1, 2, 5, 13, 40, 300, 2000):
+        for p in (0.01, 0.1, 0.3, 0.9):
+            cdf = R._nb_cdf(n, p, 0.9999) or []
+            us = [float(u) for u in g.random(60)] + [1 - 2**-53]
+            us += [float(v) for c in cdf[:30] for v in (c, np.nextafter(c, 0.0), np.nextafter(c, 1.0)) if 0 < v < 1]
+            for u in us:
+                assert negative_binomial_from_uniform(u, n, p) == R._nb_quantile_walk(u, n, p), (u, n, p)
+
+
 def test_shifted_exponential_mean_and_distribution() -> None:
     """T = rho/tau + Exp(mean 0.5 rho/tau): KS test of the setup time against Exp (alpha 1e-3)."""
     model = ShiftedExponential(0.5)

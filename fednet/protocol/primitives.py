@@ -239,23 +239,28 @@ class _Block:
     """Payloads delivered to one node at once by :meth:`Mailbox.put_many`: row ``k`` of ``rows`` from ``srcs[k]``.
 
     The pair of ``srcs[k]`` is stamped ``(time, priority, eid0 + k)``, the key its event would have had had
-    the pairs been put one by one in the order of ``srcs``.
+    the pairs been put one by one in the order of ``srcs``.  Membership is looked up in the sorted senders
+    (no Python set of them is built: ``O(N)`` senders per block, ``N`` blocks a round at D = N = 1000).
     """
 
-    __slots__ = ("srcs", "sorted", "order", "srcset", "key", "rows", "ascending")
+    __slots__ = ("srcs", "sorted", "order", "key", "rows", "ascending")
 
     def __init__(self, srcs: np.ndarray, key: tuple, rows: Any) -> None:
         self.srcs, self.key, self.rows = srcs, key, rows
         self.ascending = bool((srcs[1:] > srcs[:-1]).all())
         self.order = np.arange(len(srcs)) if self.ascending else np.argsort(srcs, kind="stable")
         self.sorted = srcs if self.ascending else srcs[self.order]
-        self.srcset = set(srcs.tolist())
 
-    def last(self, srcs: set[int]) -> int:
-        """The largest row of the senders ``srcs`` (all in this block)."""
-        if self.ascending:
-            return int(np.searchsorted(self.sorted, max(srcs)))
-        return int(self.positions(np.fromiter(srcs, np.int64, len(srcs)))[1].max())
+    def holds(self, src: int) -> bool:
+        """Whether ``src`` sent a row of this block."""
+        at = int(np.searchsorted(self.sorted, src))
+        return at < len(self.sorted) and int(self.sorted[at]) == src
+
+    def among(self, srcs: Iterable[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(senders, found, position)``: ``srcs`` as an array, which of them this block holds, and their rows
+        (where found)."""
+        m = np.fromiter(srcs, np.int64)
+        return (m, *self.positions(m))
 
     def positions(self, srcs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(found, position)``: which of ``srcs`` this block holds, and their rows (where found)."""
@@ -302,7 +307,9 @@ class Mailbox:
         self._singles: dict[int, set[int]] = {}                    # dst -> the srcs of its pairs put alone
         self._blocks: dict[int, list[_Block]] = {}                 # dst -> its blocks, in order of delivery
         self._relay: dict[tuple[int, int], simpy.Event] = {}       # pair -> its event, once materialised
-        self._waiting: dict[int, list[list]] = {}                  # dst -> waiters [srcs still missing, done event]
+        self._waiting: dict[int, list[list]] = {}                  # dst -> waiters [srcs still missing, done event,
+        #                                                            the same srcs as an array, or None]
+        self._arrays: dict[int, tuple[frozenset, np.ndarray]] = {}  # id -> a frozenset waited for, as an array
 
     def _event(self, src: int, dst: int) -> simpy.Event:
         if (src, dst) not in self._events:
@@ -325,35 +332,30 @@ class Mailbox:
         if not waiters:
             return
         for waiter in waiters:                     # in order of registration, as SimPy would call them
-            hit = waiter[0] & srcs
-            if hit:
+            if block is None:
+                hit = waiter[0] & srcs
+                if not hit:
+                    continue
                 waiter[0] -= hit
-                if not waiter[0]:                  # the last pair it needed: its event completes the wait
-                    if block is None:
-                        (src,) = hit
-                        key = self._stamp[(src, dst)]
-                    else:
-                        k = block.last(hit)
-                        src, key = int(block.srcs[k]), block.stamp(k)
-                    self._materialise((src, dst), key, lambda _ev, done=waiter[1]: done.succeed())
+                waiter[2] = None                   # its array would need the same strike: made again if needed
+                if waiter[0]:
+                    continue
+                (src,) = hit                       # the last pair it needed: its event completes the wait
+                key = self._stamp[(src, dst)]
+            else:
+                m = waiter[2] if waiter[2] is not None else np.fromiter(waiter[0], np.int64)
+                found, at = block.positions(m)
+                if not found.all():                # some pairs it needs are still to come
+                    if found.any():
+                        waiter[0] -= set(m[found].tolist())
+                        m = m[~found]
+                    waiter[2] = m
+                    continue
+                waiter[0] = set()                  # the last of its pairs in this block completes the wait
+                k = int(at.max())
+                src, key = int(block.srcs[k]), block.stamp(k)
+            self._materialise((src, dst), key, lambda _ev, done=waiter[1]: done.succeed())
         self._waiting[dst] = [w for w in waiters if w[0]]
-
-    def _last(self, dst: int, srcs: set[int]) -> tuple[int, tuple]:
-        """Of the delivered pairs ``(src, dst)``, ``src`` in ``srcs``: the one with the largest key, and its key."""
-        best: tuple[int, tuple] | None = None
-        singles = srcs & self._singles.get(dst, set())
-        for src in singles:
-            key = self._stamp[(src, dst)]
-            if best is None or key > best[1]:
-                best = (src, key)
-        rest = srcs - singles
-        for block in self._blocks.get(dst, ()) if rest else ():
-            inside = rest & block.srcset
-            if inside:
-                k = block.last(inside)
-                if best is None or block.stamp(k) > best[1]:
-                    best = (int(block.srcs[k]), block.stamp(k))
-        return best
 
     def put(self, src: int, dst: int, payload: Any) -> None:
         """Deliver ``payload`` from ``src`` to ``dst`` (once per pair).
@@ -363,7 +365,7 @@ class Mailbox:
         ValueError
             If ``(src, dst)`` was already delivered.
         """
-        if (src, dst) in self._box or any(src in b.srcset for b in self._blocks.get(dst, ())):
+        if (src, dst) in self._box or any(b.holds(src) for b in self._blocks.get(dst, ())):
             raise ValueError(f"a payload from {src} to {dst} was already delivered")
         self._box[(src, dst)] = payload
         if not self._lazy:
@@ -399,15 +401,20 @@ class Mailbox:
         env = self.env
         eid0 = next(env._eid)
         block = _Block(srcs, (env.now, NORMAL, eid0), rows)
-        again = block.srcset & self._singles.get(dst, set())
+        again: set[int] = set()
+        singles = self._singles.get(dst)
+        if singles:
+            m, found, _ = block.among(singles)
+            again.update(m[found].tolist())
         for other in self._blocks.get(dst, ()):
-            again |= block.srcset & other.srcset
-        if again or len(block.srcset) != len(srcs):
-            src = min(again) if again else int(srcs[np.flatnonzero(np.diff(block.sorted) == 0)[0]])
+            again.update(block.sorted[other.positions(block.sorted)[0]].tolist())
+        twice = np.flatnonzero(np.diff(block.sorted) == 0)
+        if again or len(twice):
+            src = min(again) if again else int(block.sorted[twice[0]])
             raise ValueError(f"a payload from {src} to {dst} was already delivered")
         env._eid = itertools.count(eid0 + len(srcs))       # one id per pair, as len(srcs) puts would draw
         self._blocks.setdefault(dst, []).append(block)
-        self._delivered(dst, block.srcset, block)
+        self._delivered(dst, set(), block)
 
     def get(self, src: int, dst: int) -> Any:
         """The payload ``src`` delivered to ``dst`` (KeyError if none)."""
@@ -415,7 +422,7 @@ class Mailbox:
             return self._box[(src, dst)]
         except KeyError:
             for block in self._blocks.get(dst, ()):
-                if src in block.srcset:
+                if block.holds(src):
                     _, at = block.positions(np.array([src], dtype=np.int64))
                     return block.rows[int(at[0])]
             raise
@@ -468,17 +475,40 @@ class Mailbox:
             return self.env.all_of([self._event(int(i), dst) for i in srcs])
         env = self.env
         done = env.event()
-        want = set(srcs) if isinstance(srcs, frozenset) else set(map(int, srcs))
-        missing = want - self._singles.get(dst, set())
+        if isinstance(srcs, frozenset):            # one sorted array for every waiter on these senders
+            want = srcs
+            held = self._arrays.get(id(srcs))
+            if held is None or held[0] is not srcs:
+                held = self._arrays[id(srcs)] = (srcs, np.sort(np.fromiter(srcs, np.int64, len(srcs))))
+            arr = held[1]
+        else:
+            want = set(map(int, srcs))
+            arr = np.sort(np.fromiter(want, np.int64, len(want)))
+        best: tuple[int, tuple] | None = None      # the delivered pair of the largest key: (src, key)
+        alone = want & self._singles.get(dst, set())
+        for src in alone:
+            key = self._stamp[(src, dst)]
+            if best is None or key > best[1]:
+                best = (src, key)
+        if alone:                                  # the senders still to look for
+            arr = np.delete(arr, np.searchsorted(arr, np.fromiter(alone, np.int64, len(alone))))
+        struck = False                             # whether a block held some of them
         for block in self._blocks.get(dst, ()):
-            missing -= block.srcset
-        if missing:
-            self._waiting.setdefault(dst, []).append([missing, done])
+            if not len(arr):
+                break
+            found, at = block.positions(arr)
+            if found.any():
+                k = int(at[found].max())
+                if best is None or block.stamp(k) > best[1]:
+                    best = (int(block.srcs[k]), block.stamp(k))
+                arr, struck = arr[~found], True
+        if len(arr):                               # some pairs are still to come
+            self._waiting.setdefault(dst, []).append([set(arr.tolist()) if struck else want - alone, done, arr])
             return done
-        if not want:
+        if best is None:                           # no senders
             done.succeed()
             return done
-        src, key = self._last(dst, want)
+        src, key = best
         if key < env.current:                       # every pair's event was processed already
             done.succeed()
         else:                                       # the last one is still in SimPy's queue

@@ -31,6 +31,7 @@ number of nodes, so comparisons must use one network size (they always do).
 
 from __future__ import annotations
 
+import bisect
 import math
 import os
 import secrets
@@ -94,6 +95,47 @@ def secret_seed_from_env(environ: Mapping[str, str] | None = None) -> int | None
     return value
 
 
+#: ``(n, p) -> [nbdtr(0, n, 1 - p), nbdtr(1, n, 1 - p), ...]``: the negative-binomial CDFs that
+#: :func:`negative_binomial_from_uniform` has evaluated, each as far as a uniform needed it (at most
+#: :data:`_NB_TABLES` of them, least recently used first out).
+_NB_CDF: OrderedDict[tuple[int, float], list[float]] = OrderedDict()
+_NB_TABLES = 256
+#: Longest stored CDF: beyond it (a quantile far in the tail of a message of many packets) the walk decides.
+_NB_LENGTH = 4096
+
+
+def _nb_cdf(n: int, p: float, u: float) -> list[float] | None:
+    """The CDF ``[nbdtr(k, n, 1 - p) for k = 0 .. K]`` of (n, p), extended until its last value reaches ``u``;
+    None where it is not non-decreasing or would exceed :data:`_NB_LENGTH` values (then the caller walks).
+
+    ``nbdtr`` is a fixed function of ``(k, n, q)``, so a stored value is the one the walk of
+    :func:`_nb_quantile_walk` would compute; on a non-decreasing table the walk ends at the one ``k`` with
+    ``cdf[k] >= u`` and ``k = 0`` or ``cdf[k - 1] < u``, i.e. ``bisect_left(cdf, u)``: the same count, bit for bit.
+    """
+    key = (n, p)
+    cdf = _NB_CDF.get(key)
+    if cdf is None:
+        cdf = _NB_CDF[key] = []
+        if len(_NB_CDF) > _NB_TABLES:
+            _NB_CDF.popitem(last=False)
+    else:
+        _NB_CDF.move_to_end(key)
+    if cdf and cdf[-1] >= u:
+        return cdf
+    if cdf and cdf[-1] != cdf[-1]:             # a nan stopped it before
+        return None
+    q = 1.0 - p
+    while not cdf or cdf[-1] < u:
+        if len(cdf) >= _NB_LENGTH:
+            return None
+        v = float(special.nbdtr(len(cdf), n, q))
+        if cdf and not v >= cdf[-1]:           # not non-decreasing (or nan): leave it to the walk
+            cdf.append(float("nan"))
+            return None
+        cdf.append(v)
+    return cdf
+
+
 def negative_binomial_from_uniform(u: float, n: int, p: float) -> int:
     """Failures before ``n`` successes with success probability ``1 - p``, by CDF inversion at ``u``.
 
@@ -118,8 +160,16 @@ def negative_binomial_from_uniform(u: float, n: int, p: float) -> int:
     """
     if p == 0.0 or u <= 0.0:
         return 0
+    cdf = _nb_cdf(n, p, u)
+    if cdf is not None:                        # the smallest k with P(X <= k) >= u, from the stored CDF
+        return bisect.bisect_left(cdf, u)
+    return _nb_quantile_walk(u, n, p)
+
+
+def _nb_quantile_walk(u: float, n: int, p: float) -> int:
+    """:func:`negative_binomial_from_uniform` for ``p > 0``, ``u > 0`` without a stored CDF: the continuous
+    inverse as the first guess, then steps to the exact discrete quantile."""
     q = 1.0 - p
-    # Continuous inverse as the first guess, then step to the exact discrete quantile.
     guess = special.nbdtrik(u, n, q)
     k = max(0, int(math.ceil(guess)) if np.isfinite(guess) else 0)
     while k > 0 and special.nbdtr(k - 1, n, q) >= u:
