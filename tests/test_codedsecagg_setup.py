@@ -140,3 +140,29 @@ def test_codedpaddedfl_sharing_replay_equals_processes(schedule: str, paper: boo
     on, off, taken = run_both(make, monkeypatch, "BULK_EXCHANGE", "_replay_relays")
     assert taken > 0
     assert on == off
+
+
+#: (groups, record_views) -> digest of six epochs of the aggregation tree with devices absent (BernoulliDropout 0.15:
+#: incomplete columns are dropped, their members never asked past the first absent one), recorded before
+#: ``tree_aggregate`` sized its download once and walked each root's subtree once
+TREE_DROPOUT_PINNED: dict[tuple[int, bool], str] = {
+    (2, True): "a2dc33bc3ceb930b",
+    (2, False): "93f58ac4e491c31b",
+    (3, True): "7cd6b64e1d17f13c",
+    (3, False): "e57db516130aaac8",
+}
+
+
+@pytest.mark.parametrize("record_views", [True, False])
+@pytest.mark.parametrize("groups", [2, 3])
+def test_tree_epochs_with_dropout_pinned(groups: int, record_views: bool) -> None:
+    """The tree epochs (N > 1, process path) with absent devices: trace, views, relays and draws, bit for bit."""
+    from test_pinned_traces import lossy_sim
+    sim = lossy_sim(12, 20 + groups, 0.15)
+    sim.record_views = record_views
+    proto = CodedSecAgg(sim, digits_task(12, 16, "noniid"), dict(mode="timing", z=1, groups=groups,
+                                                                 sharing_schedule="relay_asap"),
+                        label=f"tree_dropout_N{groups}")
+    proto.run(6)
+    assert any(row.get("dropped") for row in proto.trace[1:])
+    assert digest(proto) == TREE_DROPOUT_PINNED[(groups, record_views)]

@@ -1905,21 +1905,23 @@ class Primitives:
         if edgeless:                         # every node is its own root
             complete = {r for r, ok in zip(roots, self.sim.available_many([devs[r] for r in roots])) if ok}
             root_of = {r: r for r in roots}
-        else:
-            complete = {r for r in roots
-                        if all(self.available(devs[u]) for u in nx.ancestors(tree, r) | {r})}
-            root_of = {u: r for r in roots for u in nx.ancestors(tree, r) | {r}}
+        else:                                # each root's subtree, walked once (the order available() is asked in)
+            members = {r: nx.ancestors(tree, r) | {r} for r in roots}
+            complete = {r for r in roots if all(self.available(devs[u]) for u in members[r])}
+            root_of = {u: r for r in roots for u in members[r]}
         taking_part = [v for v in tree.nodes if root_of[v] in complete]
         absent = [devs[v] for v in tree.nodes if root_of[v] not in complete]
         inbox = {(u, v): env.event() for u, v in tree.edges if root_of[v] in complete}
         own = self._charged(fn, f"tree_aggregate {kind!r}", free)
         add = self._charged(combine, f"tree_aggregate {kind!r} combine", free)
 
+        n_down = None if download is None else payload_size(download)      # the same for every node
+
         def node_work(v: int) -> Generator:
             """A tree node: compute its part and add its children's parts."""
             node = devs[v]
             if download is not None:
-                msg = yield from self.send(self.sim.server, node, download, kind=download_kind,
+                msg = yield from self.send(self.sim.server, node, download, kind=download_kind, n_elements=n_down,
                                            element_bits=download_bits)
                 node.state.received = msg.payload
             acc = yield from self.sim.compute(node, own, node)
