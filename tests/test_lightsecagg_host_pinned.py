@@ -15,7 +15,7 @@ import pytest
 from fednet.protocols.lightsecagg import LightSecAgg
 
 from test_fast_path import snapshot  # noqa: E402
-from test_pinned_traces import digits_task, lossy_sim  # noqa: E402
+from test_lightsecagg_scale import run as run_scenario  # noqa: E402
 
 # name -> (params, D, d, rounds, seed, dropout)
 HOST_SCENARIOS: dict[str, tuple] = {
@@ -34,10 +34,7 @@ PINNED: dict[str, str] = {
 
 def run(name: str) -> LightSecAgg:
     """Scenario ``name`` run to its last round (views recorded)."""
-    params, D, d, rounds, seed, dropout = HOST_SCENARIOS[name]
-    proto = LightSecAgg(lossy_sim(D, seed, dropout), digits_task(D, d, "noniid"), params, label=name)
-    proto.run(rounds)
-    return proto
+    return run_scenario(name, HOST_SCENARIOS)
 
 
 def digest(proto: LightSecAgg) -> str:

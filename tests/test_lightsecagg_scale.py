@@ -36,9 +36,9 @@ PINNED: dict[str, str] = {
 }
 
 
-def run(name: str) -> LightSecAgg:
-    """Scenario ``name`` run to its last round (views recorded)."""
-    params, D, d, rounds, seed, dropout = SCALE_SCENARIOS[name]
+def run(name: str, scenarios: dict | None = None) -> LightSecAgg:
+    """Scenario ``name`` of ``scenarios`` (default :data:`SCALE_SCENARIOS`) run to its last round (views recorded)."""
+    params, D, d, rounds, seed, dropout = (SCALE_SCENARIOS if scenarios is None else scenarios)[name]
     proto = LightSecAgg(lossy_sim(D, seed, dropout), digits_task(D, d, "noniid"), params, label=name)
     proto.run(rounds)
     return proto

@@ -15,35 +15,16 @@ from fednet.errors import ConfigError, OutputError
 from fednet.study.checkpoint import CHECKPOINT
 from fednet.study.config import load_study
 
-SMALL = """
-name = "small"
-seeds = [0, 1]
-targets = [0.5, 0.99]
-baseline = "Conventional FL"
-epochs = {epochs}
-[data]
-dataset = "digits"
-n_components = 200
-feature_seed = "per_seed"
-[network]
-n_devices = 6
-compute = "shifted_exponential"
-[[runs]]
-label = "Conventional FL"
-protocol = "conventional"
-params = {{ minibatch_fraction = 0.5 }}
-[[runs]]
-label = "Conventional FL, drop 1"
-protocol = "conventional"
-params = {{ minibatch_fraction = 0.5, drop_slowest = 1 }}
-"""
+from test_parallel import SMALL  # noqa: E402
+
 _RUN_ONE = runner._run_one
 FILES = ["summary.json", "Conventional_FL/trace.csv", "Conventional_FL_drop_1/trace.csv"]
 
 
 def _study(tmp_path: Path, epochs: int = 4):
+    """test_parallel's two-run, two-seed study (a feature draw per seed), with ``epochs`` rounds."""
     path = tmp_path / f"small{epochs}.toml"
-    path.write_text(SMALL.format(epochs=epochs))
+    path.write_text(SMALL.format(fs="per_seed").replace("epochs = 4", f"epochs = {epochs}"))
     return load_study(path)
 
 
