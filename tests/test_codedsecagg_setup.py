@@ -1,4 +1,5 @@
-"""CodedSecAgg's set-up exchange (the relayed Shamir shares, ``relay_asap`` and ``relay_steps``) is pinned bit for bit.
+"""CodedSecAgg's set-up exchange (the relayed Shamir shares, ``relay_asap`` and ``relay_steps``) is pinned bit for bit
+(and, below, its aggregation-tree epochs with absent devices, and CodedPaddedFL's share exchange on and off the replay).
 
 Each scenario runs the set-up and two epochs and is reduced to a digest of its trace (floats by ``repr``), of every
 node's view and relay list (kinds, ends, sizes, send and delivery times, hops) and of the keyed-draw counters
