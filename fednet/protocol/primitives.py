@@ -1147,8 +1147,8 @@ class Primitives:
                 """The forward's transfer ends: as its process would on its timeout."""
                 live[k] = False
                 req.__exit__(None, None, None)
-                sim.hop_done(msg, dst, "down", ex, float(now), float(env.now))
-                sim.deliver(msg, env.now)
+                sim.hop_done(msg, dst, "down", ex, float(now), sim.now)
+                sim.deliver(msg, sim.now)
                 delivered.add(dst.index, srcs, msg.payload)
                 if mailbox is not None:
                     mailbox.put_many(srcs, dst.index, msg.payload)
