@@ -1119,8 +1119,9 @@ class Primitives:
         requested now (granted at once: :meth:`_forward_replay_ok`), its keyed downlink draw taken (all at once,
         :meth:`fednet.sim.rng.Streams.uniforms`), and one event at ``now + seconds`` (the float SimPy's timeout
         gives) does what the process does when its transfer ends -- release the link, account the hop, deliver,
-        file the rows in ``delivered`` and ``mailbox`` -- and then triggers a stand-in for the process's end, which
-        the caller waits for with ``all_of`` as for the processes.  These ends are created before the processes'
+        file the rows in ``delivered`` and ``mailbox``; the last of them then triggers a stand-in for its process's
+        end, whose processing completes the wait as ``all_of`` over the processes does (the other processes' end
+        events do nothing but count).  These ends are created before the processes'
         timeouts would be, but no other event is created in between (nothing else is due now), so they keep
         their order to every other event.  If interrupted (cancelled), each forward still under way is cut as its
         interrupted process would be: an urgent event releases its link and ends it, its hop uncounted.
@@ -1139,7 +1140,15 @@ class Primitives:
             np.array([msg.bits for msg in msgs], dtype=np.int64), np.array([dst.downlink.rate_bps for dst, _, _ in fwd]),
             sim.overhead, np.array([dst.downlink.loss for dst, _, _ in fwd]), sim.packet_bits, u)
         live = [True] * len(fwd)
-        dones = [env.event() for _ in fwd]
+        left = [len(fwd)]
+        last, all_done = env.event(), env.event()             # the last process's end; all_of's condition
+        last.callbacks.append(lambda _ev: all_done.succeed())
+
+        def finish() -> None:
+            """A forward's process ends (only the last end's event has an effect: it completes the wait)."""
+            left[0] -= 1
+            if not left[0]:
+                last.succeed()
         ends = []
         for k, ((dst, srcs, _), msg, req, secs, ex) in enumerate(zip(fwd, msgs, reqs, seconds, extra)):
             def end(_ev: simpy.Event, k: int = k, dst: Node = dst, srcs: np.ndarray = srcs, msg: Message = msg,
@@ -1152,12 +1161,12 @@ class Primitives:
                 delivered.add(dst.index, srcs, msg.payload)
                 if mailbox is not None:
                     mailbox.put_many(srcs, dst.index, msg.payload)
-                dones[k].succeed()
+                finish()
             ev = _event_at(env, now + secs)
             ev.callbacks.append(end)
             ends.append((ev, end))
         try:
-            yield env.all_of(dones)
+            yield all_done
         except simpy.Interrupt:
             for k in range(len(fwd)):
                 if live[k]:                              # as process.interrupt: an urgent event cuts it
@@ -1169,7 +1178,7 @@ class Primitives:
                         ev, end = ends[k]
                         ev.callbacks.remove(end)
                         reqs[k].__exit__(simpy.Interrupt, None, None)
-                        dones[k].succeed()
+                        finish()
                     stand_in = env.event()
                     stand_in._ok, stand_in._value = True, None
                     stand_in.callbacks.append(cut)
