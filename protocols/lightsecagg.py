@@ -290,8 +290,12 @@ class LightSecAgg(Protocol):
                              like=Shape((d * c,), np.int64), stand_in=lambda: self._host_gradients()[i])
 
     def _aggregate_masks(self, dev: Node, U1: np.ndarray, masks: Mailbox, L: int):
-        """Survivor ``dev``: the sum of the encoded masks of U1 (indices, ascending) addressed to it (``(|U1| - 1) L`` MACs)."""
-        return self.mode.run(lsa_aggregate_encoded, masks.get_many(U1, dev.index), self.config.p,
+        """Survivor ``dev``: the sum of the encoded masks of U1 (indices, ascending) addressed to it (``(|U1| - 1) L`` MACs).
+
+        The shares are read from ``masks`` inside the step (reading meters nothing), so timing mode, which charges
+        the closed form without running the step, does not gather ``|U1|`` stand-ins per survivor for nothing."""
+        p = self.config.p
+        return self.mode.run(lambda: lsa_aggregate_encoded(masks.get_many(U1, dev.index), p),
                              macs=(len(U1) - 1) * L, like=Shape((L,), np.int64))
 
     def _unmask(self, masked: list, s_parts: list, alphas: list[int], n_survivors: int, L: int):

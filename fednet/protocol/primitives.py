@@ -49,7 +49,7 @@ from typing import Any, Literal
 import networkx as nx
 import numpy as np
 import simpy
-from simpy.events import NORMAL
+from simpy.events import NORMAL, URGENT
 from simpy.resources.resource import Release
 
 from fednet.errors import DecodeFailure
@@ -90,6 +90,12 @@ BATCHED = True
 #: with array arithmetic instead of two SimPy hops per message (:meth:`Primitives._replay_relays`; the same
 #: results, bit for bit: ``tests/test_codedsecagg_setup.py``; CodedSecAgg's set-up at D = 1000: issue 12).
 BULK_EXCHANGE = True
+
+#: Whether the forwards of :meth:`Primitives._bulk_bundled` (one download per destination once every upload is in),
+#: on idle downlinks with nothing else due at that instant, run without a process each: every forward's draw, link
+#: hold and end are taken at once and its end is one event (:meth:`Primitives._replay_forwards`; the same results,
+#: bit for bit: ``tests/test_replay_forwards.py``; LightSecAgg at D = 1000: issue 12).
+REPLAY_FORWARDS = True
 
 #: The keyed draws of :class:`fednet.sim.rng.Streams` as defined there: the vectorised replay looks at draws
 #: before taking them, so where one of these is overridden (or patched) it leaves the step to the node-by-node one.
@@ -1064,18 +1070,119 @@ class Primitives:
             s_set = set(s_sorted.tolist())
             targets = sorted((dst for dst in receivers if len(senders) > (dst.index in s_set)),
                              key=lambda dst: dst.index)                   # someone sent to them
-            sends = []
+            fwd = []
             for dst in targets:
                 if self.available(dst):
                     sel = s_sorted != dst.index
                     block = (Shape((int(sel.sum()), *held.shape[2:]), held.dtype) if isinstance(held, Shape)
                              else held[sel, dst.index])
-                    sends.append(spawn(forward(dst, s_sorted[sel], block)))
-            yield env.all_of(sends)
+                    fwd.append((dst, s_sorted[sel], block))
+            if self._forward_replay_ok([dst for dst, _, _ in fwd], n_elements, element_bits):
+                return (yield from self._replay_forwards(fwd, delivered, mailbox, kind=kind, n_elements=n_elements,
+                                                         element_bits=element_bits, timing_key=timing_key))
+            yield env.all_of([spawn(forward(dst, srcs, block)) for dst, srcs, block in fwd])
         except simpy.Interrupt:
             for p in children:
                 if p.is_alive:
                     p.interrupt("cancelled: the exchange is no longer needed")
+        return delivered
+
+    def _forward_replay_ok(self, dsts: list[Node], n_elements: int | None, element_bits: int | None) -> bool:
+        """Whether :meth:`_replay_forwards` may stand for the forward processes of :meth:`_bulk_bundled` to ``dsts``
+        (:data:`REPLAY_FORWARDS`).
+
+        That is, for messages of a positive size, the engine's transfers and keyed draws not overridden, no direct
+        link, every destination a device whose downlink is idle (so each forward is granted its link at once), and
+        nothing else due at this instant (every event queued for now has no callbacks or releases a resource
+        nobody queues for): then, in SimPy, only the forwards' own start and grant events are processed between
+        now and their links' grants, so no other process can draw, use those links or schedule anything meanwhile.
+        """
+        sim = self.sim
+        if (not REPLAY_FORWARDS or not dsts or n_elements is None or int(n_elements) <= 0
+                or (element_bits or self.element_bits) <= 0 or sim.d2d or not self._plain_engine()
+                or any(getattr(type(sim.streams), name) is not f for name, f in _STREAM_DRAWS.items())):
+            return False
+        now = sim.env.now
+        for entry in sim.env._queue:
+            ev = entry[3]
+            if entry[0] == now and ev.callbacks and not (type(ev) is Release and not ev.resource.put_queue):
+                return False
+        return all(dst.role == "device" and not dst.downlink.resource.users and not dst.downlink.resource.queue
+                   for dst in dsts)
+
+    def _replay_forwards(self, fwd: list[tuple[Node, np.ndarray, Any]], delivered: _Bundles, mailbox: Mailbox | None,
+                         *, kind: str, n_elements: int, element_bits: int | None, timing_key: str) -> Generator:
+        """The forwards of :meth:`_bulk_bundled` without a process each (:data:`REPLAY_FORWARDS`); returns ``delivered``.
+
+        ``fwd``: ``(destination, senders, rows)`` in launch order.  What each forward's process would do, at the
+        same heap keys relative to every other event: its message is formed and its destination's downlink
+        requested now (granted at once: :meth:`_forward_replay_ok`), its keyed downlink draw taken (all at once,
+        :meth:`fednet.sim.rng.Streams.uniforms`), and one event at ``now + seconds`` (the float SimPy's timeout
+        gives) does what the process does when its transfer ends -- release the link, account the hop, deliver,
+        file the rows in ``delivered`` and ``mailbox``; the last of them then triggers a stand-in for its process's
+        end, whose processing completes the wait as ``all_of`` over the processes does (the other processes' end
+        events do nothing but count).  These ends are created before the processes'
+        timeouts would be, but no other event is created in between (nothing else is due now), so they keep
+        their order to every other event.  If interrupted (cancelled), each forward still under way is cut as its
+        interrupted process would be: an urgent event releases its link and ends it, its hop uncounted.
+        """
+        sim, env, server = self.sim, self.sim.env, self.sim.server
+        now = env.now
+        msgs = []
+        for dst, srcs, block in fwd:                    # send() forms each message, transfer() stamps it
+            msg = self._message(server, dst, block, kind, n_elements * len(srcs), element_bits, False, timing_key)
+            msg.sent_at = now
+            msgs.append(msg)
+        reqs = [dst.downlink.resource.request() for dst, _, _ in fwd]        # granted at once (idle links)
+        purpose = f"downlink:{timing_key}" if timing_key else "downlink"
+        u = sim.streams.uniforms(np.array([dst.index for dst, _, _ in fwd], dtype=np.intp), purpose, sim.round)
+        seconds, extra = transmission_times(
+            np.array([msg.bits for msg in msgs], dtype=np.int64), np.array([dst.downlink.rate_bps for dst, _, _ in fwd]),
+            sim.overhead, np.array([dst.downlink.loss for dst, _, _ in fwd]), sim.packet_bits, u)
+        live = [True] * len(fwd)
+        left = [len(fwd)]
+        last, all_done = env.event(), env.event()             # the last process's end; all_of's condition
+        last.callbacks.append(lambda _ev: all_done.succeed())
+
+        def finish() -> None:
+            """A forward's process ends (only the last end's event has an effect: it completes the wait)."""
+            left[0] -= 1
+            if not left[0]:
+                last.succeed()
+        ends = []
+        for k, ((dst, srcs, _), msg, req, secs, ex) in enumerate(zip(fwd, msgs, reqs, seconds, extra)):
+            def end(_ev: simpy.Event, k: int = k, dst: Node = dst, srcs: np.ndarray = srcs, msg: Message = msg,
+                    req: simpy.Event = req, ex: int = ex) -> None:
+                """The forward's transfer ends: as its process would on its timeout."""
+                live[k] = False
+                req.__exit__(None, None, None)
+                sim.hop_done(msg, dst, "down", ex, float(now), sim.now)
+                sim.deliver(msg, sim.now)
+                delivered.add(dst.index, srcs, msg.payload)
+                if mailbox is not None:
+                    mailbox.put_many(srcs, dst.index, msg.payload)
+                finish()
+            ev = _event_at(env, now + secs)
+            ev.callbacks.append(end)
+            ends.append((ev, end))
+        try:
+            yield all_done
+        except simpy.Interrupt:
+            for k in range(len(fwd)):
+                if live[k]:                              # as process.interrupt: an urgent event cuts it
+                    def cut(_ev: simpy.Event, k: int = k) -> None:
+                        """The forward's process takes the interrupt: its link is released, its hop uncounted."""
+                        if not live[k]:
+                            return
+                        live[k] = False
+                        ev, end = ends[k]
+                        ev.callbacks.remove(end)
+                        reqs[k].__exit__(simpy.Interrupt, None, None)
+                        finish()
+                    stand_in = env.event()
+                    stand_in._ok, stand_in._value = True, None
+                    stand_in.callbacks.append(cut)
+                    env.schedule(stand_in, URGENT)
         return delivered
 
     def _relay_replay_ok(self, pairs: list[tuple[Node, Node]], n_elements: int | None, element_bits: int | None,
