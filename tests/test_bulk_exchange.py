@@ -28,17 +28,24 @@ def _both(make, monkeypatch) -> tuple:
     return run_both(make, monkeypatch, "BULK_EXCHANGE", "_bulk_bundled")
 
 
+#: The LightSecAgg shortcuts checked on == off below: (module switch, the method it takes), i.e. the bulk exchange
+#: itself and, inside it, the forwards replayed without a process each.
+SHORTCUTS = [("BULK_EXCHANGE", "_bulk_bundled"), ("REPLAY_FORWARDS", "_replay_forwards")]
+
+
+@pytest.mark.parametrize("switch, method", SHORTCUTS)
 @pytest.mark.parametrize("name", ["lightsecagg_bundled_full", "lightsecagg_bundled_timing",
                                   "lightsecagg_dropout_full", "lightsecagg_dropout_timing"])
-def test_pinned_lightsecagg_bulk_equals_pairs(name: str, monkeypatch) -> None:
-    bulk, pairs, taken = _both(Recorder(name), monkeypatch)
+def test_pinned_lightsecagg_bulk_equals_pairs(name: str, switch: str, method: str, monkeypatch) -> None:
+    bulk, pairs, taken = run_both(Recorder(name), monkeypatch, switch, method)
     assert taken > 0
     assert bulk == pairs
 
 
+@pytest.mark.parametrize("switch, method", SHORTCUTS)
 @pytest.mark.parametrize("name", sorted(SCALE_SCENARIOS))
-def test_lightsecagg_at_scale_bulk_equals_pairs(name: str, monkeypatch) -> None:
-    bulk, pairs, taken = _both(lambda: run(name), monkeypatch)
+def test_lightsecagg_at_scale_bulk_equals_pairs(name: str, switch: str, method: str, monkeypatch) -> None:
+    bulk, pairs, taken = run_both(lambda: run(name), monkeypatch, switch, method)
     assert taken > 0
     assert bulk == pairs
 

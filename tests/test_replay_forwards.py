@@ -3,8 +3,8 @@ process path bit for bit.
 
 LightSecAgg's mask exchange runs with the switch on and off and must give the same trace (times, bits,
 retransmissions, MACs, survivors), the same messages in every node's view and relay list and the same keyed-draw
-counters (:func:`test_fast_path.snapshot`), the replay being really taken: on the pinned and at-scale scenarios,
-with ties everywhere (identical loss-free links, deterministic compute), and where the round ends while forwards
+counters (:func:`test_fast_path.snapshot`), the replay being really taken: on the pinned and at-scale scenarios
+(in tests/test_bulk_exchange.py, with the bulk exchange's own check), with ties everywhere (identical loss-free links, deterministic compute), and where the round ends while forwards
 to dropped users are still under way (they are cut as their processes would be).
 """
 
@@ -17,8 +17,7 @@ from fednet.sim.compute import Deterministic, ShiftedExponential
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
-from test_fast_path import Recorder, run_both  # noqa: E402
-from test_lightsecagg_scale import SCALE_SCENARIOS, run  # noqa: E402
+from test_fast_path import run_both  # noqa: E402
 
 
 def _both(make, monkeypatch) -> tuple:
@@ -26,19 +25,7 @@ def _both(make, monkeypatch) -> tuple:
     return run_both(make, monkeypatch, "REPLAY_FORWARDS", "_replay_forwards")
 
 
-@pytest.mark.parametrize("name", ["lightsecagg_bundled_full", "lightsecagg_bundled_timing",
-                                  "lightsecagg_dropout_full", "lightsecagg_dropout_timing"])
-def test_pinned_lightsecagg_replayed_forwards(name: str, monkeypatch) -> None:
-    on, off, taken = _both(Recorder(name), monkeypatch)
-    assert taken > 0
-    assert on == off
-
-
-@pytest.mark.parametrize("name", sorted(SCALE_SCENARIOS))
-def test_lightsecagg_at_scale_replayed_forwards(name: str, monkeypatch) -> None:
-    on, off, taken = _both(lambda: run(name), monkeypatch)
-    assert taken > 0
-    assert on == off
+# The pinned and at-scale LightSecAgg scenarios with the replay on and off: tests/test_bulk_exchange.py (SHORTCUTS).
 
 
 def _lightsecagg(g, compute, params: dict, rounds: int = 3):
