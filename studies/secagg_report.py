@@ -8,7 +8,10 @@ What is compared (Schlegel et al., Sec. VII-D): for each privacy level ``z`` and
 each scheme (CodedSecAgg's N, CodedPaddedFL's N and alpha, LightSecAgg's U) with the smallest geometric-mean
 time to the target over the seeds that every run reached it at -- one fixed setting per scheme, not the best
 per seed, so a lucky seed does not pick its own winner.  The paper minimises over the same grid for one
-realisation.  Then, paired by seed:
+realisation.  Beside LightSecAgg's best U, LightSecAgg with U = D (the server waits for every user, as
+conventional FL does in the paper) is shown and compared too.  Each time is split into the set-up phase
+(round 0: the data sharing), the epochs to the target and the mean simulated seconds an epoch, the parts the
+model's differences from the paper show up in.  Then, paired by seed:
 
 * speed-up of CodedSecAgg over LightSecAgg at each ``z``: ``T_LSA / T_CSA`` (paper, at 95 %: D = 120: 18.7x at
   z = 1, 6.6x at z = 60; D = 1000: 38.9x at z = 1, 10.4x at z = 600);
@@ -21,6 +24,7 @@ by more than 30 %.
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import sys
@@ -52,6 +56,15 @@ class Label(NamedTuple):
     accounting: str | None
 
 
+class Reached(NamedTuple):
+    """One run and seed at the target: simulated seconds and epochs to it (None if never reached) and the
+    simulated seconds of its set-up phase (round 0; None if the trace is not there)."""
+
+    time_s: float | None
+    epochs: int | None
+    setup_s: float | None
+
+
 def parse_label(label: str) -> Label | None:
     """The parts of a run label, or None for a label of another form (ignored by the report)."""
     m = _LABEL.match(label)
@@ -60,13 +73,13 @@ def parse_label(label: str) -> Label | None:
     return Label(m["scheme"], None if m["z"] is None else int(m["z"]), m["setting"].strip(), m["accounting"])
 
 
-def collect(directories: list[Path], target: float) -> tuple[str, dict[str, dict[int, float | None]]]:
-    """``(study name, {label: {seed: simulated seconds to target, None if not reached}})`` over folders.
+def collect(directories: list[Path], target: float) -> tuple[str, dict[str, dict[int, Reached]]]:
+    """``(study name, {label: {seed: Reached}})`` over folders (``time_s``/``epochs`` None if not reached).
 
     Raises
     ------
     ValueError
-        If the folders hold different studies, or one (run, seed) twice with different times.
+        If the folders hold different studies, or one (run, seed) twice with different results.
     """
     name, out = None, {}
     for directory in directories:
@@ -79,30 +92,40 @@ def collect(directories: list[Path], target: float) -> tuple[str, dict[str, dict
             entry = run["per_target"].get(f"{target:g}")
             if entry is None:
                 raise ValueError(f"{directory}: target {target:g} not in summary.json (targets {summary['targets']})")
+            setup = _setup_times(directory / run["trace_csv"]) if "trace_csv" in run else {}
             for seed, t in entry["time_s"].items():
+                got = Reached(t, entry["round"][seed], setup.get(int(seed)))
                 seeds = out.setdefault(label, {})
-                if int(seed) in seeds and seeds[int(seed)] != t:
-                    raise ValueError(f"{label!r} seed {seed}: {seeds[int(seed)]} and {t} in two folders")
-                seeds[int(seed)] = t
+                if int(seed) in seeds and seeds[int(seed)] != got:
+                    raise ValueError(f"{label!r} seed {seed}: {seeds[int(seed)]} and {got} in two folders")
+                seeds[int(seed)] = got
     if name is None:
         raise ValueError("no result folders given")
     return name, out
 
 
-def best(times: dict[str, dict[int, float | None]], scheme: str, z: int | None, accounting: str | None,
-         seeds: list[int]) -> tuple[str, dict[int, float]] | None:
+def _setup_times(trace_csv: Path) -> dict[int, float]:
+    """Simulated seconds of each seed's round-0 row (the set-up phase: data sharing, or 0)."""
+    with open(trace_csv, newline="", encoding="utf-8") as f:
+        return {int(r["seed"]): float(r["time_s"]) for r in csv.DictReader(f) if r["round"] == "0"}
+
+
+def best(times: dict[str, dict[int, Reached]], scheme: str, z: int | None, accounting: str | None,
+         seeds: list[int], setting: str | None = None) -> tuple[str, dict[int, Reached]] | None:
     """The run of ``scheme`` at ``z`` and ``accounting`` with the smallest geometric-mean time over ``seeds``.
 
     Only runs that reached the target at every seed of ``seeds`` compete (a run that misses it at one seed
-    cannot be averaged).  Runs without an accounting (LightSecAgg) compete under either.  Returns the label
-    and its times per seed, or None when no run qualifies.
+    cannot be averaged); ``setting`` keeps only that setting (e.g. ``"U=120"``).  Runs without an accounting
+    (LightSecAgg) compete under either.  Returns the label and its results per seed, or None when no run
+    qualifies.
     """
     found = []
     for label, by_seed in times.items():
         lab = parse_label(label)
-        if lab is None or lab.scheme != scheme or lab.z != z or lab.accounting not in (None, accounting):
+        if (lab is None or lab.scheme != scheme or lab.z != z or lab.accounting not in (None, accounting)
+                or setting not in (None, lab.setting)):
             continue
-        ts = [by_seed.get(s) for s in seeds]
+        ts = [by_seed[s].time_s if s in by_seed else None for s in seeds]
         if all(t is not None and t > 0 for t in ts):
             found.append((log_interval(ts)["geomean"], label))
     if not found:
@@ -111,9 +134,9 @@ def best(times: dict[str, dict[int, float | None]], scheme: str, z: int | None, 
     return label, {s: times[label][s] for s in seeds}
 
 
-def paired(num: dict[int, float], den: dict[int, float]) -> dict:
-    """:func:`log_interval` of ``num[s] / den[s]`` over the seeds both have."""
-    return log_interval(num[s] / den[s] for s in sorted(num) if s in den)
+def paired(num: dict[int, Reached], den: dict[int, Reached]) -> dict:
+    """:func:`log_interval` of ``num[s].time_s / den[s].time_s`` over the seeds both have."""
+    return log_interval(num[s].time_s / den[s].time_s for s in sorted(num) if s in den)
 
 
 def _cell(st: dict, fmt: str = "{:.3g}") -> str:
@@ -128,44 +151,70 @@ def _flag(fednet: float, paper: float) -> str:
     return f"{r:.2f}x the paper" + (" (off by > 30 %)" if abs(r - 1) > FLAG else "")
 
 
+def _parts(rs: dict[int, Reached]) -> str:
+    """Mean set-up (s), epochs to target and simulated seconds an epoch after set-up, over seeds."""
+    n = len(rs)
+    if any(r.setup_s is None for r in rs.values()):
+        return f"- | {sum(r.epochs for r in rs.values()) / n:.0f} | - "
+    setup = sum(r.setup_s for r in rs.values()) / n
+    epoch = sum((r.time_s - r.setup_s) / r.epochs for r in rs.values()) / n
+    return f"{setup:,.0f} | {sum(r.epochs for r in rs.values()) / n:.0f} | {epoch:.3g}"
+
+
 def report(directories: list[Path], target: float = 0.95) -> str:
     """The markdown tables of a Fig. 7 or Fig. 8 study (module docstring), as text.
 
     Parameters
     ----------
     directories : list of Path
-        Output folders of one study (``study.json``, ``summary.json``).
+        Output folders of one study (``study.json``, ``summary.json``, the runs' ``trace.csv``).
     target : float
         Test accuracy; the paper's ratios are at 0.95.
+
+    Returns
+    -------
+    str
+        Each scheme's best setting per ``z`` and accounting (time to target, its set-up, epochs and seconds
+        per epoch, per seed), LightSecAgg waiting for every user (``U = D``) beside it, and the ratios.
     """
     name, times = collect(directories, target)
     seeds = sorted({s for by_seed in times.values() for s in by_seed})
     zs = sorted({lab.z for lab in map(parse_label, times) if lab is not None and lab.z is not None})
     paper = PAPER.get(name, {})
+    everyone = f"U={paper['D']}" if "D" in paper else None
     lines = [f"### {name}: time to {target:.0%} (simulated s), seeds {seeds}; geometric mean [95 % CI]", "",
-             "| scheme | z | accounting | best setting | time s | per seed |", "|---|---|---|---|---|---|"]
-    chosen: dict[tuple[str, int | None, str], tuple[str, dict[int, float]]] = {}
+             "| scheme | z | accounting | setting | time s | set-up s | epochs | s/epoch | per seed |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    chosen: dict[tuple[str, int | None, str], tuple[str, dict[int, Reached]]] = {}
+    rows = [("CodedPaddedFL", None, None)] + [(sc, z, st) for z in zs for sc, st in
+                                              (("CodedSecAgg", None), ("LightSecAgg", None), ("LightSecAgg", everyone))]
     for accounting in ("fednet", "paper"):
-        for scheme, z in [("CodedPaddedFL", None)] + [(s, z) for z in zs for s in ("CodedSecAgg", "LightSecAgg")]:
-            b = best(times, scheme, z, accounting, seeds)
+        for scheme, z, setting in rows:
+            if setting is not None and accounting == "paper":
+                continue                                  # LightSecAgg is the same under both: once
+            b = best(times, scheme, z, accounting, seeds, setting)
             if b is None:
                 continue
-            chosen[scheme, z, accounting] = b
-            label, ts = b
-            per = " ".join(f"{s}: {t:,.0f}" for s, t in ts.items())
-            lines.append(f"| {scheme} | {'-' if z is None else z} | {accounting if parse_label(label).accounting else 'both'} "
-                         f"| {parse_label(label).setting} | {_cell(log_interval(ts.values()), '{:,.0f}')} | {per} |")
-    lines += ["", f"| ratio (paired by seed) | accounting | fednet | paper (Sec. VII-D) | fednet / paper |",
+            chosen[scheme + (" " + setting if setting else ""), z, accounting] = b
+            label, rs = b
+            lab = parse_label(label)
+            per = " ".join(f"{s}: {r.time_s:,.0f}" for s, r in rs.items())
+            lines.append(f"| {scheme} | {'-' if z is None else z} | {accounting if lab.accounting else 'both'} | "
+                         f"{lab.setting}{' (waits for all)' if setting else ''} | "
+                         f"{_cell(log_interval(r.time_s for r in rs.values()), '{:,.0f}')} | {_parts(rs)} | {per} |")
+    lines += ["", "| ratio (paired by seed) | accounting | fednet | paper (Sec. VII-D) | fednet / paper |",
               "|---|---|---|---|---|"]
     for accounting in ("fednet", "paper"):
         for z in zs:
-            c, lsa = chosen.get(("CodedSecAgg", z, accounting)), chosen.get(("LightSecAgg", z, accounting))
-            if c is None or lsa is None:
-                continue
-            st = paired(lsa[1], c[1])
+            c = chosen.get(("CodedSecAgg", z, accounting))
             p = paper.get("speedup", {}).get(z)
-            lines.append(f"| speed-up over LightSecAgg, z = {z} | {accounting} | {_cell(st)}x | "
-                         f"{'-' if p is None else f'{p}x'} | {'-' if p is None else _flag(st['geomean'], p)} |")
+            for key, what in (("LightSecAgg", "its best U"), (f"LightSecAgg {everyone}", f"{everyone}")):
+                lsa = chosen.get((key, z, accounting if key == "LightSecAgg" else "fednet"))
+                if c is None or lsa is None:
+                    continue
+                st = paired(lsa[1], c[1])
+                lines.append(f"| speed-up over LightSecAgg ({what}), z = {z} | {accounting} | {_cell(st)}x | "
+                             f"{'-' if p is None else f'{p}x'} | {'-' if p is None else _flag(st['geomean'], p)} |")
         c, cp = chosen.get(("CodedSecAgg", 1, accounting)), chosen.get(("CodedPaddedFL", None, accounting))
         if c is not None and cp is not None:
             st = paired(c[1], cp[1])
