@@ -259,11 +259,8 @@ class CodedPaddedFL(Protocol):
         eps = mode.offline(q.encode, self.theta, like=Shape((d, c), np.int64))  # Theta^(1) = 0: eps = Theta (eq. 10)
         totals, used, self._round_check = {}, [], None
 
-        def _group(g: int) -> Generator:
-            replies = yield from self.gather([self.devices[i] for i in self.groups[g]], self._device_epoch,
-                                             kind="coded_gradient", first=self.codes[g].n_responders, download=eps,
-                                             download_kind="epsilon", download_bits=cfg.k,
-                                             upload_elements=d * c, upload_bits=cfg.k)
+        def _decode(g: int, replies: Any) -> Generator:
+            """The server decodes group ``g`` as soon as its ``n_responders`` coded gradients are in."""
             local = [self.group_of[n.index][1] for n in replies.nodes]
             pads = [self.server.state.encoded_pads[n.index] for n in replies.nodes]
             totals[g] = yield from self.server_compute(self._decode_group, g, local, replies.values, pads, eps)
@@ -271,7 +268,10 @@ class CodedPaddedFL(Protocol):
                 mode.observe(self._check, g, local, totals[g], eps)
             used.extend(n.index for n in replies.nodes)
 
-        yield self.env.all_of([self.env.process(_group(g)) for g in range(len(self.groups))])
+        yield from self.gather_groups([[self.devices[i] for i in group] for group in self.groups], self._device_epoch,
+                                      kind="coded_gradient", first=[code.n_responders for code in self.codes],
+                                      then=_decode, download=eps, download_kind="epsilon", download_bits=cfg.k,
+                                      upload_elements=d * c, upload_bits=cfg.k)
         self.used = used
         G = mode.offline(sum, [totals[g] for g in range(len(self.groups))], like=Shape((d, c), np.float64))
         mode.update(self, G, self.task.m)                                              # eq. (5)

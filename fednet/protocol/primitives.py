@@ -97,6 +97,12 @@ BULK_EXCHANGE = True
 #: bit for bit: ``tests/test_replay_forwards.py``; LightSecAgg at D = 1000: issue 12).
 REPLAY_FORWARDS = True
 
+#: Whether :meth:`Primitives.gather_groups` of two or more disjoint groups, where no other process can act meanwhile,
+#: replays every group's download, compute and upload without a process per device, the groups interleaved in SimPy's
+#: order (:meth:`Primitives._fast_groups`; the same results, bit for bit: ``tests/test_gather_groups.py``;
+#: CodedPaddedFL with grouping at D = 1000: issue 12).
+GROUPS_REPLAY = True
+
 #: The keyed draws of :class:`fednet.sim.rng.Streams` as defined there: the vectorised replay looks at draws
 #: before taking them, so where one of these is overridden (or patched) it leaves the step to the node-by-node one.
 _STREAM_DRAWS = {name: getattr(Streams, name) for name in ("uniform", "uniforms", "uniforms_in_turn", "advance")}
@@ -1782,6 +1788,203 @@ class Primitives:
         yield _event_at(env, tc)
         self._note_failures(result)
         return result
+
+    # -- gathers of disjoint groups at once ------------------------------------------------------
+    def gather_groups(self, groups: Sequence[Sequence[Node]], fn: Callable[[Node], Any] | None, *, kind: str,
+                      first: Sequence[int | None], then: Callable[[int, GatherResult], Generator],
+                      download: Any = None, download_kind: str = "model", download_elements: int | None = None,
+                      download_bits: int | None = None, upload_elements: int | None = None,
+                      upload_bits: int | None = None, timing_key: str = "") -> Generator:
+        """:meth:`gather` over each of several disjoint groups in parallel, each followed by ``then(g, result)``.
+
+        The same as running, for every group ``g`` at once, a process that does ``result = yield from
+        self.gather(groups[g], fn, first=first[g], ...)`` and then ``yield from then(g, result)`` (CodedPaddedFL's
+        groups, each decoded by the server as soon as its own gather ends, Sec. V-E); returns when all have ended.
+
+        Where no other process can act meanwhile (:meth:`_fast_ok` over every node, :data:`GROUPS_REPLAY` on,
+        two groups or more), the gathers are replayed without a process per device
+        (:meth:`_fast_groups`): every group's download, compute and upload events are walked in the order SimPy
+        would process them (the groups' node-by-node replays of :meth:`_fast_rounds`, interleaved), and each
+        group's ``then`` starts at its ``first[g]``-th arrival, the groups in the order SimPy resumes them.  The
+        same draws, counters, messages and results, bit for bit (``tests/test_gather_groups.py``).
+
+        Parameters
+        ----------
+        groups : sequence of sequences of Node
+            Disjoint groups of devices.
+        fn, kind, download, download_kind, download_elements, download_bits, upload_elements, upload_bits,
+        timing_key
+            As :meth:`gather` (the same for every group).
+        first : sequence of int or None
+            Results to wait for in each group (None: every available node of it).
+        then : callable(int, GatherResult) -> generator
+            What follows group ``g``'s gather (e.g. the server decoding it).
+
+        Raises
+        ------
+        ValueError
+            If ``first`` does not give one count per group, or a node is in two groups.
+        StragglerShortfall
+            As :meth:`gather`, for a group with fewer than ``first[g]`` available nodes.
+        """
+        groups = [list(g) for g in groups]
+        first = list(first)
+        if len(first) != len(groups):
+            raise ValueError(f"first gives {len(first)} counts for {len(groups)} groups")
+        everyone = [node for group in groups for node in group]
+        if len({id(node) for node in everyone}) != len(everyone):
+            raise ValueError("gather_groups needs disjoint groups: a node is in two of them")
+        env = self.sim.env
+        common = dict(kind=kind, download=download, download_kind=download_kind, download_elements=download_elements,
+                      download_bits=download_bits, upload_elements=upload_elements, upload_bits=upload_bits,
+                      timing_key=timing_key)
+        fast = GROUPS_REPLAY and FAST_PATH and len(groups) > 1 and self._fast_ok(everyone)
+        if fast:                                     # the availability each group's gather would ask (keyed: the
+            flags = [self.sim.available_many(group) for group in groups]     # same answers when asked again)
+            up = [[n for n, ok in zip(group, f) if ok] for group, f in zip(groups, flags)]
+            need = [len(u) if k is None else int(k) for u, k in zip(up, first)]
+            fast = all(0 < k <= len(u) for k, u in zip(need, up))   # else: the processes (and their errors)
+        if not fast:
+            def one(g: int) -> Generator:
+                """Group ``g``'s gather, then what follows it."""
+                result = yield from self.gather(groups[g], fn, first=first[g], **common)
+                yield from then(g, result)
+            yield env.all_of([env.process(one(g)) for g in range(len(groups))])
+            return
+        run = None if fn is None else self._charged(fn, f"gather {kind!r}", False)
+        results = [GatherResult(dropped=[n for n, ok in zip(group, f) if not ok]) for group, f in zip(groups, flags)]
+        outcomes = self._fast_groups(up, need, results, run, **common)
+        procs = []
+        for g in sorted(range(len(groups)), key=lambda g: outcomes[g][1]):     # SimPy's order of the resumptions
+            result, done_key = outcomes[g]
+            procs.append(env.process(self._after(done_key[0], result, then(g, result))))
+        yield env.all_of(procs)
+
+    def _after(self, t: float, result: GatherResult, rest: Generator) -> Generator:
+        """Resume at ``t`` (a group's last awaited arrival), note its failures, then run ``rest``."""
+        yield _event_at(self.sim.env, t)
+        self._note_failures(result)
+        yield from rest
+
+    def _fast_groups(self, nodes: list[list[Node]], need: list[int], results: list[GatherResult],
+                     run: Callable[..., Any] | None, *,
+                     kind: str, download: Any, download_kind: str, download_elements: int | None,
+                     download_bits: int | None, upload_elements: int | None, upload_bits: int | None,
+                     timing_key: str) -> list[tuple[GatherResult, tuple]]:
+        """The device side of :meth:`gather_groups` without processes: ``(result, key of its end)`` per group.
+
+        ``nodes[g]``: group ``g``'s available nodes; ``need[g]``: the results awaited from it (``1 <= need[g] <=
+        len(nodes[g])``); ``results[g]``: its result so far (the unavailable nodes), completed here.
+
+        :meth:`_fast_rounds`'s node-by-node replay over every group at once.  Each node's events are keyed as
+        there, ``(time, priority, key of the event that scheduled it)``, from its process's start ``(now, 0,
+        (g, p))``: the groups' processes start in order and each starts its nodes' in order, so the keys of
+        different groups compare as SimPy's queue orders them.  A group's events from its ``first[g]``-th arrival
+        on never happen (its server stops waiting and cancels the rest).  Mutates as the processes would: draws,
+        counters, views; returns without yielding (the caller resumes each group at its end).
+        """
+        sim, env = self.sim, self.sim.env
+        now0 = env.now
+        t0 = float(now0)
+        rnd = sim.round
+        server = sim.server
+        bits = download_bits or self.element_bits
+        up_bits = upload_bits or self.element_bits
+        down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"   # as Simulation.hop_draw
+        up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"
+        c_key = compute_key(timing_key)
+        n_down = None if download is None else (payload_size(download) if download_elements is None
+                                                else int(download_elements))
+
+        def size_of(result: Any) -> int:
+            """Number of uploaded elements of ``result``."""
+            return upload_elements if upload_elements is not None else payload_size(result)
+
+        groups = range(len(nodes))
+        flat = [(g, p) for g in groups for p in range(len(nodes[g]))]
+        down: dict[tuple, Any] = {}                  # (g, p) -> (msg, extra, t1, key of the download's end)
+        start_key: dict[tuple, tuple] = {}           # (g, p) -> key of the processor request
+        if download is None:
+            for gp in flat:
+                start_key[gp] = (now0, 1, (now0, 0, gp))
+        elif flat:                                   # every download starts now: one vector of keyed draws
+            order = [nodes[g][p] for g, p in flat]
+            msgs = [Message(server.index, node.index, download_kind, download, n_down, bits, round=rnd,
+                            timing_key=timing_key) for node in order]
+            secs, extras = transmission_times(
+                msgs[0].bits, np.array([node.downlink.rate_bps for node in order]), sim.overhead,
+                np.array([node.downlink.loss for node in order]), sim.packet_bits,
+                sim.streams.uniforms(np.array([node.index for node in order]), down_purpose, rnd))
+            for j, gp in enumerate(flat):
+                msg = msgs[j]
+                msg.sent_at = t0
+                t1 = now0 + secs[j]
+                k_end = (t1, 1, (now0, 1, (now0, 0, gp)))
+                down[gp] = (msg, extras[j], t1, k_end)
+                start_key[gp] = (t1, 1, k_end)
+
+        def land_download(gp: tuple) -> None:
+            """The download of node ``gp`` lands (its payload is set)."""
+            got = down.pop(gp, None)
+            if got is None:
+                return
+            msg, extra, t1, _ = got
+            node = nodes[gp[0]][gp[1]]
+            sim.hop_done(msg, node, "down", extra, t0, float(t1))
+            sim.deliver(msg, float(t1))
+            node.state.received = msg.payload
+
+        done_key: list[tuple | None] = [None] * len(nodes)
+        outcome: dict[tuple, tuple] = {}             # (g, p) -> (value, upload msg, extra, t2, t3)
+        arrivals: list[list[tuple]] = [[] for _ in groups]
+        pending: dict[tuple, tuple] = {}
+        heap = [(start_key[gp], gp, 0) for gp in flat]
+        heapq.heapify(heap)
+        while heap:
+            key, gp, stage = heapq.heappop(heap)
+            g, p = gp
+            if done_key[g] is not None and not key < done_key[g]:
+                continue                             # group g's server stopped waiting: this never happens
+            node = nodes[g][p]
+            if stage == 0:                           # the processor is granted: compute
+                land_download(gp)
+                value, seconds = sim.compute_now(node, run, (node,), {}, None, rnd, timing_key=c_key)
+                t1 = key[0]
+                if seconds > 0:
+                    t2 = t1 + seconds
+                    k_up = (t2, 1, (t2, 1, key))
+                else:
+                    t2, k_up = t1, (t1, 1, key)
+                pending[gp] = (value, t2)
+                heapq.heappush(heap, (k_up, gp, 1))
+            elif stage == 1:                         # the upload starts
+                value, t2 = pending.pop(gp)
+                msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits, round=rnd,
+                              timing_key=timing_key)
+                msg.sent_at = float(t2)
+                seconds, extra = sim.hop_draw(msg, node, "up")
+                t3 = t2 + seconds
+                outcome[gp] = (value, msg, extra, t2, t3)
+                heapq.heappush(heap, ((t3, 1, key), gp, 2))
+            else:                                    # the upload arrives
+                arrivals[g].append((key, p))
+                if len(arrivals[g]) == need[g]:
+                    done_key[g] = (key[0], 1, key)
+        for key, gp in sorted((key, (g, p)) for g in groups for key, p in arrivals[g]):
+            value, msg, extra, t2, t3 = outcome[gp]  # uploads land at the server in order of arrival
+            sim.hop_done(msg, nodes[gp[0]][gp[1]], "up", extra, float(t2), float(t3))
+            sim.deliver(msg, float(t3))
+        for gp in flat:                              # downloads that ended before their server stopped waiting
+            if gp in down and (done_key[gp[0]] is None or down[gp][3] < done_key[gp[0]]):
+                land_download(gp)
+        out = []
+        for g, result in enumerate(results):
+            arrived = [(nodes[g][p], outcome[(g, p)][0]) for _, p in arrivals[g]]
+            result.results, result.surplus = arrived[:need[g]], arrived[need[g]:]
+            got = {p for _, p in arrivals[g]}
+            result.cancelled = [node for p, node in enumerate(nodes[g]) if p not in got]
+            out.append((result, done_key[g]))
+        return out
 
     def _run_batch(self, batch: Batch, nodes: list[Node], received: Any, charged: bool,
                    step: str) -> tuple[Sequence[Any], list[int]]:
