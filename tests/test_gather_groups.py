@@ -20,8 +20,8 @@ from test_fast_path import Recorder, snapshot
 from test_pinned_traces import SECRET_SEED, digits_task
 
 
-def run_both(make, monkeypatch) -> tuple[tuple, tuple, int]:
-    """Snapshots of ``make()`` with ``GROUPS_REPLAY`` on and off, and how often the replay ran with it on."""
+def count_replays(monkeypatch) -> list[int]:
+    """``[n]``: how often ``Primitives._fast_groups`` has run since (it keeps counting)."""
     calls = [0]
     real = primitives.Primitives._fast_groups
 
@@ -29,6 +29,12 @@ def run_both(make, monkeypatch) -> tuple[tuple, tuple, int]:
         calls[0] += 1
         return real(self, *a, **k)
     monkeypatch.setattr(primitives.Primitives, "_fast_groups", counting)
+    return calls
+
+
+def run_both(make, monkeypatch) -> tuple[tuple, tuple, int]:
+    """Snapshots of ``make()`` with ``GROUPS_REPLAY`` on and off, and how often the replay ran with it on."""
+    calls = count_replays(monkeypatch)
     monkeypatch.setattr(primitives, "GROUPS_REPLAY", True)
     on = snapshot(make())
     taken = calls[0]
@@ -86,13 +92,7 @@ def test_groups_resume_in_simpy_order(monkeypatch) -> None:
         proto.env.run()
         return order
 
-    calls = [0]
-    real = primitives.Primitives._fast_groups
-
-    def counting(self, *a, **k):
-        calls[0] += 1
-        return real(self, *a, **k)
-    monkeypatch.setattr(primitives.Primitives, "_fast_groups", counting)
+    calls = count_replays(monkeypatch)
     on = make_order()
     assert calls[0] == 2                                   # the run's round and this step
     monkeypatch.setattr(primitives, "GROUPS_REPLAY", False)

@@ -1613,6 +1613,40 @@ class Primitives:
                 return False
         return True
 
+    def _replay_start(self, nodes: Sequence[Node], roots: Sequence[Any], download: Any, download_kind: str,
+                      download_elements: int | None, download_bits: int | None, upload_bits: int | None,
+                      timing_key: str) -> tuple[list, list, int, str, str]:
+        """The start of a replayed download-compute-upload step (:meth:`_fast_rounds`, :meth:`_fast_groups`).
+
+        Every download starts now, with one vector of keyed draws.  ``roots[p]`` is the key of node ``p``'s
+        process start (``(now, 0, rank)``).  Returns ``down`` (per node ``(msg, extra, t1, key of the download's
+        end)``, or None without a download), ``start_key`` (per node, the key of its processor request), the upload
+        element width and the upload and compute draw purposes (``"uplink[:key]"``, ``"compute-<key>"``).
+        """
+        sim = self.sim
+        now0 = sim.env.now
+        up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"   # as Simulation.hop_draw
+        up_bits = upload_bits or self.element_bits
+        if download is None:
+            return ([None] * len(nodes), [(now0, 1, root) for root in roots], up_bits, up_purpose,
+                    compute_key(timing_key))
+        n_down = payload_size(download) if download_elements is None else int(download_elements)
+        msgs = [Message(sim.server.index, node.index, download_kind, download, n_down,
+                        download_bits or self.element_bits, round=sim.round, timing_key=timing_key) for node in nodes]
+        secs, extras = transmission_times(
+            msgs[0].bits, np.array([node.downlink.rate_bps for node in nodes]), sim.overhead,
+            np.array([node.downlink.loss for node in nodes]), sim.packet_bits,
+            sim.streams.uniforms(np.array([node.index for node in nodes]),
+                                 f"downlink:{timing_key}" if timing_key else "downlink", sim.round))
+        down, start_key = [], []
+        for msg, sec, extra, root in zip(msgs, secs, extras, roots):
+            msg.sent_at = float(now0)
+            t1 = now0 + sec
+            k_end = (t1, 1, (now0, 1, root))
+            down.append((msg, extra, t1, k_end))
+            start_key.append((t1, 1, k_end))
+        return down, start_key, up_bits, up_purpose, compute_key(timing_key)
+
     def _fast_rounds(self, nodes: list[Node], first: int | None, absent: list[Node], download: Any,
                      download_kind: str, download_elements: int | None, download_bits: int | None,
                      run: Callable[..., Any] | None, macs: Callable[[Node], int] | None, kind: str,
@@ -1668,32 +1702,9 @@ class Primitives:
         t0 = float(now0)
         rnd = sim.round
         server = sim.server
-        bits = download_bits or self.element_bits
-        up_bits = upload_bits or self.element_bits
-        down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"   # as Simulation.hop_draw
-        up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"
-        c_key = compute_key(timing_key)
-        n_down = None if download is None else (payload_size(download) if download_elements is None
-                                                else int(download_elements))
-        down: list = [None] * n_counted            # (msg, extra, t1, key of the download's end)
-        start_key: list = [None] * n_counted       # key of the processor request
-        if download is None:
-            for p in range(n_counted):
-                start_key[p] = (now0, 1, (now0, 0, p))
-        else:                                      # every download starts now: one vector of keyed draws
-            msgs = [Message(server.index, node.index, download_kind, download, n_down, bits, round=rnd,
-                            timing_key=timing_key) for node in nodes]
-            secs, extras = transmission_times(
-                msgs[0].bits, np.array([node.downlink.rate_bps for node in nodes]), sim.overhead,
-                np.array([node.downlink.loss for node in nodes]), sim.packet_bits,
-                sim.streams.uniforms(np.array([node.index for node in nodes]), down_purpose, rnd))
-            for p in range(n_counted):
-                msg = msgs[p]
-                msg.sent_at = t0
-                t1 = now0 + secs[p]
-                k_end = (t1, 1, (now0, 1, (now0, 0, p)))
-                down[p] = (msg, extras[p], t1, k_end)
-                start_key[p] = (t1, 1, k_end)
+        down, start_key, up_bits, up_purpose, c_key = self._replay_start(
+            nodes, [(now0, 0, p) for p in range(n_counted)], download, download_kind, download_elements,
+            download_bits, upload_bits, timing_key)
         outcome: dict[int, tuple] = {}             # p -> (value, upload msg, extra, t2, t3, key of arrival)
 
         def land_download(p: int) -> None:
@@ -1888,13 +1899,6 @@ class Primitives:
         t0 = float(now0)
         rnd = sim.round
         server = sim.server
-        bits = download_bits or self.element_bits
-        up_bits = upload_bits or self.element_bits
-        down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"   # as Simulation.hop_draw
-        up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"
-        c_key = compute_key(timing_key)
-        n_down = None if download is None else (payload_size(download) if download_elements is None
-                                                else int(download_elements))
 
         def size_of(result: Any) -> int:
             """Number of uploaded elements of ``result``."""
@@ -1902,26 +1906,11 @@ class Primitives:
 
         groups = range(len(nodes))
         flat = [(g, p) for g in groups for p in range(len(nodes[g]))]
-        down: dict[tuple, Any] = {}                  # (g, p) -> (msg, extra, t1, key of the download's end)
-        start_key: dict[tuple, tuple] = {}           # (g, p) -> key of the processor request
-        if download is None:
-            for gp in flat:
-                start_key[gp] = (now0, 1, (now0, 0, gp))
-        elif flat:                                   # every download starts now: one vector of keyed draws
-            order = [nodes[g][p] for g, p in flat]
-            msgs = [Message(server.index, node.index, download_kind, download, n_down, bits, round=rnd,
-                            timing_key=timing_key) for node in order]
-            secs, extras = transmission_times(
-                msgs[0].bits, np.array([node.downlink.rate_bps for node in order]), sim.overhead,
-                np.array([node.downlink.loss for node in order]), sim.packet_bits,
-                sim.streams.uniforms(np.array([node.index for node in order]), down_purpose, rnd))
-            for j, gp in enumerate(flat):
-                msg = msgs[j]
-                msg.sent_at = t0
-                t1 = now0 + secs[j]
-                k_end = (t1, 1, (now0, 1, (now0, 0, gp)))
-                down[gp] = (msg, extras[j], t1, k_end)
-                start_key[gp] = (t1, 1, k_end)
+        downs, starts, up_bits, _, c_key = self._replay_start(
+            [nodes[g][p] for g, p in flat], [(now0, 0, gp) for gp in flat], download, download_kind,
+            download_elements, download_bits, upload_bits, timing_key)
+        down = {gp: d for gp, d in zip(flat, downs) if d is not None}   # (msg, extra, t1, key of the download's end)
+        start_key = dict(zip(flat, starts))          # key of the processor request
 
         def land_download(gp: tuple) -> None:
             """The download of node ``gp`` lands (its payload is set)."""
