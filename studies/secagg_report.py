@@ -190,17 +190,17 @@ def report(directories: list[Path], target: float = 0.95) -> str:
                                               (("CodedSecAgg", None), ("LightSecAgg", None), ("LightSecAgg", everyone))]
     for accounting in ("fednet", "paper"):
         for scheme, z, setting in rows:
-            if setting is not None and accounting == "paper":
-                continue                                  # LightSecAgg is the same under both: once
             b = best(times, scheme, z, accounting, seeds, setting)
-            if b is None:
-                continue
+            if b is None or (setting is not None and b[0] == chosen.get((scheme, z, accounting), (None,))[0]):
+                continue                                  # U = D is LightSecAgg's best: shown once
             chosen[scheme + (" " + setting if setting else ""), z, accounting] = b
             label, rs = b
             lab = parse_label(label)
+            if lab.accounting is None and accounting == "paper":
+                continue                                  # LightSecAgg is the same under both: shown once
             per = " ".join(f"{s}: {r.time_s:,.0f}" for s, r in rs.items())
             lines.append(f"| {scheme} | {'-' if z is None else z} | {accounting if lab.accounting else 'both'} | "
-                         f"{lab.setting}{' (waits for all)' if setting else ''} | "
+                         f"{lab.setting}{' (waits for all)' if lab.setting == everyone else ''} | "
                          f"{_cell(log_interval(r.time_s for r in rs.values()), '{:,.0f}')} | {_parts(rs)} | {per} |")
     lines += ["", "| ratio (paired by seed) | accounting | fednet | paper (Sec. VII-D) | fednet / paper |",
               "|---|---|---|---|---|"]
@@ -209,7 +209,7 @@ def report(directories: list[Path], target: float = 0.95) -> str:
             c = chosen.get(("CodedSecAgg", z, accounting))
             p = paper.get("speedup", {}).get(z)
             for key, what in (("LightSecAgg", "its best U"), (f"LightSecAgg {everyone}", f"{everyone}")):
-                lsa = chosen.get((key, z, accounting if key == "LightSecAgg" else "fednet"))
+                lsa = chosen.get((key, z, accounting))
                 if c is None or lsa is None:
                     continue
                 st = paired(lsa[1], c[1])

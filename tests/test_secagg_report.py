@@ -96,3 +96,13 @@ def test_lightsecagg_waiting_for_everyone_is_shown_and_compared(tmp_path):
     assert "| LightSecAgg | 60 | both | U=120 (waits for all) | 1,200 [" in text
     assert "| speed-up over LightSecAgg (its best U), z = 60 | paper | 3 [3, 3]x | 6.6x | 0.45x the paper (off" in text
     assert "| speed-up over LightSecAgg (U=120), z = 60 | paper | 12 [" in text      # sqrt(9 * 16)
+
+
+def test_lightsecagg_waiting_for_everyone_as_its_best_is_shown_once(tmp_path):
+    a = _write(tmp_path / "a", "fig8_mnist", {
+        "CodedSecAgg z=1 N=5 relay_asap fednet": {0: 100.0, 1: 100.0},
+        "LightSecAgg z=1 U=900": {0: 3000.0, 1: 3000.0},
+        "LightSecAgg z=1 U=1000": {0: 2000.0, 1: 2000.0}})
+    text = report.report([a])
+    assert text.count("| LightSecAgg | 1 | both |") == 1 and "| U=1000 (waits for all) | 2,000 [" in text
+    assert text.count("speed-up over LightSecAgg") == 1 and "| 20 [20, 20]x | 38.9x |" in text
