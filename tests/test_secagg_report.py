@@ -87,12 +87,15 @@ def test_refuses_mixed_studies_and_conflicting_seeds(tmp_path):
         report.collect([a], 0.9)
 
 
+def _lightsecagg_case(folder: Path, study: str, z: int, lightsecagg: dict[int, dict[int, float]]) -> str:
+    """The report of one CodedSecAgg run (100 s at seeds 0 and 1) beside LightSecAgg runs ``{U: {seed: s}}``."""
+    times = {f"CodedSecAgg z={z} N=1 relay_asap paper": {0: 100.0, 1: 100.0},
+             **{f"LightSecAgg z={z} U={U}": by_seed for U, by_seed in lightsecagg.items()}}
+    return report.report([_write(folder, study, times)])
+
+
 def test_lightsecagg_waiting_for_everyone_is_shown_and_compared(tmp_path):
-    a = _write(tmp_path / "a", "fig7_mnist", {
-        "CodedSecAgg z=60 N=1 relay_asap paper": {0: 100.0, 1: 100.0},
-        "LightSecAgg z=60 U=108": {0: 300.0, 1: 300.0},
-        "LightSecAgg z=60 U=120": {0: 900.0, 1: 1600.0}})
-    text = report.report([a])
+    text = _lightsecagg_case(tmp_path / "a", "fig7_mnist", 60, {108: {0: 300.0, 1: 300.0}, 120: {0: 900.0, 1: 1600.0}})
     assert "| LightSecAgg | 60 | both | U=108 | 300 [300, 300] |" in text
     assert "| LightSecAgg | 60 | both | U=120 (waits for all) | 1,200 [" in text
     assert "| speed-up over LightSecAgg (its best U), z = 60 | paper | 3 [3, 3]x | 6.6x | 0.45x the paper (off" in text
@@ -100,11 +103,7 @@ def test_lightsecagg_waiting_for_everyone_is_shown_and_compared(tmp_path):
 
 
 def test_lightsecagg_waiting_for_everyone_as_its_best_is_shown_once(tmp_path):
-    a = _write(tmp_path / "a", "fig8_mnist", {
-        "CodedSecAgg z=1 N=5 relay_asap fednet": {0: 100.0, 1: 100.0},
-        "LightSecAgg z=1 U=900": {0: 3000.0, 1: 3000.0},
-        "LightSecAgg z=1 U=1000": {0: 2000.0, 1: 2000.0}})
-    text = report.report([a])
+    text = _lightsecagg_case(tmp_path / "a", "fig8_mnist", 1, {900: {0: 3000.0, 1: 3000.0}, 1000: {0: 2000.0, 1: 2000.0}})
     assert text.count("| LightSecAgg | 1 | both |") == 1 and "| U=1000 (waits for all) | 2,000 [" in text
     assert text.count("speed-up over LightSecAgg") == 1 and "| 20 [20, 20]x | 38.9x |" in text
 
