@@ -623,6 +623,18 @@ def compute_key(timing_key: str) -> str:
 
 
 
+def _uploaded_elements(upload_elements: int | Callable[[Any], int] | None) -> Callable[[Any], int]:
+    """The number of elements a node uploads for its result: ``upload_elements(result)``, the given count, or
+    :func:`payload_size` of the result; marked ``by_shape`` when it depends only on the result's shape."""
+    def size_of(result: Any) -> int:
+        """Number of uploaded elements of ``result``."""
+        if callable(upload_elements):
+            return upload_elements(result)
+        return upload_elements if upload_elements is not None else payload_size(result)
+    size_of.by_shape = not callable(upload_elements)     # the same for values of one shape
+    return size_of
+
+
 def _event_at(env: simpy.Environment, t: float) -> simpy.Event:
     """An event that fires at the absolute simulated time ``t`` (seconds, ``>= env.now``).
 
@@ -1540,6 +1552,7 @@ class Primitives:
         up = [n for n, ok in zip(nodes, flags) if ok]
         absent = [n for n, ok in zip(nodes, flags) if not ok]
         run = None if fn is None else self._charged(fn, f"gather {kind!r}", free or macs is not None)
+        size_of = _uploaded_elements(upload_elements)
 
         def work(node: Node) -> Generator:
             """One node's download, computation and upload."""
@@ -1552,23 +1565,11 @@ class Primitives:
                 yield wait(node)
             result = yield from self.sim.compute(node, run, node, macs=None if macs is None else macs(node),
                                                  timing_key=compute_key(timing_key))
-            if callable(upload_elements):
-                size = upload_elements(result)
-            elif upload_elements is not None:
-                size = upload_elements
-            else:
-                size = payload_size(result)
-            yield from self.send(node, self.sim.server, result, kind=kind, n_elements=size, element_bits=upload_bits,
-                                 timing_key=timing_key)
+            yield from self.send(node, self.sim.server, result, kind=kind, n_elements=size_of(result),
+                                 element_bits=upload_bits, timing_key=timing_key)
             return result
 
         if deadline is None and cancel and wait is None and self._fast_ok(up):
-            def size_of(result: Any) -> int:
-                """Number of uploaded elements of ``result``."""
-                if callable(upload_elements):
-                    return upload_elements(result)
-                return upload_elements if upload_elements is not None else payload_size(result)
-            size_of.by_shape = not callable(upload_elements)     # the same for values of one shape
             return (yield from self._fast_rounds(up, first, absent, download, download_kind, download_elements,
                                                  download_bits, run, macs, kind, size_of, upload_bits,
                                                  timing_key=timing_key, batch=None if fn is None else batch,
@@ -1899,11 +1900,7 @@ class Primitives:
         t0 = float(now0)
         rnd = sim.round
         server = sim.server
-
-        def size_of(result: Any) -> int:
-            """Number of uploaded elements of ``result``."""
-            return upload_elements if upload_elements is not None else payload_size(result)
-
+        size_of = _uploaded_elements(upload_elements)
         groups = range(len(nodes))
         flat = [(g, p) for g in groups for p in range(len(nodes[g]))]
         downs, starts, up_bits, _, c_key = self._replay_start(
@@ -2248,13 +2245,9 @@ class Primitives:
             return acc
 
         if tree.number_of_edges() == 0 and self._fast_ok([devs[v] for v in taking_part]):
-            def size_of(acc: Any) -> int:
-                """Number of uploaded elements of a root's aggregate."""
-                return n_elements if n_elements is not None else payload_size(acc)
-            size_of.by_shape = True
             return (yield from self._fast_rounds([devs[v] for v in taking_part], first, absent, download,
                                                  download_kind, None, download_bits, own, None, root_kind,
-                                                 size_of, element_bits, batch=batch, charged=not free,
+                                                 _uploaded_elements(n_elements), element_bits, batch=batch, charged=not free,
                                                  step=f"tree_aggregate {kind!r}"))
         items = [(devs[v], root_work(v) if v in complete else inner(v), v in complete) for v in taking_part]
         return (yield from self._first_k(items, first, dropped=absent))
