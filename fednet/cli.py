@@ -2,7 +2,7 @@
 
 ``fednet run STUDY.toml [--out DIR] [--seed N] [--data-dir DIR] [--set KEY.PATH=VALUE ...]
 [--epochs N] [--runs LABEL ...] [--targets ACC ...] [--jobs [N] | --scheduler ADDRESS] [--blas-threads N]
-[--resume]``
+[--threads N] [--resume]``
     Run a study (a TOML file, or the name of a bundled one such as ``quickstart``) with a
     progress bar; write ``summary.json``, ``timing.json``, ``provenance.json``,
     ``accuracy_vs_time.png`` and per-run ``trace.csv`` to ``DIR`` (default
@@ -14,7 +14,9 @@
     ``--jobs [N]`` runs the runs x seeds as parallel tasks on a local Dask cluster of N
     single-threaded worker processes (default: the number of cores), ``--scheduler ADDRESS``
     on a running Dask cluster; the outputs are the serial run's, byte for byte (``timing.json``
-    aside). ``--blas-threads N`` (default 1) sets the BLAS threads of each simulation.
+    aside); with fewer runs x seeds than N, the spare cores become threads inside the runs.
+    ``--blas-threads N`` (default 1) sets the BLAS threads of each simulation; ``--threads N``
+    the threads its sliced kernels use (:mod:`fednet.algebra.slices`; the same outputs for any N).
     ``--resume`` reuses the (run, seed) pairs an interrupted run of the same command finished
     (:mod:`fednet.study.checkpoint`) and runs only the others.
 ``fednet describe PROTOCOL``
@@ -94,7 +96,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = run_study(study, out, data_dir=args.data_dir, progress=not args.quiet,
                            command=["fednet", *(sys.argv[1:] if args.argv is None else args.argv)],
                            jobs=args.jobs, scheduler=args.scheduler, blas_threads=args.blas_threads,
-                           resume=args.resume)
+                           resume=args.resume, threads=args.threads)
     except ImportError as e:
         if args.jobs is None and args.scheduler is None:
             raise
@@ -296,6 +298,10 @@ def main(argv: list[str] | None = None) -> int:
                             "(kept beside --out) and run only the others")
     p_run.add_argument("--blas-threads", type=_positive, default=1, metavar="N",
                        help="BLAS/OpenMP threads per simulation (default 1)")
+    p_run.add_argument("--threads", type=_positive, metavar="N",
+                       help="threads inside each simulation for the devices' like work and the test evaluation "
+                            "(same results for any N; default 1, or with --jobs N and fewer runs x seeds than N, "
+                            "the spare cores)")
     p_run.set_defaults(func=_cmd_run)
     p_list = sub.add_parser("list", help="list protocols, topologies and bundled studies")
     p_list.set_defaults(func=_cmd_list)

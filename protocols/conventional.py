@@ -21,6 +21,7 @@ What each party sees: the server sees every used device's local gradient estimat
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ import numpy as np
 from pydantic import Field
 
 from fednet.algebra.meter import axpy, charge
+from fednet.algebra.slices import map_slices
 from fednet.learning.models import ridge_gradient, ridge_gradients
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.sim.simulation import Node
@@ -87,6 +89,9 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
     (:func:`fednet.learning.models.ridge_gradients`), when their points fit in :data:`STACK_BYTES`
     (larger points gain nothing from batching: they run device by device); each result equals
     ``minibatch_gradient(X[i], Y[i], theta, rows[i])`` bit for bit (``tests/test_batched.py``).
+    The devices of a group are cut into slices that run at once on the threads a run is lent
+    (:func:`fednet.algebra.slices.map_slices`: each device's products are the same BLAS calls on any
+    thread), and this function charges the MACs itself (``2 b_i d c`` per device).
 
     Parameters
     ----------
@@ -105,7 +110,7 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
     gradients : list of ndarray (d, c), or one ndarray (D, d, c)
         In the order of ``X`` (the stack when every device is in one group).
     macs : list of int
-        ``2 b_i d c`` per device (the batched kernels meter their sum).
+        ``2 b_i d c`` per device (their sum is charged here).
     """
     ids = (tuple(map(id, X)), tuple(map(id, Y)))
     layout = None if cache is None else cache.get(ids)
@@ -133,19 +138,26 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
                 by_size.setdefault(len(rows[p]), []).append(p)
         for b, part in by_size.items():
             whole = len(part) == len(X)
-            if stacked is not None:
-                sel = rows if whole and one else np.stack([rows[p] for p in part])
-                which = np.arange(len(members)) if len(part) == len(members) else np.searchsorted(members, part)
-                at = (sel + (which * xs[0])[:, None]).ravel()
-                xb = np.take(stacked[0], at, axis=0).reshape(len(part), b, -1)
-                yb = np.take(stacked[1], at, axis=0).reshape(len(part), b, -1)
-            else:                                   # large points: device by device (no stack to copy)
-                for p in part:
-                    out[p] = minibatch_gradient(X[p], Y[p], theta, rows[p])
-                    macs[p] = 2 * b * xs[1] * theta.shape[1]
-                continue
-            g = ridge_gradients(xb, yb, theta, scale=xs[0] / b)
             per = 2 * b * xs[1] * theta.shape[1]
+            charge(per * len(part))                 # the slices run unmetered (fednet.algebra.slices)
+            if stacked is None:                     # large points: device by device (no stack to copy)
+                done = map_slices(lambda s, e: [minibatch_gradient(X[p], Y[p], theta, rows[p]) for p in part[s:e]],
+                                  len(part))
+                for p, g in zip(part, itertools.chain.from_iterable(done)):
+                    out[p], macs[p] = g, per
+                continue
+            sel = rows if whole and one else np.stack([rows[p] for p in part])
+            which = np.arange(len(members)) if len(part) == len(members) else np.searchsorted(members, part)
+            at = (sel + (which * xs[0])[:, None]).ravel()
+
+            def stack_part(s: int, e: int, b: int = b, at: np.ndarray = at, stacked: tuple = stacked,
+                           n: int = xs[0]) -> np.ndarray:
+                xb = np.take(stacked[0], at[s * b:e * b], axis=0).reshape(e - s, b, -1)
+                yb = np.take(stacked[1], at[s * b:e * b], axis=0).reshape(e - s, b, -1)
+                return ridge_gradients(xb, yb, theta, scale=n / b)
+
+            parts = map_slices(stack_part, len(part))
+            g = parts[0] if len(parts) == 1 else np.concatenate(parts)
             if whole:                               # one group, in order: the stack itself
                 return g, [per] * len(X)
             for j, p in enumerate(part):

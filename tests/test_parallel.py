@@ -65,6 +65,22 @@ def test_jobs_2_outputs_are_byte_identical_to_serial(tmp_path: Path) -> None:
     assert "parallel" not in json.loads((serial / "timing.json").read_text())
 
 
+def test_fewer_tasks_than_jobs_lend_the_spare_cores_as_threads(tmp_path: Path) -> None:
+    """One (run, seed) with --jobs 3: one worker, three threads inside the run; serial --threads 2 too;
+    the outputs are the serial one-thread run's, byte for byte."""
+    study = tmp_path / "small.toml"
+    study.write_text(SMALL.format(fs="per_seed"))
+    one = ["run", str(study), "--quiet", "--seed", "1", "--runs", "Conventional FL"]
+    outs = {k: tmp_path / k for k in ("serial", "threads", "jobs")}
+    assert main([*one, "--out", str(outs["serial"])]) == 0
+    assert main([*one, "--out", str(outs["threads"]), "--threads", "2"]) == 0
+    assert main([*one, "--out", str(outs["jobs"]), "--jobs", "3"]) == 0
+    for name in ("summary.json", "Conventional_FL/trace.csv"):
+        assert len({(out / name).read_bytes() for out in outs.values()}) == 1, name
+    timing = json.loads((outs["jobs"] / "timing.json").read_text())
+    assert timing["parallel"]["workers"] == 1 and timing["parallel"]["threads"] == 3
+
+
 def test_fixed_feature_draw_gathers_the_serial_traces_in_order(client, tmp_path: Path) -> None:
     from fednet.study.parallel import simulate_parallel
     from fednet.study.runner import run_study

@@ -22,6 +22,8 @@ Comparisons, each of the whole trace (every column, floats by ``repr``, in the r
 * serial (:func:`fednet.study.runner.run_study`) == Dask (:func:`simulate_parallel` on a shared
   two-worker :class:`~distributed.LocalCluster`), which is what ``fednet run --jobs 2`` runs;
 * engine shortcuts on == off (:data:`SWITCHES`: the event-free gather path, the lazy mailbox, the groups replay);
+* one thread == three threads lent to the sliced kernels (:mod:`fednet.algebra.slices`: the devices'
+  gradients, the test evaluation's rows, the features' rows), the data prepared again under them;
 * timing == full mode, for every run whose protocol has both (the run's mode flipped): every
   column equal but the full mode's observer columns (:data:`FULL_ONLY`) and the test loss, which
   agrees to :data:`LOSS_RTOL` (full mode decodes the fixed-point gradient, timing mode replays
@@ -199,8 +201,8 @@ def _dumps(traces: dict) -> str:
     return json.dumps(traces)          # every row, every column, floats by repr, in order
 
 
-def _serial(study: Study) -> dict:
-    return run_study(study, None, progress=False, plot=False).traces
+def _serial(study: Study, threads: int | None = None) -> dict:
+    return run_study(study, None, progress=False, plot=False, threads=threads).traces
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -312,3 +314,10 @@ def test_timing_mode_equals_full_mode(name: str, serial_traces: dict[str, Any]) 
         assert a == b, f"{name}: {label}: full and timing mode give different traces"
         for seed, rows in this[label].items():
             assert _losses(rows) == pytest.approx(_losses(other[label][int(seed)]), rel=LOSS_RTOL, abs=0), (label, seed)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_threads_equal_one_thread(name: str, serial_traces: dict[str, Any]) -> None:
+    """Three threads (uneven slices) inside the run give the one-thread traces, features drawn anew."""
+    study, serial = _baseline(name, serial_traces, twin_ok=True)
+    assert _dumps(_serial(study, threads=3)) == serial

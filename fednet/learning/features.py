@@ -54,6 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.kernel_approximation import RBFSampler
 
+from fednet.algebra.slices import ROW_BLOCK, map_slices, threads
 from fednet.learning.datasets import Dataset
 
 __all__ = [
@@ -132,6 +133,24 @@ class FeatureMap:
     seed: int
 
 
+def _transform(sampler: RBFSampler, x: np.ndarray, dtype: type) -> np.ndarray:
+    """``sampler.transform(x)`` as ``dtype``, its rows cut over the lent threads (:mod:`fednet.algebra.slices`).
+
+    A row's features depend on that row alone (a product with the frequencies, then element-wise
+    operations), and the cuts fall on :data:`~fednet.algebra.slices.ROW_BLOCK` multiples, so the
+    result equals the uncut transform bit for bit.
+    """
+    if threads() == 1 or len(x) < 2 * ROW_BLOCK:
+        return sampler.transform(x).astype(dtype, copy=False)
+    out = np.empty((len(x), sampler.n_components), dtype=dtype)
+
+    def part(start: int, stop: int) -> None:
+        out[start:stop] = sampler.transform(x[start:stop])
+
+    map_slices(part, len(x), block=ROW_BLOCK)
+    return out
+
+
 def rbf_features(
     data: Dataset,
     gamma: float | None = None,
@@ -173,8 +192,8 @@ def rbf_features(
     sampler = RBFSampler(gamma=float(gamma), n_components=int(n_components), random_state=seed)
     sampler.fit(data.x_train)
     return FeatureMap(
-        x_train=sampler.transform(data.x_train).astype(dtype, copy=False),
-        x_test=sampler.transform(data.x_test).astype(dtype, copy=False),
+        x_train=_transform(sampler, data.x_train, dtype),
+        x_test=_transform(sampler, data.x_test, dtype),
         gamma=float(gamma),
         n_components=int(n_components),
         seed=int(seed),

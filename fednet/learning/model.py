@@ -64,6 +64,7 @@ from typing import Union
 import numpy as np
 
 from fednet.algebra.meter import charge, matmul
+from fednet.algebra.slices import rows_matmul
 from fednet.learning.models import ridge_gradient
 
 __all__ = [
@@ -671,7 +672,7 @@ class RidgeModel(Model):
         labels = _as_labels(labels)
         if labels.shape != (x.shape[0],):
             raise ValueError(f"labels has shape {labels.shape}, expected ({x.shape[0]},)")
-        pred = x @ theta
+        pred = rows_matmul(x, theta)                    # x @ theta, its rows over the lent threads
         acc = float(np.mean(np.argmax(pred, axis=1) == labels))
         r = pred - np.eye(self.n_outputs)[labels.astype(np.int64)]
         loss = float(0.5 * np.sum(r * r) / len(labels) + 0.5 * self.weight_decay * np.sum(theta * theta))

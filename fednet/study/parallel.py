@@ -15,7 +15,9 @@ through ``threadpoolctl``; a :class:`BlasLimits` worker plugin sets it at worker
 each task sets it again for libraries loaded since). On a loaded host the default OpenBLAS thread
 count made runs 4-11x slower (issue 12); parallelism comes from running tasks side by side instead.
 The serial runner uses the same limit, so both paths do their floating-point reductions in the
-same order.
+same order. A study of fewer tasks than ``jobs`` starts only as many workers as tasks and lends
+each task the spare cores as threads for its sliced kernels (:mod:`fednet.algebra.slices`: the
+devices' like work, or a product's rows, cut so that every slice is computed as the whole would be).
 
 Environment: the variables named in :data:`FORWARDED_ENV` (``FEDNET_SECRET_SEED``, read by the
 simulation when it draws secret pads and masks) are captured in the client and set (or unset)
@@ -42,6 +44,8 @@ try:
 except ImportError as e:  # pragma: no cover - dask is a dependency
     raise ImportError("parallel runs (--jobs, --scheduler) need dask.distributed: "
                       "pip install 'dask[distributed]'") from e
+
+from fednet.algebra.slices import compute_threads
 
 from .config import Study
 from .threads import limit_threads
@@ -228,7 +232,7 @@ def _round_reporter(topic: str | None, tag: str) -> Any:
 
 def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLike | None = None,
              blas_threads: int | None = 1, env: Mapping[str, str | None] | None = None,
-             progress_topic: str | None = None) -> dict[str, Any]:
+             progress_topic: str | None = None, threads: int = 1) -> dict[str, Any]:
     """One (run, seed) of a study, as a worker runs it.
 
     Parameters
@@ -248,6 +252,9 @@ def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLik
     progress_topic : str, optional
         Dask event topic to which the rounds done so far are logged (``{"task": "RUN_INDEX:SEED",
         "rounds": n}``, at most every 0.5 s) when running inside a worker.
+    threads : int
+        Threads lent to the run's sliced kernels (:func:`fednet.algebra.slices.compute_threads`;
+        the same trace for any count).
 
     Returns
     -------
@@ -262,7 +269,7 @@ def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLik
     run = study.runs[run_index]
     fs = study.data.feature_seed_for(seed)
     registry.get(run.protocol)  # import the protocol (and its libraries) before the thread limit
-    with _environment(env), limit_threads(blas_threads):
+    with _environment(env), limit_threads(blas_threads), compute_threads(threads):
         task, data_s = cached_task(study, fs, data_dir)
         t0 = time.perf_counter()
         rows = _run_one(study, run, seed, task, _round_reporter(progress_topic, f"{run_index}:{seed}"))
@@ -321,7 +328,8 @@ def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_t
 def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str | None = None, client: Any = None,
                       data_dir: str | os.PathLike | None = None, progress: bool = True,
                       blas_threads: int | None = 1, finished: Mapping[tuple[int, int], dict[str, Any]] | None = None,
-                      on_done: Callable[[int, int, dict[str, Any]], None] | None = None) -> tuple[dict[str, dict[int, list[dict[str, Any]]]],
+                      on_done: Callable[[int, int, dict[str, Any]], None] | None = None,
+                      threads: int | None = None) -> tuple[dict[str, dict[int, list[dict[str, Any]]]],
                                                              dict[str, dict[int, float]], dict[str, float],
                                                              dict[str, Any]]:
     """Run every (run, seed) of ``study`` as a Dask task and gather the traces in serial order.
@@ -345,6 +353,10 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
         checkpoint, :mod:`fednet.study.checkpoint`).
     on_done : callable, optional
         Called in the client as ``on_done(run index, seed, record)`` for each task as it completes.
+    threads : int, optional
+        Threads each task lends its sliced kernels (:func:`fednet.algebra.slices.compute_threads`).
+        Default: on a new local cluster with fewer tasks than ``jobs``, the spare cores
+        (``jobs // tasks``, and only ``tasks`` worker processes start); otherwise 1.
 
     Returns
     -------
@@ -365,16 +377,24 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
     from distributed import as_completed
     from tqdm.auto import tqdm
 
+    groups: dict[int, list[int]] = {}
+    for seed in study.seeds:
+        groups.setdefault(study.data.feature_seed_for(seed), []).append(seed)
+    order = [(i, seed) for seeds in groups.values() for i in range(len(study.runs)) for seed in seeds]
+    finished = dict(finished or {})
+    pending = max(1, sum(pair not in finished for pair in order))
     own = client is None
+    local = own and scheduler is None
+    if local:
+        jobs = default_jobs() if jobs is None else int(jobs)
+        if threads is None:
+            threads = max(1, jobs // pending)     # fewer tasks than cores: the spare ones go inside the runs
+        jobs = min(jobs, pending)
+    threads = 1 if threads is None else int(threads)
     if own:
         client = open_client(jobs, scheduler, blas_threads=1 if blas_threads is None else blas_threads)
     try:
         env = {k: os.environ.get(k) for k in FORWARDED_ENV}
-        groups: dict[int, list[int]] = {}
-        for seed in study.seeds:
-            groups.setdefault(study.data.feature_seed_for(seed), []).append(seed)
-        order = [(i, seed) for seeds in groups.values() for i in range(len(study.runs)) for seed in seeds]
-        finished = dict(finished or {})
         # progress in rounds, as in the serial runner: workers log the rounds done per task to a
         # topic; a finished task counts its rows, and a run stopped early by stop_at shrinks the
         # total expected of its remaining seeds
@@ -412,7 +432,7 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                 continue
             running[f"{i}:{seed}"] = 0
             fut = client.submit(run_task, study, i, seed, data_dir, blas_threads, env, topic if progress else None,
-                                pure=False, key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
+                                threads, pure=False, key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
             futures[fut] = (i, seed)
         if progress:
             client.subscribe_topic(topic, _on_event)
@@ -451,7 +471,8 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
             wall[name][seed] = res["wall_s"]
             k = str(res["feature_seed"])
             data_s[k] = max(data_s.get(k, 0.0), res["data_s"])
-        info = {"workers": len(client.scheduler_info().get("workers", {})), "scheduler": client.scheduler.address}
+        info = {"workers": len(client.scheduler_info().get("workers", {})), "scheduler": client.scheduler.address,
+                "threads": threads}
         return traces, wall, data_s, info
     finally:
         if own:

@@ -469,21 +469,22 @@ def _assemble(study: Study, traces: dict[str, dict[int, list[dict[str, Any]]]], 
 def _simulate_parallel(study: Study, *, jobs: int | None, scheduler: str | None, data_dir: str | os.PathLike | None,
                        progress: bool, blas_threads: int | None, command: Sequence[str] | None,
                        finished: Mapping[tuple[int, int], Record] | None = None,
-                       on_done: Callable[[int, int, Record], None] | None = None) -> StudyResult:
+                       on_done: Callable[[int, int, Record], None] | None = None,
+                       threads: int | None = None) -> StudyResult:
     """Run every (run, seed) of ``study`` as Dask tasks (:mod:`fednet.study.parallel`); as :func:`_simulate`."""
     from .parallel import simulate_parallel
 
     t_start = time.perf_counter()
     traces, wall, data_s, info = simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir,
                                                    progress=progress, blas_threads=blas_threads, finished=finished,
-                                                   on_done=on_done)
+                                                   on_done=on_done, threads=threads)
     return _assemble(study, traces, wall, data_s, {"parallel": info, **_resumed(study, finished)}, t_start, command)
 
 
 def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
               data_dir: str | os.PathLike | None = None, progress: bool = True, plot: bool = True,
               command: Sequence[str] | None = None, jobs: int | None = None, scheduler: str | None = None,
-              blas_threads: int | None = 1, resume: bool = False) -> StudyResult:
+              blas_threads: int | None = 1, resume: bool = False, threads: int | None = None) -> StudyResult:
     """Run every (run, seed) of a study; write its results to ``out_dir`` unless it is None.
 
     Parameters
@@ -513,6 +514,11 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
         Take the (run, seed) pairs that an interrupted run of the same study on the same
         ``out_dir`` finished from its checkpoint and run only the others
         (:mod:`fednet.study.checkpoint`); False (default): discard such a checkpoint.
+    threads : int, optional
+        Threads each simulation lends its sliced kernels (the devices' like work and the test
+        evaluation's rows, :mod:`fednet.algebra.slices`; the outputs are the same for any count).
+        Default: 1 serially and on a ``scheduler``; with ``jobs`` and fewer (run, seed) pairs than
+        ``jobs``, the spare cores (``jobs // pairs``).
 
     Returns
     -------
@@ -546,12 +552,14 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
         if jobs is not None or scheduler is not None:
             return _simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir, progress=progress,
                                       blas_threads=blas_threads, command=command, finished=finished,
-                                      on_done=on_done)
+                                      on_done=on_done, threads=threads)
+        from fednet.algebra.slices import compute_threads
+
         from .threads import limit_threads
 
         for run in study.runs:  # import the protocols (and their libraries) before the thread limit
             registry.get(run.protocol)
-        with limit_threads(blas_threads):
+        with limit_threads(blas_threads), compute_threads(threads or 1):
             return _simulate(study, data_dir=data_dir, progress=progress, command=command, finished=finished,
                              on_done=on_done)
 
