@@ -21,12 +21,15 @@ time):
 Default (a few minutes on a quiet 2-core host): D = 25 and 120, d = 100, 3 epochs, every
 protocol and mode. ``--full`` adds D = 1000 (slow: full-mode LightSecAgg and CodedSecAgg at
 D = 1000 take minutes an epoch); ``--devices``, ``--protocols``, ``--modes`` select a grid;
-``--d 2000`` is the paper's feature size; ``--json FILE`` saves the rows. Each configuration
+``--d 2000`` is the paper's feature size; ``--json FILE`` saves the rows; ``--threads N`` lends each
+simulation N threads (:mod:`fednet.algebra.slices`). Messages are not kept in their receivers' views
+(``record_views=False``), as in studies; ``--record-views`` measures with them. Each configuration
 runs with one BLAS thread (threadpoolctl), after an untimed warm-up of the same protocol and mode
 at D = 10 (numba compiles LightSecAgg's kernels on first use).
 
 Run: ``.venv/bin/python benchmarks/bench_sweep.py [--full] [--devices 25 120 1000] [--d 100]
-[--epochs 3] [--protocols conventional lightsecagg] [--modes timing] [--no-profile] [--json out.json]``
+[--epochs 3] [--protocols conventional lightsecagg] [--modes timing] [--no-profile] [--json out.json]
+[--threads 2] [--record-views]``
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from fednet.algebra.slices import compute_threads
 from fednet.learning.task import LearningTask
 from fednet.protocol import registry
 from fednet.sim.compute import ShiftedExponential
@@ -94,7 +98,7 @@ def category(filename: str, funcname: str) -> str:
 
 
 def run_config(protocol: str, mode: str, D: int, *, d: int, n: int, c: int, epochs: int,
-               profile: bool) -> dict[str, Any]:
+               profile: bool, record_views: bool = False) -> dict[str, Any]:
     """Set-up and ``epochs`` rounds of one configuration; timings, events and (optionally) a profile."""
     modes, params_of = PROTOCOLS[protocol]
     params = dict(params_of(D))
@@ -105,7 +109,7 @@ def run_config(protocol: str, mode: str, D: int, *, d: int, n: int, c: int, epoc
 
     def _simulate(prof: cProfile.Profile | None) -> dict[str, Any]:
         sim = Simulation(lte_star(D, rng=np.random.default_rng(1)), seed=0,
-                         device_compute=ShiftedExponential(0.5))
+                         device_compute=ShiftedExponential(0.5), record_views=record_views)
         events = count_events(sim)
         proto = cls(sim, task, params, label=protocol)
         marks: list[tuple[float, int]] = []
@@ -153,6 +157,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--no-profile", action="store_true", help="skip the cProfile breakdown")
     ap.add_argument("--json", help="write the rows to this JSON file")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads lent to each simulation's sliced kernels (fednet.algebra.slices; default 1)")
+    ap.add_argument("--record-views", action="store_true",
+                    help="keep every message in its receiver's view (off in studies unless record_views = true)")
     args = ap.parse_args(argv)
     devices = args.devices or ([25, 120, 1000] if args.full else [25, 120])
     head = (f"{'protocol':<14} {'mode':<6} {'D':>5} {'setup s':>8} {'ms/epoch':>9} {'dev-ep/s':>9} {'ev/dev-ep':>9}"
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     print(head, flush=True)
     rows = []
     warm: set[tuple[str, str]] = set()
-    with limit_threads(1):
+    with limit_threads(1), compute_threads(args.threads):
         for D in devices:
             for protocol in args.protocols:
                 for mode in PROTOCOLS[protocol][0]:
@@ -171,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
                             run_config(protocol, mode, 10, d=args.d, n=args.n, c=args.c, epochs=1, profile=False)
                             warm.add((protocol, mode))
                         r = run_config(protocol, mode, D, d=args.d, n=args.n, c=args.c, epochs=args.epochs,
-                                       profile=not args.no_profile)
+                                       profile=not args.no_profile, record_views=args.record_views)
                     except Exception as e:  # noqa: BLE001 - report and go on with the grid
                         print(f"{protocol:<14} {mode:<6} {D:>5}  failed: {type(e).__name__}: {e}", flush=True)
                         continue
