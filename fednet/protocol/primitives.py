@@ -60,6 +60,8 @@ from fednet.sim.network import Message, transmission_times
 from fednet.sim.rng import Streams
 from fednet.sim.simulation import Node, Simulation
 
+from .tree_replay import replay_tree
+
 __all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
            "payload_size", "SCHEDULES", "cyclic_steps", "AllToAll", "compute_key", "Batch"]
 
@@ -102,6 +104,12 @@ REPLAY_FORWARDS = True
 #: order (:meth:`Primitives._fast_groups`; the same results, bit for bit: ``tests/test_gather_groups.py``;
 #: CodedPaddedFL with grouping at D = 1000: issue 12).
 GROUPS_REPLAY = True
+
+#: Whether :meth:`Primitives.tree_aggregate` over a tree with edges, given a ``batch``, where no other process can
+#: act meanwhile, replays the round arithmetically instead of a process per device
+#: (:func:`fednet.protocol.tree_replay.replay_tree`; the same results, bit for bit: ``tests/test_tree_replay.py``;
+#: CodedSecAgg with grouping at D = 1000: issue 12).
+TREE_REPLAY = True
 
 #: The keyed draws of :class:`fednet.sim.rng.Streams` as defined there: the vectorised replay looks at draws
 #: before taking them, so where one of these is overridden (or patched) it leaves the step to the node-by-node one.
@@ -2249,5 +2257,25 @@ class Primitives:
                                                  download_kind, None, download_bits, own, None, root_kind,
                                                  _uploaded_elements(n_elements), element_bits, batch=batch, charged=not free,
                                                  step=f"tree_aggregate {kind!r}"))
+        need = len(complete) if first is None else int(first)
+        if (TREE_REPLAY and BATCHED and batch is not None and 0 < need <= len(complete) and not self.sim.record_views
+                and not self.sim.d2d and self._fast_ok([devs[v] for v in taking_part])
+                and all(getattr(type(self.sim.streams), name) is f for name, f in _STREAM_DRAWS.items())):
+            values, node_macs = self._run_batch(batch, [devs[v] for v in taking_part], download, not free,
+                                                f"tree_aggregate {kind!r}")
+            got = replay_tree(self, tree, taking_part, need, download, download_kind, download_bits, values, node_macs,
+                              add, kind, root_kind, n_elements, element_bits, payload_size)
+            if got is not None:
+                result = GatherResult(dropped=list(absent))
+                tk, result.results, result.cancelled = got
+                yield _event_at(env, tk)
+                self._note_failures(result)
+                return result
+            at = {v: p for p, v in enumerate(taking_part)}
+
+            def own(node: Node) -> Any:                  # noqa: F811 - the batch's value, charged where it is computed
+                """The batched part of ``node``, charging its MACs."""
+                charge(node_macs[at[node.index]])
+                return values[at[node.index]]
         items = [(devs[v], root_work(v) if v in complete else inner(v), v in complete) for v in taking_part]
         return (yield from self._first_k(items, first, dropped=absent))

@@ -279,7 +279,8 @@ class Streams:
         counts[node] = j + 1
         return float(self._block(pid, round, blocks, j // self.width)[node, j % self.width])
 
-    def uniforms(self, nodes: np.ndarray, purpose: str, round: int, *, advance: bool = True) -> np.ndarray:
+    def uniforms(self, nodes: np.ndarray, purpose: str, round: int, *, advance: bool = True,
+                 ahead: int = 0) -> np.ndarray:
         """The next keyed uniforms of several distinct nodes at once: ``uniform(i, purpose, round)`` for each.
 
         Parameters
@@ -292,6 +293,9 @@ class Streams:
             False: only look at the draws (each node's stream stays where it is; a later
             :meth:`advance` of some of the nodes consumes them), for a step that decides afterwards
             which nodes really draw.
+        ahead : int
+            With ``advance=False``: look ``ahead`` draws past the next one (the ``ahead + 1``-th draw each
+            node would take from now on).
 
         Returns
         -------
@@ -311,12 +315,14 @@ class Streams:
             raise ValueError(f"round must be non-negative, got {round}")
         if np.unique(nodes).size != nodes.size:
             raise ValueError("nodes must be distinct (one draw per node)")
+        if ahead and (advance or int(ahead) != ahead or ahead < 0):
+            raise ValueError(f"ahead must be a non-negative integer with advance=False, got {ahead!r}")
         pid = purpose_id(purpose)
         if advance or (pid, round) in self._entries or (pid, round) in self._evicted:
             blocks, counts = self._entry(pid, round)
         else:                                   # a look that leaves no entry behind (as if never asked)
             blocks, counts = [], np.zeros(self.n_nodes, dtype=np.int64)
-        j = counts[nodes]
+        j = counts[nodes] + int(ahead)
         if advance:
             counts[nodes] = j + 1
         b, col = np.divmod(j, self.width)
@@ -372,16 +378,17 @@ class Streams:
         held = np.stack([self._block(pid, round, blocks, bb) for bb in range(lo, hi + 1)])
         return held[b - lo, nodes, col]
 
-    def advance(self, nodes: np.ndarray, purpose: str, round: int) -> None:
-        """Consume one keyed draw of each of ``nodes`` (distinct) for ``purpose`` in ``round``, as if drawn.
+    def advance(self, nodes: np.ndarray, purpose: str, round: int, by: np.ndarray | int = 1) -> None:
+        """Consume ``by`` keyed draws (default one) of each of ``nodes`` (distinct) for ``purpose`` in ``round``, as if drawn.
 
-        Used after :meth:`uniforms` with ``advance=False`` for the nodes that really drew.
+        Used after :meth:`uniforms` with ``advance=False`` for the nodes that really drew; ``by`` (an int, or
+        one non-negative int per node) for nodes that drew several times.
         """
         nodes = np.asarray(nodes, dtype=np.intp)
         if not nodes.size:
             return
         _, counts = self._entry(purpose_id(purpose), round)
-        counts[nodes] += 1
+        counts[nodes] += by
 
     def standard_exponential(self, node: int, purpose: str, round: int) -> float:
         """The next keyed Exp(1) draw, ``-log1p(-U)`` of :meth:`uniform`."""
