@@ -23,11 +23,46 @@ mixes its own ``fednet`` with another checkout's protocols.
 from __future__ import annotations
 
 import importlib.abc
+import importlib.metadata
 import importlib.util
+import os
+import platform
 import sys
 from pathlib import Path
 
 __version__ = "0.1.0"
+
+#: The kernels that floating-point results come from, the same on every x86-64 host (set before NumPy, SciPy or
+#: torch load, where the variable is unset). OpenBLAS (NumPy's and SciPy's), NumPy's SIMD loops and torch's MKL and
+#: ATen pick kernels by CPU, AVX-512 where the host has it, and kernels of other vector widths sum in other orders:
+#: on 2026-11-27 the last bits of a test loss, and every digest over it, differed between an AVX-512 host and an
+#: AVX2-only one. Pinning the AVX2 kernels, which every x86-64 host fednet targets has, makes a trace at a seed the
+#: same on both (``tests/test_pinned_traces.py`` and the other pinned digests hold on either). Set
+#: ``FEDNET_NATIVE_KERNELS=1`` to keep the host's own (faster on AVX-512; other last bits than the pinned traces).
+PORTABLE_KERNELS = {
+    "OPENBLAS_CORETYPE": "Haswell",                       # OpenBLAS's AVX2 kernels (DYNAMIC_ARCH would pick by CPU)
+    "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",   # NumPy >= 2.4's names of its AVX-512 loops
+    "MKL_CBWR": "AVX2",                                   # torch's MKL: its AVX2 code path (conditional reproducibility)
+    "ATEN_CPU_CAPABILITY": "avx2",                        # torch's own vectorised kernels
+}
+
+
+def _portable_kernels() -> None:
+    """Set :data:`PORTABLE_KERNELS` in the environment (unset ones only), unless opted out or too late to matter."""
+    if os.environ.get("FEDNET_NATIVE_KERNELS") == "1" or platform.machine().lower() not in ("x86_64", "amd64"):
+        return
+    for name, value in PORTABLE_KERNELS.items():
+        if name == "NPY_DISABLE_CPU_FEATURES":
+            try:                                          # older NumPy names its loops otherwise: leave it alone
+                major, minor = (int(x) for x in importlib.metadata.version("numpy").split(".")[:2])
+            except (importlib.metadata.PackageNotFoundError, ValueError):
+                continue
+            if (major, minor) < (2, 4):
+                continue
+        os.environ.setdefault(name, value)
+
+
+_portable_kernels()
 
 #: Subpackages that live outside ``fednet/`` in the repository (``package-dir`` in pyproject.toml).
 _MAPPED = ("protocols", "topologies", "studies")

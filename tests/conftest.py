@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+import fednet  # noqa: F401  (first: sets fednet.PORTABLE_KERNELS before any test module loads NumPy)
+
 
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
