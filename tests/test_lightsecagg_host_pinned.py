@@ -4,6 +4,11 @@ Reduced LightSecAgg runs (U < N so that the survivor set U1 matters, z > 1, timi
 absent users) must keep their trace, every node's view and relay list, the keyed-draw counters
 (:func:`test_fast_path.snapshot`), the final model's bytes and the metered MACs: the digests below were
 recorded before the host work of a round (stand-in gradients, sums) was changed.
+
+Kernels: the digests that hash a float loss were recomputed on 2026-11-27 by c3c7045's code (which had reproduced
+the earlier ones on other hosts) on an AVX2-only host, where only a loss's last digits differed: kernels that sum
+in another order (AVX-512 ones where a host has them; ``fednet.PORTABLE_KERNELS`` now pins the AVX2 kernels
+everywhere; ``tests/test_pinned_traces.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ HOST_SCENARIOS: dict[str, tuple] = {
 
 #: sha256 of :func:`digest` per scenario (recorded before the change)
 PINNED: dict[str, str] = {
-    "full_z2": "11b7ccf8ccd41db8e021fcbd02ea83f511b4d58a11c570384a4b6daea9fe0502",
+    "full_z2": "2f42c6bbcfd30db6543d8509a57e629e6c33611a045f2668cb9d5b9f766d243a",
     "timing_z2_dropout": "af33d44bcd3ba2d042612011145657835c2ce1c86868058590d30d8bf7f86c6e",
     "timing_z3": "e98577c3362e98be265626c14c583689c3e6bde24fd00bb5a9cfaf7945b676c6",
 }

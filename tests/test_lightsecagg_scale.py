@@ -4,6 +4,11 @@ A reduced fig7/fig8-style LightSecAgg (N = 40-48 LTE devices with loss, shifted-
 bundled relay, U < N and U = N, with and without absent users, both modes) must keep its trace, every
 node's view and relay list, and the keyed-draw counters: the digests below were recorded by the code
 before the exchange was vectorised (per-pair mailbox deliveries).
+
+Kernels: the digests that hash a float loss were recomputed on 2026-11-27 by c3c7045's code (which had reproduced
+the earlier ones on other hosts) on an AVX2-only host, where only a loss's last digits differed: kernels that sum
+in another order (AVX-512 ones where a host has them; ``fednet.PORTABLE_KERNELS`` now pins the AVX2 kernels
+everywhere; ``tests/test_pinned_traces.py``).
 """
 
 from __future__ import annotations
@@ -28,11 +33,11 @@ SCALE_SCENARIOS: dict[str, tuple] = {
 
 #: sha256 of :func:`digest_input` per scenario (recorded before the vectorised exchange)
 PINNED: dict[str, str] = {
-    "dropout_timing": "764ce2ced4c78fcc69e9c67a057a9223ed5b73f998f185f800addb8d22755070",
+    "dropout_timing": "5186cbe1c7241d70195edaf4f33479eeb68c019c46a7acbb8d769cf48073acfe",
     "serial_timing": "2f0984adb36fe52889c9212c824efbb30ae91bc2925b30e893eb5a8e81ad87c8",
-    "u_eq_n_timing": "25be25936d1eb03617d9749d677596f23a900ed7597ceb9a495b30a9c5bf9e4c",
+    "u_eq_n_timing": "f4386ccaaff78d03adf99d5d7bb98309cf75f5ec2f7651de263e4e59d36c6f17",
     "u_lt_n_full": "79bcf6fdd6f8af2308aff9314772ace59c4b542213f7d76043a1ad215f42a46d",
-    "u_lt_n_timing": "2e68607fba9c116d2fa318333af4c72e1baede1c27b843f0f9607b0ae516e4af",
+    "u_lt_n_timing": "d7b1370f9d0b0b501ccc856ecd83c0a14d78c19969f627d6ed276339488a0a02",
 }
 
 

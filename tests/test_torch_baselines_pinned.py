@@ -9,6 +9,11 @@ digest covers every column of every trace row (floats through ``repr``) and the 
 parameters; the metered MACs (devices and server, summed over the rounds) are pinned separately. The golden values were written by main at a00ff18, before
 :class:`~fednet.learning.torch_models.TorchModel` had its hand-written MLP path:
 ``PYTHONPATH=. python tests/test_torch_baselines_pinned.py`` prints them.
+
+Kernels: the digests that hash a float loss were recomputed on 2026-11-27 by c3c7045's code (which had reproduced
+the earlier ones on other hosts) on an AVX2-only host, where only a loss's last digits differed: kernels that sum
+in another order (AVX-512 ones where a host has them; ``fednet.PORTABLE_KERNELS`` now pins the AVX2 kernels
+everywhere; ``tests/test_pinned_traces.py``).
 """
 
 from __future__ import annotations
@@ -48,17 +53,17 @@ METHODS = {
 #: except FedAvg+LightSecAgg's, rewritten when it began to record its absent clients in ``dropped``: with that
 #: column blanked after round 0 the new runs hash to a00ff18's digests (6e843a00..., 20b3c24e...).
 GOLDEN: dict[tuple[str, str], tuple[str, int, int]] = {
-    ('small', 'fedavg'): ('c8667819d013a0c52378bec28237e1f778971d84b193e4f042f548cfdcb3e13a', 258017, 18473),
-    ('small', 'fedavg_is'): ('1c7a6c515109744c718c9ccfd45ad0fd5301cd89ab32069249aa7957b460bdb0', 258017, 18473),
-    ('small', 'fedavg_is_unbiased'): ('48bc16bad9a27d30a630984ff9592d689d3f6e7bc83eec91f0790cb606f3767b', 258017, 18473),
-    ('small', 'scaffold'): ('7ffbf4a0ed00912f68dbc8fdd63ac45ddf3f7c6124d856721e68fd8caa07834d', 326022, 36946),
-    ('small', 'centralized'): ('5e5b3f0f6f6896327a5833429ac0851625b6baa40929bc6d080bb84921f2cc8a', 0, 97296),
-    ('small', 'fedavg_lightsecagg'): ('d78aa9166b22feb8c4b1299d9619a6f006170b54aa5363f27b45f3529d4de666', 406258, 27056),
-    ('paper', 'fedavg'): ('66f3793bba665403f8940b576a3313d7fb9032fee106d2c5f949a90df84a8b4a', 118190240, 1211100),
-    ('paper', 'fedavg_is'): ('c8a788122137356a5030af381ac2b63061c902e8cd2bd989a42c8d78c2ad905d', 118190240, 1211100),
-    ('paper', 'fedavg_is_unbiased'): ('de60ce9743f8c369e8f495e258fd7210f09789a073f60f45abb70323895af485', 118190240, 1211100),
-    ('paper', 'scaffold'): ('89763beb2cfced41aad3d5df60a0e93881cdc23bcd80ff96b05538d1fe644e7c', 122594240, 2422200),
-    ('paper', 'centralized'): ('02d170d97aa471930e9bcb2f5468c44667249115ecb4aa06bdb81d812566ddcf', 0, 44651640),
+    ('small', 'fedavg'): ('0c01a53140048362d6eab313df8a58d32cbd1c93edfe3f70e368f46b417ada45', 258017, 18473),
+    ('small', 'fedavg_is'): ('675dc74ad2229194be8674c38b53b7dfd8f200d3c5b2141ba009e3092b3b44d8', 258017, 18473),
+    ('small', 'fedavg_is_unbiased'): ('928a186378035ba9c88c107c597f9a3fed1eed1f58f739a88e9f5dd23f4838b6', 258017, 18473),
+    ('small', 'scaffold'): ('321f6b250f2c7c872e943285fcd8c4d1798eca6702410c30fc4fb6b96662932c', 326022, 36946),
+    ('small', 'centralized'): ('29a004a3d98b9a26ede6fc652addd74b7839f5d109eeada85cd5e0fe329ab3dc', 0, 97296),
+    ('small', 'fedavg_lightsecagg'): ('3f2aafacd314476a3348a41d95d221561e03ae80cc5fa73a13055da1e093cc89', 406258, 27056),
+    ('paper', 'fedavg'): ('aa3e0edb553ef72962534c44933e3988e4fcb8b1ae70025a6e0d153384cbc307', 118190240, 1211100),
+    ('paper', 'fedavg_is'): ('e96788817731e39a9968ece6d747d6bfa7bb612c82d26eb70fca6ed89945ef85', 118190240, 1211100),
+    ('paper', 'fedavg_is_unbiased'): ('13da790407003c9098d0ac57dcd585f63aa2eb034a372d1c77c4357133d60629', 118190240, 1211100),
+    ('paper', 'scaffold'): ('0c1827c1e76b2559fe56cb5de37982575e789cfc31d1815b2a2fbc946a991712', 122594240, 2422200),
+    ('paper', 'centralized'): ('c6528c06bc72ae1e90f139231da48eebbc5889c1abe5df82c948818e46141700', 0, 44651640),
     ('paper', 'fedavg_lightsecagg'): ('87c9156966634e751cb15bb01a36b51ecc54afacfc218f5ae0a6d75ff47f9d06', 127658840, 1541400),
 }
 
