@@ -9,10 +9,10 @@ both accountings (``paper``: every group encodes and shares on its own, the grou
 identical links (one packet a message: discrete link times, so equal upload ends at one receiver are common),
 two uplink rates, and a loss-free deterministic network where every time ties.
 
-Kernels: the digests that hash a float loss were recomputed on 2026-11-27 by c3c7045's code (which had reproduced
-the earlier ones on other hosts) on an AVX2-only host, where only a loss's last digits differed: kernels that sum
-in another order (AVX-512 ones where a host has them; ``fednet.PORTABLE_KERNELS`` now pins the AVX2 kernels
-everywhere; ``tests/test_pinned_traces.py``).
+Kernels: the digests that moved were recomputed on 2026-11-27 by c3c7045's code (which had reproduced the earlier
+ones on other hosts) on an AVX2-only host, where floating-point results differ in their last digits (the same
+scenarios' pinned traces: the test loss alone, ``tests/test_pinned_traces.py``): kernels that sum in another order (AVX-512 ones where a host has them; ``fednet.PORTABLE_KERNELS`` now pins the AVX2 kernels
+everywhere).
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ absent users) must keep their trace, every node's view and relay list, the keyed
 (:func:`test_fast_path.snapshot`), the final model's bytes and the metered MACs: the digests below were
 recorded before the host work of a round (stand-in gradients, sums) was changed.
 
-Kernels: the digests that hash a float loss were recomputed on 2026-11-27 by c3c7045's code (which had reproduced
-the earlier ones on other hosts) on an AVX2-only host, where only a loss's last digits differed: kernels that sum
-in another order (AVX-512 ones where a host has them; ``fednet.PORTABLE_KERNELS`` now pins the AVX2 kernels
-everywhere; ``tests/test_pinned_traces.py``).
+Kernels: the digests that moved were recomputed on 2026-11-27 by c3c7045's code (which had reproduced the earlier
+ones on other hosts) on an AVX2-only host, where floating-point results differ in their last digits (the same
+scenarios' pinned traces: the test loss alone, ``tests/test_pinned_traces.py``): kernels that sum in another order (AVX-512 ones where a host has them; ``fednet.PORTABLE_KERNELS`` now pins the AVX2 kernels
+everywhere).
 """
 
 from __future__ import annotations
