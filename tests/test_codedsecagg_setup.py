@@ -11,8 +11,8 @@ two uplink rates, and a loss-free deterministic network where every time ties.
 
 Kernels: the digests that moved were recomputed on 2026-11-27 by c3c7045's code (which had reproduced the earlier
 ones on other hosts) on an AVX2-only host, where floating-point results differ in their last digits (the same
-scenarios' pinned traces: the test loss alone, ``tests/test_pinned_traces.py``): kernels that sum in another order (AVX-512 ones where a host has them; ``fednet.PORTABLE_KERNELS`` now pins the AVX2 kernels
-everywhere).
+scenarios' pinned traces: the test loss alone, ``tests/test_pinned_traces.py``): kernels that sum in another order
+(AVX-512 ones where a host has them; ``fednet.PORTABLE_KERNELS`` now pins the AVX2 kernels everywhere).
 """
 
 from __future__ import annotations
