@@ -12,6 +12,8 @@ export OPENBLAS_CORETYPE ?= Haswell
 export NPY_DISABLE_CPU_FEATURES ?= X86_V4 AVX512_ICL AVX512_SPR
 export MKL_CBWR ?= AVX2
 export ATEN_CPU_CAPABILITY ?= avx2
+# One BLAS/OpenMP thread, as every study run has (fednet.study.threads): the pinned traces do not depend on the cores.
+export OMP_NUM_THREADS ?= 1
 
 .PHONY: run test bench clean
 

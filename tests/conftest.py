@@ -14,6 +14,16 @@ import pytest
 import fednet  # noqa: F401  (first: sets fednet.PORTABLE_KERNELS before any test module loads NumPy)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _one_blas_thread():
+    """One BLAS/OpenMP thread for the whole session, as every study run has (``fednet.study.threads``): a product
+    split over threads sums in another order, so the pinned traces would depend on the host's cores."""
+    from fednet.study.threads import limit_threads
+
+    with limit_threads(1):
+        yield
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """Directory holding ``mnist/`` and ``fashion-mnist/`` IDX files (``$FEDNET_DATA``)."""
