@@ -2185,8 +2185,10 @@ class Primitives:
         free : bool
             ``fn`` and ``combine`` deliberately charge nothing.
         batch : callable(nodes, received) -> (values, macs), optional
-            ``fn`` for many nodes at once (:data:`Batch`), used for a tree without edges on the
-            event-free path when :data:`BATCHED` is on.
+            ``fn`` for many nodes at once (:data:`Batch`), used when :data:`BATCHED` is on: for a tree
+            without edges on the event-free path, and for a tree with edges where no other process can
+            act meanwhile, whose round is then replayed without a process per node (:data:`TREE_REPLAY`,
+            :func:`fednet.protocol.tree_replay.replay_tree`; the same results).
 
         Returns
         -------
