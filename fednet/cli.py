@@ -14,7 +14,8 @@
     ``--jobs [N]`` runs the runs x seeds as parallel tasks on a local Dask cluster of N
     single-threaded worker processes (default: the number of cores), ``--scheduler ADDRESS``
     on a running Dask cluster; the outputs are the serial run's, byte for byte (``timing.json``
-    aside); with fewer runs x seeds than N, the spare cores become threads inside the runs.
+    aside); with fewer runs x seeds than N, the spare cores become threads inside the runs (a single
+    one runs in this process, without a cluster).
     ``--blas-threads N`` (default 1) sets the BLAS threads of each simulation; ``--threads N``
     the threads its sliced kernels use (:mod:`fednet.algebra.slices`; the same outputs for any N).
     ``--resume`` reuses the (run, seed) pairs an interrupted run of the same command finished

@@ -66,19 +66,25 @@ def test_jobs_2_outputs_are_byte_identical_to_serial(tmp_path: Path) -> None:
 
 
 def test_fewer_tasks_than_jobs_lend_the_spare_cores_as_threads(tmp_path: Path) -> None:
-    """One (run, seed) with --jobs 3: one worker, three threads inside the run; serial --threads 2 too;
-    the outputs are the serial one-thread run's, byte for byte."""
+    """Two (run, seed) pairs with --jobs 4: two workers, two threads inside each run; one pair with --jobs 3: no
+    cluster, three threads; serial --threads 2 too: the outputs are the serial one-thread run's, byte for byte."""
     study = tmp_path / "small.toml"
     study.write_text(SMALL.format(fs="per_seed"))
-    one = ["run", str(study), "--quiet", "--seed", "1", "--runs", "Conventional FL"]
+    two = ["run", str(study), "--quiet", "--runs", "Conventional FL"]
     outs = {k: tmp_path / k for k in ("serial", "threads", "jobs")}
-    assert main([*one, "--out", str(outs["serial"])]) == 0
-    assert main([*one, "--out", str(outs["threads"]), "--threads", "2"]) == 0
-    assert main([*one, "--out", str(outs["jobs"]), "--jobs", "3"]) == 0
+    assert main([*two, "--out", str(outs["serial"])]) == 0
+    assert main([*two, "--out", str(outs["threads"]), "--threads", "2"]) == 0
+    assert main([*two, "--out", str(outs["jobs"]), "--jobs", "4"]) == 0
     for name in ("summary.json", "Conventional_FL/trace.csv"):
         assert len({(out / name).read_bytes() for out in outs.values()}) == 1, name
     timing = json.loads((outs["jobs"] / "timing.json").read_text())
-    assert timing["parallel"]["workers"] == 1 and timing["parallel"]["threads"] == 3
+    assert timing["parallel"]["workers"] == 2 and timing["parallel"]["threads"] == 2
+    one = tmp_path / "one"
+    assert main([*two, "--seed", "1", "--out", str(one), "--jobs", "3"]) == 0
+    assert "parallel" not in json.loads((one / "timing.json").read_text())      # one task: run here, no cluster
+    seed1 = [r for r in (outs["serial"] / "Conventional_FL/trace.csv").read_text().splitlines()[1:]
+             if r.split(",")[1] == "1"]                                    # protocol, seed, round, ...
+    assert seed1 and (one / "Conventional_FL/trace.csv").read_text().splitlines()[1:] == seed1
 
 
 def test_fixed_feature_draw_gathers_the_serial_traces_in_order(client, tmp_path: Path) -> None:

@@ -504,7 +504,8 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
     jobs : int, optional
         Run the (run, seed) pairs as tasks on a local Dask cluster of this many single-threaded
         worker processes (:mod:`fednet.study.parallel`); None (and no ``scheduler``): serially,
-        in this process. Same ``trace.csv`` and ``summary.json``, byte for byte.
+        in this process. Same ``trace.csv`` and ``summary.json``, byte for byte. With one pair to
+        run, no cluster starts: it runs here, lent ``jobs`` threads (``threads`` unless given).
     scheduler : str, optional
         Address of a running Dask scheduler (``tcp://host:8786``) to run the tasks on instead.
     blas_threads : int or None
@@ -549,7 +550,9 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
     """
     def _run(finished: Mapping[tuple[int, int], Record] | None = None,
              on_done: Callable[[int, int, Record], None] | None = None) -> StudyResult:
-        if jobs is not None or scheduler is not None:
+        pending = len(study.runs) * len(study.seeds) - len(finished or {})
+        one_task = scheduler is None and jobs is not None and pending <= 1
+        if (jobs is not None or scheduler is not None) and not one_task:
             return _simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir, progress=progress,
                                       blas_threads=blas_threads, command=command, finished=finished,
                                       on_done=on_done, threads=threads)
@@ -559,7 +562,12 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
 
         for run in study.runs:  # import the protocols (and their libraries) before the thread limit
             registry.get(run.protocol)
-        with limit_threads(blas_threads), compute_threads(threads or 1):
+        lent = threads or 1
+        if one_task and threads is None:        # one (run, seed) left: no workers to start, the cores as threads
+            if int(jobs) < 1:
+                raise ValueError(f"jobs must be >= 1, got {jobs!r}")
+            lent = int(jobs)
+        with limit_threads(blas_threads), compute_threads(lent):
             return _simulate(study, data_dir=data_dir, progress=progress, command=command, finished=finished,
                              on_done=on_done)
 
