@@ -42,7 +42,7 @@ __version__ = "0.1.0"
 PORTABLE_KERNELS = {
     "OPENBLAS_CORETYPE": "Haswell",                       # OpenBLAS's AVX2 kernels (DYNAMIC_ARCH would pick by CPU)
     "NPY_DISABLE_CPU_FEATURES": "X86_V4 AVX512_ICL AVX512_SPR",   # NumPy >= 2.4's names of its AVX-512 loops
-    "MKL_CBWR": "AVX2",                                   # torch's MKL: its AVX2 code path (conditional reproducibility)
+    "MKL_CBWR": "AVX2",                                   # torch's MKL: its AVX2 path (conditional reproducibility)
     "ATEN_CPU_CAPABILITY": "avx2",                        # torch's own vectorised kernels
 }
 

@@ -62,7 +62,8 @@ def _shape(tree: nx.DiGraph, cache: dict) -> tuple[list[int], dict[int, list[int
 def replay_tree(prims: Any, tree: nx.DiGraph, taking_part: Sequence[int], need: int, download: Any,
                 download_kind: str, download_bits: int | None, values: Sequence[Any], node_macs: Sequence[int],
                 add: Callable[[Any, Any], Any], kind: str, root_kind: str, n_elements: int | None,
-                element_bits: int | None, payload_size: Callable[[Any], int]) -> tuple[float, list[tuple[Any, Any]], list[Any]] | None:
+                element_bits: int | None, payload_size: Callable[[Any], int]
+                ) -> tuple[float, list[tuple[Any, Any]], list[Any]] | None:
     """The round of :meth:`Primitives.tree_aggregate` over complete subtrees, without processes (module docstring).
 
     Parameters

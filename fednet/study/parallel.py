@@ -432,7 +432,8 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                 continue
             running[f"{i}:{seed}"] = 0
             fut = client.submit(run_task, study, i, seed, data_dir, blas_threads, env, topic if progress else None,
-                                threads, pure=False, key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
+                                threads, pure=False,
+                                key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
             futures[fut] = (i, seed)
         if progress:
             client.subscribe_topic(topic, _on_event)
