@@ -57,6 +57,19 @@ def test_map_slices_order_threads_and_no_meter() -> None:
         assert len(out) == n and len(names) == n
 
 
+def test_map_slices_see_the_callers_context_but_no_meter() -> None:
+    """A context variable the caller set (a kernel's mode, say) reaches every slice; its meters do not."""
+    import contextvars
+    mode = contextvars.ContextVar("mode", default="plain")
+    token = mode.set("widened")
+    try:
+        with compute_threads(3), MacMeter() as meter:
+            out = map_slices(lambda a, b: (mode.get(), charge(5))[0], 9)
+    finally:
+        mode.reset(token)
+    assert out == ["widened"] * 3 and meter.macs == 0
+
+
 def test_map_slices_nested_runs_inline() -> None:
     """A slice that slices again runs its inner slices itself (no pool inside a slice: no deadlock)."""
     with compute_threads(2):

@@ -14,9 +14,10 @@ Exactness: a slice computes what the whole computes, bit for bit, by constructio
   of :data:`ROW_BLOCK` rows (measured on this project's OpenBLAS: unaligned cuts change the last bits,
   aligned ones never did; ``tests/test_slices.py`` checks the shapes fednet uses).
 
-Metering: the slices run outside the caller's :class:`~fednet.algebra.meter.MacMeter` context (each
-in an empty :class:`contextvars.Context`), so they charge nothing; the caller charges the MACs the
-whole step executes, as the unsliced code does, and simulated time does not depend on the thread count.
+Metering: each slice runs in a copy of the caller's :class:`contextvars.Context` with no
+:class:`~fednet.algebra.meter.MacMeter` open (and no pool: a slice that slices again runs its slices
+itself), so the slices charge nothing; the caller charges the MACs the whole step executes, as the
+unsliced code does, and simulated time does not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import numpy as np
+
+from fednet.algebra.meter import _ACTIVE
 
 __all__ = ["ROW_BLOCK", "compute_threads", "threads", "cuts", "map_slices", "rows_matmul"]
 
@@ -87,12 +90,20 @@ def cuts(n: int, parts: int, block: int = 1) -> list[int]:
     return [0, *[c for c in inner if 0 < c < n], n]
 
 
+def _unmetered() -> contextvars.Context:
+    """A copy of the current context without open meters or a pool (one per slice: a context runs in one thread)."""
+    ctx = contextvars.copy_context()
+    ctx.run(_ACTIVE.set, ())
+    ctx.run(_POOL.set, None)
+    return ctx
+
+
 def map_slices(fn: Callable[[int, int], T], n: int, *, block: int = 1) -> list[T]:
     """``[fn(start, stop) for each slice]`` of ``range(n)``, the slices at once on :func:`threads` threads.
 
-    Each call runs in an empty :class:`contextvars.Context`: no meter is open in it (the caller charges).
-    With one thread (or one slice), the single call still runs unmetered, so metering never depends on
-    the thread count.
+    Each call runs in a copy of the caller's context in which no meter is open (the caller charges)
+    and no pool is lent. With one thread (or one slice), the single call still runs unmetered, so
+    metering never depends on the thread count.
 
     Parameters
     ----------
@@ -110,9 +121,9 @@ def map_slices(fn: Callable[[int, int], T], n: int, *, block: int = 1) -> list[T
     bounds = cuts(n, threads(), block)
     pool = _POOL.get()
     if pool is None or len(bounds) <= 2:
-        return [contextvars.Context().run(fn, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
-    later = [pool.submit(contextvars.Context().run, fn, a, b) for a, b in zip(bounds[1:-1], bounds[2:])]
-    first = contextvars.Context().run(fn, bounds[0], bounds[1])
+        return [_unmetered().run(fn, a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    later = [pool.submit(_unmetered().run, fn, a, b) for a, b in zip(bounds[1:-1], bounds[2:])]
+    first = _unmetered().run(fn, bounds[0], bounds[1])
     return [first, *(f.result() for f in later)]
 
 
