@@ -108,3 +108,35 @@ def test_full_mode_and_views_keep_the_processes(monkeypatch) -> None:
         sim = Simulation(g, 1, device_compute=ShiftedExponential(0.5), secret_seed=SECRET_SEED, record_views=views)
         CodedSecAgg(sim, digits_task(16, 10, "noniid"), {"mode": mode, "z": 1, "groups": 2}, label="csa").run(2)
     assert tried[0] == 0
+
+
+def test_tree_parts_are_checked_and_follow_a_rewired_tree() -> None:
+    """The forest's roots and subtrees are kept per tree, recomputed when its edges change in place; a cycle or
+    a node with two parents is refused."""
+    import networkx as nx
+
+    proto = _csa(8, dict(z=1, groups=2), 0)()
+    tree = nx.DiGraph([(1, 0), (2, 0), (4, 3)])
+    roots, members, root_of = proto._tree_parts(tree, False)
+    assert roots == [0, 3] and members[0] == {0, 1, 2} and root_of[4] == 3
+    tree.remove_edge(2, 0)
+    tree.add_edge(2, 3)                                  # the same counts, another tree
+    roots, members, root_of = proto._tree_parts(tree, False)
+    assert members[0] == {0, 1} and members[3] == {2, 3, 4} and root_of[2] == 3
+    for bad in (nx.DiGraph([(0, 1), (1, 0)]), nx.DiGraph([(0, 1), (0, 2)])):
+        with pytest.raises(ValueError, match="tree must be a forest"):
+            proto._tree_parts(bad, False)
+
+
+def test_a_combine_batch_that_miscounts_is_refused(monkeypatch) -> None:
+    """combine_batch must meter the sum of the MACs it reports, as a step's batch must."""
+    from fednet.protocols.codedsecagg import CodedSecAgg
+
+    real = CodedSecAgg._add_many
+
+    def undercharged(self, accs, parts):
+        values, macs = real(self, accs, parts)
+        return values, [m + 1 for m in macs]
+    monkeypatch.setattr(CodedSecAgg, "_add_many", undercharged)
+    with pytest.raises(AssertionError, match="combine_batch returned"):
+        _csa(24, dict(z=1, groups=4), 2)()

@@ -55,7 +55,7 @@ from simpy.resources.resource import Release
 from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter, charge
 from fednet.protocol.modes import Shape
-from fednet.sim.compute import Deterministic, ShiftedExponential
+from fednet.sim.compute import AlwaysAvailable, Deterministic, ShiftedExponential
 from fednet.sim.network import Message, transmission_times
 from fednet.sim.rng import Streams
 from fednet.sim.simulation import Node, Simulation
@@ -2150,7 +2150,8 @@ class Primitives:
                        kind: str, root_kind: str, first: int | None = None, download: Any = None,
                        download_kind: str = "model", download_bits: int | None = None,
                        n_elements: int | None = None, element_bits: int | None = None,
-                       free: bool = False, batch: Batch | None = None) -> Generator:
+                       free: bool = False, batch: Batch | None = None,
+                       combine_batch: Callable[[list, list], tuple[list, list[int]]] | None = None) -> Generator:
         """Partial aggregates climb a tree, children to parents, to its roots, which upload to the server.
 
         Every node of ``tree`` (device indices; an edge ``u -> v`` makes ``v`` the parent of ``u``)
@@ -2189,6 +2190,10 @@ class Primitives:
             without edges on the event-free path, and for a tree with edges where no other process can
             act meanwhile, whose round is then replayed without a process per node (:data:`TREE_REPLAY`,
             :func:`fednet.protocol.tree_replay.replay_tree`; the same results).
+        combine_batch : callable(accs, parts) -> (values, macs), optional
+            ``combine`` of many pairs at once (value ``i`` and MAC count ``i`` what ``combine(accs[i],
+            parts[i])`` gives and meters; the call meters their sum, checked), for the replay; without it the
+            replay calls ``combine`` pair by pair.
 
         Returns
         -------
@@ -2203,21 +2208,19 @@ class Primitives:
             If ``tree`` has a cycle or a node with two parents.
         """
         edgeless = tree.number_of_edges() == 0
-        if not edgeless and (not nx.is_directed_acyclic_graph(tree) or any(d > 1 for _, d in tree.out_degree())):
-            raise ValueError("tree must be a forest with edges child -> parent (acyclic, one parent per node)")
         env = self.sim.env
         devs = self.sim.devices
-        roots = list(tree.nodes) if edgeless else [v for v in tree.nodes if tree.out_degree(v) == 0]
+        roots, members, root_of = self._tree_parts(tree, edgeless)
         if edgeless:                         # every node is its own root
             complete = {r for r, ok in zip(roots, self.sim.available_many([devs[r] for r in roots])) if ok}
-            root_of = {r: r for r in roots}
+        elif type(self.sim.availability) is AlwaysAvailable and type(self.sim).available is Simulation.available:
+            self.sim.available_many([devs[u] for r in roots for u in members[r]])   # nobody absent: asked at once
+            complete = set(roots)
         else:                                # each root's subtree, walked once (the order available() is asked in)
-            members = {r: nx.ancestors(tree, r) | {r} for r in roots}
             complete = {r for r in roots if all(self.available(devs[u]) for u in members[r])}
-            root_of = {u: r for r in roots for u in members[r]}
         taking_part = [v for v in tree.nodes if root_of[v] in complete]
         absent = [devs[v] for v in tree.nodes if root_of[v] not in complete]
-        inbox = {(u, v): env.event() for u, v in tree.edges if root_of[v] in complete}
+        inbox: dict[tuple[int, int], simpy.Event] = {}     # filled for the processes, if they run
         own = self._charged(fn, f"tree_aggregate {kind!r}", free)
         add = self._charged(combine, f"tree_aggregate {kind!r} combine", free)
 
@@ -2266,7 +2269,7 @@ class Primitives:
             values, node_macs = self._run_batch(batch, [devs[v] for v in taking_part], download, not free,
                                                 f"tree_aggregate {kind!r}")
             got = replay_tree(self, tree, taking_part, need, download, download_kind, download_bits, values, node_macs,
-                              add, kind, root_kind, n_elements, element_bits, payload_size)
+                              add, kind, root_kind, n_elements, element_bits, payload_size, combine_batch)
             if got is not None:
                 result = GatherResult(dropped=list(absent))
                 tk, result.results, result.cancelled = got
@@ -2279,5 +2282,26 @@ class Primitives:
                 """The batched part of ``node``, charging its MACs."""
                 charge(node_macs[at[node.index]])
                 return values[at[node.index]]
+        inbox.update({(u, v): env.event() for u, v in tree.edges if root_of[v] in complete})
         items = [(devs[v], root_work(v) if v in complete else inner(v), v in complete) for v in taking_part]
         return (yield from self._first_k(items, first, dropped=absent))
+
+    def _tree_parts(self, tree: nx.DiGraph, edgeless: bool) -> tuple[list, dict, dict]:
+        """A forest's roots, each root's subtree (a set, the same object each call) and each node's root, checked
+        and computed once per tree (kept while its nodes and edges stay the same).
+
+        Raises
+        ------
+        ValueError
+            If ``tree`` has a cycle or a node with two parents.
+        """
+        cache = self.__dict__.setdefault("_tree_parts_of", {})
+        key = (id(tree), tuple(tree.nodes), tuple(tree.edges))
+        got = cache.get(key)
+        if got is None or got[0] is not tree:
+            if not edgeless and (not nx.is_directed_acyclic_graph(tree) or any(d > 1 for _, d in tree.out_degree())):
+                raise ValueError("tree must be a forest with edges child -> parent (acyclic, one parent per node)")
+            roots = list(tree.nodes) if edgeless else [v for v in tree.nodes if tree.out_degree(v) == 0]
+            members = {r: {r} for r in roots} if edgeless else {r: nx.ancestors(tree, r) | {r} for r in roots}
+            got = cache[key] = (tree, roots, members, {u: r for r in roots for u in members[r]})
+        return got[1], got[2], got[3]

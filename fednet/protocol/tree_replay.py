@@ -4,16 +4,19 @@ CodedSecAgg's shares climb the inter-group tree of Schlegel et al., Sec. VI-D, e
 device downloads epsilon, computes its share (eq. 13), adds each child's running sum in the order of the tree's
 steps, and sends the sum to its parent (relayed by the server: its uplink, then the parent's downlink), or, as a
 root (the master group), to the server, which keeps the first ``k'`` roots to arrive. On the process path that is
-a process per device and ~14 SimPy events a device-epoch (issue 12: ~6,000 device-epochs/s at D = 1000, N = 8).
+a process per device and ~14 SimPy events a device-epoch (issue 12: 6,000-10,000 device-epochs/s at D = 1000,
+N = 8; replayed: ~100,000).
 
 :func:`replay_tree` computes the same round arithmetically, in two passes:
 
-1. **Times.** Node by node, children before parents, with the keyed draws *looked at* (not taken,
+1. **Times.** Level by level (a node's height above its deepest leaf), every node of a level at once as
+   arrays, with the keyed draws *looked at* (not taken,
    :meth:`fednet.sim.rng.Streams.uniforms` with ``advance=False`` and ``ahead``): the download ends at
    ``now + s``; the own computation starts when the download lands; a child's sum is added from
    ``max(end of the previous addition, its arrival)``; a parent's downlink serves the model download, then its
    children's messages first come, first served (a message starts at ``max(request, end of the one before)``).
-   Every time is the float sum SimPy's ``now + delay`` gives. Each key's draws are taken in the order the
+   Every time is the float sum SimPy's ``now + delay`` gives, and every duration the float operations of the
+   compute models and :func:`~fednet.sim.network.transmission_time`. Each key's draws are taken in the order the
    process path takes them: a node's own computation before its additions, a parent's download before its
    children's messages, those in the order its downlink grants them.
 2. **Effects.** The server stops at the ``k'``-th root arrival ``t_k``: every stage that started before
@@ -26,7 +29,9 @@ depend on SimPy's order of simultaneous events is handled by refusing (returning
 root arrivals at one instant up to the ``(k'+1)``-th, any other event at exactly ``t_k``, two children's
 messages requesting one downlink at one instant. Also refused: compute models other than
 :class:`~fednet.sim.compute.ShiftedExponential` / :class:`~fednet.sim.compute.Deterministic`, overridden
-keyed draws, messages kept in views (``record_views``), direct device-to-device links. Equality with the process
+keyed draws, messages kept in views (``record_views``), direct device-to-device links, message sizes left to the
+payloads (``n_elements`` None). The additions run pair by pair through the metered combine, or, given a
+``combine_batch`` (CodedSecAgg's timing mode), one call a level and child place. Equality with the process
 path, bit for bit (trace, keyed-draw counters, counters): ``tests/test_tree_replay.py`` and
 ``tests/test_study_modes.py`` (the switch :data:`fednet.protocol.primitives.TREE_REPLAY`).
 """
@@ -42,14 +47,15 @@ import numpy as np
 
 from fednet.algebra.meter import MacMeter
 from fednet.sim.compute import Deterministic, ShiftedExponential
-from fednet.sim.network import Message, transmission_time
+from fednet.sim.network import Message, transmission_times
 
 __all__ = ["replay_tree"]
 
 
 def _shape(tree: nx.DiGraph, cache: dict) -> tuple[list[int], dict[int, list[int]], dict[int, int | None]]:
-    """The tree's nodes children first, each node's children in step order, each node's parent (kept per tree)."""
-    key = (id(tree), tree.number_of_nodes(), tree.number_of_edges())
+    """The tree's nodes children first, each node's children in step order, each node's parent (kept per tree while
+    its nodes, edges and steps stay the same)."""
+    key = (id(tree), tuple(tree.nodes), tuple(tree.edges(data="step")))
     got = cache.get(key)
     if got is None or got[0] is not tree:
         order = list(nx.topological_sort(tree))
@@ -59,12 +65,33 @@ def _shape(tree: nx.DiGraph, cache: dict) -> tuple[list[int], dict[int, list[int
     return got[1], got[2], got[3]
 
 
+def _durations(model_frac: np.ndarray, macs: np.ndarray, rates: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Compute seconds and whether the keyed draw was taken, as the models' ``duration`` gives them one by one.
+
+    ``model_frac``: a node's :class:`ShiftedExponential` ``setup_fraction``, or -1 for :class:`Deterministic`;
+    ``macs`` (ints, exact below 2**53), ``rates`` (MAC/s) and the looked-at uniforms ``u``, one per node. The same
+    float operations: ``macs / rate``, then ``base + frac * base * (-log1p(-u))`` (Python's ``math.log1p``).
+    """
+    base = macs.astype(float) / rates
+    drew = (model_frac >= 0) & (macs != 0)
+    secs = base.copy()
+    if drew.any():
+        expo = np.array([-math.log1p(-x) for x in u[drew].tolist()])
+        b = base[drew]
+        secs[drew] = b + model_frac[drew] * b * expo
+    secs[(model_frac >= 0) & (macs == 0)] = 0.0
+    return secs, drew
+
+
 def replay_tree(prims: Any, tree: nx.DiGraph, taking_part: Sequence[int], need: int, download: Any,
                 download_kind: str, download_bits: int | None, values: Sequence[Any], node_macs: Sequence[int],
                 add: Callable[[Any, Any], Any], kind: str, root_kind: str, n_elements: int | None,
-                element_bits: int | None, payload_size: Callable[[Any], int]
+                element_bits: int | None, payload_size: Callable[[Any], int],
+                combine_batch: Callable[[list, list], tuple[list, list[int]]] | None = None
                 ) -> tuple[float, list[tuple[Any, Any]], list[Any]] | None:
     """The round of :meth:`Primitives.tree_aggregate` over complete subtrees, without processes (module docstring).
+
+    The nodes are walked level by level (a node's height above its deepest leaf), each level as arrays.
 
     Parameters
     ----------
@@ -81,11 +108,14 @@ def replay_tree(prims: Any, tree: nx.DiGraph, taking_part: Sequence[int], need: 
     values, node_macs : sequences, one per node of ``taking_part``
         Every node's own part and its MACs (from the step's batch).
     add : callable(acc, part)
-        The metered combine (run here for every addition; its MACs time it).
+        The metered combine (run here for every addition, unless ``combine_batch``; its MACs time it).
     kind, root_kind, n_elements, element_bits
-        As :meth:`~Primitives.tree_aggregate`'s.
+        As :meth:`~Primitives.tree_aggregate`'s; ``n_elements`` None (sizes from the payloads) is left to the
+        processes (None returned).
     payload_size : callable
         Numbers on the wire of a payload (:func:`fednet.protocol.primitives.payload_size`).
+    combine_batch : callable(accs, parts) -> (values, macs), optional
+        ``add`` of many pairs at once (each value and MAC count what ``add`` gives for that pair).
 
     Returns
     -------
@@ -96,138 +126,171 @@ def replay_tree(prims: Any, tree: nx.DiGraph, taking_part: Sequence[int], need: 
     """
     sim = prims.sim
     devs, rnd, streams, counters = sim.devices, sim.round, sim.streams, sim.counters
-    now0 = sim.env.now
-    order_all, kids_all, parent = _shape(tree, prims.__dict__.setdefault("_tree_shapes", {}))
-    member = set(taking_part)
-    pos = {v: p for p, v in enumerate(taking_part)}
-    for v in taking_part:
-        if type(devs[v].compute_model) not in (ShiftedExponential, Deterministic):
+    if n_elements is None:
+        return None
+    nodes = [devs[v] for v in taking_part]
+    frac = np.empty(len(nodes))                               # setup_fraction, or -1 for Deterministic
+    for p, node in enumerate(nodes):
+        if type(node.compute_model) is ShiftedExponential:
+            frac[p] = node.compute_model.setup_fraction
+        elif type(node.compute_model) is Deterministic:
+            frac[p] = -1.0
+        else:
             return None
+    now0 = sim.env.now
+    _order, kids_all, parent = _shape(tree, prims.__dict__.setdefault("_tree_shapes", {}))
+    n = len(taking_part)
+    pos = {v: p for p, v in enumerate(taking_part)}
+    kid_lists = [kids_all[v] for v in taking_part]            # complete subtrees: every child takes part
+    max_k = max(map(len, kid_lists))
+    K = np.full((n, max(max_k, 1)), -1, dtype=np.intp)        # children's positions, in step order
+    for p, ks in enumerate(kid_lists):
+        K[p, :len(ks)] = [pos[u] for u in ks]
+    is_root = np.array([parent[v] is None for v in taking_part])
+    height = np.zeros(n, dtype=np.intp)                       # 1 + the children's largest (0 for a leaf)
+    while True:
+        h = np.where(K >= 0, height[K] + 1, 0).max(axis=1)
+        if (h == height).all():
+            break
+        height = h
     idx = np.asarray(taking_part, dtype=np.intp)
-    kids = {v: [u for u in kids_all[v] if u in member] for v in taking_part}
-    n_kids = max(len(k) for k in kids.values())
     first_child = 0 if download is None else 1                # a parent's download draws its downlink first
-    u_down = [streams.uniforms(idx, "downlink", rnd, advance=False, ahead=a) for a in range(first_child + n_kids)]
-    u_comp = [streams.uniforms(idx, "compute", rnd, advance=False, ahead=a) for a in range(1 + n_kids)]
+    U_down = [streams.uniforms(idx, "downlink", rnd, advance=False, ahead=a) for a in range(first_child + max_k)]
+    U_comp = np.stack([streams.uniforms(idx, "compute", rnd, advance=False, ahead=a) for a in range(1 + max_k)])
     u_up = streams.uniforms(idx, "uplink", rnd, advance=False)
-    overhead, packet_bits, bits_of = sim.overhead, sim.packet_bits, {}
+    down_rate, down_loss = np.array([d.downlink.rate_bps for d in nodes]), np.array([d.downlink.loss for d in nodes])
+    up_rate, up_loss = np.array([d.uplink.rate_bps for d in nodes]), np.array([d.uplink.loss for d in nodes])
+    mac_rate = np.array([d.mac_rate for d in nodes], dtype=float)
+    msg_bits = Message(0, 1, kind, None, int(n_elements), element_bits or prims.element_bits).bits   # every one
+    overhead, packet_bits = sim.overhead, sim.packet_bits
+    own_macs = np.asarray(node_macs, dtype=np.int64)
+    times: list[np.ndarray] = []                              # every event's time, for the check at the cut
 
-    def msg_bits(payload: Any, kind_: str, n: int | None, width: int | None) -> int:
-        """Bits of a message, as :class:`~fednet.sim.network.Message` counts them (validated once per size)."""
-        size = payload_size(payload) if n is None else int(n)
-        if (size, width) not in bits_of:
-            bits_of[(size, width)] = Message(0, 1, kind_, None, size, width or prims.element_bits).bits
-        return bits_of[(size, width)]
+    if download is not None:
+        down_bits = Message(0, 1, download_kind, None, payload_size(download),
+                            download_bits or prims.element_bits).bits
+        secs, down_extra = transmission_times(down_bits, down_rate, overhead, down_loss, packet_bits, U_down[0],
+                                              arrays=True)
+        t1 = now0 + secs                                      # the downloads land; the own computations start
+        times.append(t1)
+    else:
+        down_bits, down_extra, t1 = 0, np.zeros(n, dtype=np.int64), np.full(n, now0)
+    own_secs, own_drew = _durations(frac, own_macs, mac_rate, U_comp[0])
+    t_own = np.where(own_secs > 0, t1 + own_secs, t1)
+    times.append(t_own)
+    n_drawn = own_drew.astype(np.intp)                        # compute draws taken so far, per node
+    adds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []   # (nodes, starts, MACs, drew)
+    grants: list[tuple[np.ndarray, np.ndarray]] = []          # children's messages: (parents, starts on their link)
+    downs: list[tuple[np.ndarray, np.ndarray]] = []           # (ends, retransmissions) of the children's messages
+    ups: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []    # (nodes, starts, ends, retransmissions)
+    acc = list(values)
+    e_up = np.full(n, np.inf)                                 # the up hop's end: a parent's request, a root's arrival
+    arrive = np.full(n, np.inf)                               # a child's message delivered to its parent
 
-    down_bits = None if download is None else msg_bits(download, download_kind, None, download_bits)
-    t1: dict[int, float] = {}
-    acc: dict[int, Any] = {}
-    e_up: dict[int, float] = {}                # inner node: end of its message's up hop (its parent's request)
-    arrive: dict[int, float] = {}              # inner node: its message delivered to the parent; root: at the server
-    computes: dict[int, list[tuple[float, int, bool]]] = {}   # (start, MACs, drew) in program order
-    hops: list[tuple[int, float, float, int, int, bool]] = []  # (device, start, end, bits, extra, up?)
-    down_extra: dict[int, int] = {}
-    granted: dict[int, list[float]] = {}       # the children's messages' starts on each parent's downlink
-    times: list[float] = []
+    for level in range(int(height.max()) + 1):
+        L = np.flatnonzero(height == level)
+        KL = K[L]
+        if level:                                             # the parents' downlinks: children first come first served
+            req = np.where(KL >= 0, e_up[np.maximum(KL, 0)], np.inf)
+            order = np.argsort(req, axis=1, kind="stable")
+            req_s = np.take_along_axis(req, order, axis=1)
+            kid_s = np.take_along_axis(KL, order, axis=1)
+            live = np.isfinite(req_s)
+            if ((req_s[:, 1:] == req_s[:, :-1]) & live[:, 1:]).any():
+                return None                                   # simultaneous requests: SimPy's order decides
+            free = t1[L].copy()                               # each downlink once its download has landed
+            for k in range(KL.shape[1]):
+                ok = live[:, k]
+                if not ok.any():                              # (sorted: no later child anywhere either)
+                    break
+                Lk, r = L[ok], req_s[ok, k]
+                g = np.where(r > free[ok], r, free[ok])       # granted at once, or at the release before it
+                secs, extra = transmission_times(msg_bits, down_rate[Lk], overhead, down_loss[Lk], packet_bits,
+                                                 U_down[first_child + k][Lk], arrays=True)
+                end = g + secs
+                arrive[kid_s[ok, k]] = end
+                free[ok] = end
+                grants.append((Lk, g))
+                downs.append((end, extra))
+                times += (g, end)
+        t = t_own[L].copy()
+        for c in range(KL.shape[1] if level else 0):          # the children's sums, in step order
+            ok = KL[:, c] >= 0
+            if not ok.any():
+                continue
+            Lc, kc = L[ok], KL[ok, c]
+            a = arrive[kc]
+            start = np.where(a > t[ok], a, t[ok])
+            if combine_batch is not None:
+                with MacMeter() as meter:
+                    got, macs = combine_batch([acc[p] for p in Lc.tolist()], [acc[q] for q in kc.tolist()])
+                if len(got) != len(Lc) or len(macs) != len(Lc) or meter.macs != sum(macs):
+                    raise AssertionError(f"combine_batch returned {len(got)} values and {len(macs)} MAC counts for "
+                                         f"{len(Lc)} pairs, metering {meter.macs} MACs for {sum(macs)}")
+            else:
+                got, macs = [], []
+                for p, q in zip(Lc.tolist(), kc.tolist()):
+                    with MacMeter() as meter:
+                        got.append(add(acc[p], acc[q]))
+                    macs.append(meter.macs)
+            macs = np.asarray(macs, dtype=np.int64)
+            secs, drew = _durations(frac[Lc], macs, mac_rate[Lc], U_comp[n_drawn[Lc], Lc])
+            end = np.where(secs > 0, start + secs, start)
+            for p, value in zip(Lc.tolist(), got):
+                acc[p] = value
+            n_drawn[Lc] += drew
+            t[ok] = end
+            adds.append((Lc, start, macs, drew))
+            times += (start, end)
+        secs, extra = transmission_times(msg_bits, up_rate[L], overhead, up_loss[L], packet_bits, u_up[L], arrays=True)
+        e_up[L] = t + secs
+        ups.append((L, t, e_up[L], extra))
+        times.append(e_up[L])
 
-    for v in order_all:
-        if v not in member:
-            continue
-        p, node = pos[v], devs[v]
-        down, up = node.downlink, node.uplink
-        if download is not None:
-            secs, _, extra = transmission_time(down_bits, down.rate_bps, overhead, down.loss, packet_bits,
-                                               float(u_down[0][p]))
-            t = now0 + secs
-            down_extra[v] = extra
-        else:
-            t = now0
-        t1[v] = t
-        times.append(t)
-        free = t if download is not None else now0            # the downlink after the download
-        reqs = sorted((e_up[u], u) for u in kids[v])          # the children's messages, first come first served
-        if any(a[0] == b[0] for a, b in zip(reqs[:-1], reqs[1:])):
-            return None                                       # simultaneous requests: SimPy's order decides
-        starts = []
-        for k, (r, u) in enumerate(reqs):
-            g = r if r > free else free
-            bits = msg_bits(acc[u], kind, n_elements, element_bits)
-            secs, _, extra = transmission_time(bits, down.rate_bps, overhead, down.loss, packet_bits,
-                                               float(u_down[first_child + k][p]))
-            free = arrive[u] = g + secs
-            hops.append((v, g, free, bits, extra, False))
-            starts.append(g)
-            times += (g, free)
-        granted[v] = starts
-        steps: list[tuple[float, int, bool]] = []
-        model, rate = node.compute_model, node.mac_rate
-
-        def timed(start: float, macs: int, c: int) -> float:
-            """A computation of ``macs`` from ``start`` with the node's ``c``-th compute draw; its end."""
-            drew = []
-
-            def draw() -> float:
-                drew.append(True)
-                return -math.log1p(-float(u_comp[c][p]))
-            secs = model.duration(v, rnd, macs, rate, draw)
-            steps.append((start, macs, bool(drew)))
-            end = start + secs if secs > 0 else start
-            times.append(end)
-            return end
-
-        t = timed(t, int(node_macs[p]), 0)
-        value = values[p]
-        for c, u in enumerate(kids[v], start=1):
-            a = arrive[u]
-            start = a if a > t else t
-            times.append(start)
-            with MacMeter() as meter:
-                value = add(value, acc[u])
-            t = timed(start, meter.macs, c)
-        acc[v], computes[v] = value, steps
-        bits = msg_bits(value, kind if parent[v] is not None else root_kind, n_elements, element_bits)
-        secs, _, extra = transmission_time(bits, up.rate_bps, overhead, up.loss, packet_bits, float(u_up[p]))
-        end = t + secs
-        hops.append((v, t, end, bits, extra, True))
-        if parent[v] is None:
-            arrive[v] = end
-        else:
-            e_up[v] = end
-        times.append(end)
-
-    roots = [v for v in taking_part if parent[v] is None]
-    arrivals = sorted((arrive[v], pos[v], v) for v in roots)
-    head = [a for a, *_ in arrivals[:need + 1]]
-    if any(a == b for a, b in zip(head[:-1], head[1:])):
+    roots = np.flatnonzero(is_root)
+    by_arrival = roots[np.argsort(e_up[roots], kind="stable")]
+    head = e_up[by_arrival[:need + 1]]
+    if (head[1:] == head[:-1]).any():
         return None                                           # simultaneous arrivals: SimPy's order decides
-    tk = arrivals[need - 1][0]
-    if not tk > now0 or int((np.asarray(times) == tk).sum()) != 1:
+    tk = float(e_up[by_arrival[need - 1]])
+    if not tk > now0 or sum(int((x == tk).sum()) for x in times) != 1:
         return None                                           # another event at the cut: SimPy's order decides
 
     # -- nothing changed so far; from here on, the step happens --------------------------------------------------
-    by_down = np.array([(0 if download is None else 1) + sum(g < tk for g in granted[v]) for v in taking_part])
-    by_comp = np.array([sum(s < tk and drew for s, _, drew in computes[v]) for v in taking_part])
-    up_start = {v: s for v, s, _e, _b, _x, is_up in hops if is_up}
-    sent = np.array([up_start[v] < tk for v in taking_part])
-    for purpose, by in (("downlink", by_down), ("compute", by_comp), ("uplink", sent.astype(np.int64))):
+    by_down = np.full(n, 0 if download is None else 1, dtype=np.int64)   # every download started at now0
+    for Lk, g in grants:
+        by_down[Lk] += g < tk
+    started = t1 < tk
+    by_comp = (own_drew & started).astype(np.int64)
+    macs_done = int(own_macs[started].sum())
+    for Lc, start, macs, drew in adds:
+        before = start < tk
+        by_comp[Lc] += drew & before
+        macs_done += int(macs[before].sum())
+    sent = np.zeros(n, dtype=np.int64)
+    for L, start, _end, _extra in ups:
+        sent[L] = start < tk
+    for purpose, by in (("downlink", by_down), ("compute", by_comp), ("uplink", sent)):
         took = by > 0
-        streams.advance(idx[took], purpose, rnd, by[took])
-    counters.device_macs += sum(m for v in taking_part for s, m, _ in computes[v] if s < tk)
+        if took.any():
+            streams.advance(idx[took], purpose, rnd, by[took])
+    counters.device_macs += macs_done
     if download is not None:
-        for v in taking_part:
-            if t1[v] < tk:
-                counters.bits_down += down_bits
-                counters.messages += 1
-                counters.retransmissions += down_extra[v]
-                devs[v].state.received = download
-    for v, _start, end, bits, extra, is_up in hops:
-        if end < tk or (end == tk and is_up and parent[v] is None):
-            if is_up:
-                counters.bits_up += bits
-            else:
-                counters.bits_down += bits
-            counters.messages += 1
-            counters.retransmissions += extra
-    arrived = [(devs[v], acc[v]) for _, _, v in arrivals[:need]]
-    got = {v for _, _, v in arrivals[:need]}
-    return tk, arrived, [devs[v] for v in roots if v not in got]
+        counters.bits_down += down_bits * int(started.sum())
+        counters.messages += int(started.sum())
+        counters.retransmissions += int(down_extra[started].sum())
+        for p in np.flatnonzero(started).tolist():
+            nodes[p].state.received = download
+    for end, extra in downs:
+        done = end < tk
+        counters.bits_down += msg_bits * int(done.sum())
+        counters.messages += int(done.sum())
+        counters.retransmissions += int(extra[done].sum())
+    for _L, _start, end, extra in ups:
+        done = end <= tk                                      # the deciding root's upload lands at t_k itself
+        counters.bits_up += msg_bits * int(done.sum())
+        counters.messages += int(done.sum())
+        counters.retransmissions += int(extra[done].sum())
+    firsts = by_arrival[:need].tolist()
+    got = set(firsts)
+    return tk, [(nodes[p], acc[p]) for p in firsts], [nodes[p] for p in roots.tolist() if p not in got]
