@@ -2210,7 +2210,7 @@ class Primitives:
         edgeless = tree.number_of_edges() == 0
         env = self.sim.env
         devs = self.sim.devices
-        roots, members, root_of = self._tree_parts(tree, edgeless)
+        roots, members, root_of, kids, parent, tree_nodes = self._tree_parts(tree, edgeless)
         if edgeless:                         # every node is its own root
             complete = {r for r, ok in zip(roots, self.sim.available_many([devs[r] for r in roots])) if ok}
         elif type(self.sim.availability) is AlwaysAvailable and type(self.sim).available is Simulation.available:
@@ -2218,8 +2218,11 @@ class Primitives:
             complete = set(roots)
         else:                                # each root's subtree, walked once (the order available() is asked in)
             complete = {r for r in roots if all(self.available(devs[u]) for u in members[r])}
-        taking_part = [v for v in tree.nodes if root_of[v] in complete]
-        absent = [devs[v] for v in tree.nodes if root_of[v] not in complete]
+        if len(complete) == len(roots):
+            taking_part, absent = list(tree_nodes), []
+        else:
+            taking_part = [v for v in tree_nodes if root_of[v] in complete]
+            absent = [devs[v] for v in tree_nodes if root_of[v] not in complete]
         inbox: dict[tuple[int, int], simpy.Event] = {}     # filled for the processes, if they run
         own = self._charged(fn, f"tree_aggregate {kind!r}", free)
         add = self._charged(combine, f"tree_aggregate {kind!r} combine", free)
@@ -2268,8 +2271,8 @@ class Primitives:
                 and all(getattr(type(self.sim.streams), name) is f for name, f in _STREAM_DRAWS.items())):
             values, node_macs = self._run_batch(batch, [devs[v] for v in taking_part], download, not free,
                                                 f"tree_aggregate {kind!r}")
-            got = replay_tree(self, tree, taking_part, need, download, download_kind, download_bits, values, node_macs,
-                              add, kind, root_kind, n_elements, element_bits, payload_size, combine_batch)
+            got = replay_tree(self, kids, parent, taking_part, need, download, download_kind, download_bits, values,
+                              node_macs, add, kind, root_kind, n_elements, element_bits, payload_size, combine_batch)
             if got is not None:
                 result = GatherResult(dropped=list(absent))
                 tk, result.results, result.cancelled = got
@@ -2286,9 +2289,10 @@ class Primitives:
         items = [(devs[v], root_work(v) if v in complete else inner(v), v in complete) for v in taking_part]
         return (yield from self._first_k(items, first, dropped=absent))
 
-    def _tree_parts(self, tree: nx.DiGraph, edgeless: bool) -> tuple[list, dict, dict]:
-        """A forest's roots, each root's subtree (a set, the same object each call) and each node's root, checked
-        and computed once per tree (kept while its nodes and edges stay the same).
+    def _tree_parts(self, tree: nx.DiGraph, edgeless: bool) -> tuple[list, dict, dict, dict, dict, tuple]:
+        """A forest's roots, each root's subtree (a set, the same object each call), each node's root, each node's
+        children in step order, each node's parent and its nodes in order, checked and computed once per tree (kept
+        while its nodes, edges and steps stay the same).
 
         Raises
         ------
@@ -2296,12 +2300,15 @@ class Primitives:
             If ``tree`` has a cycle or a node with two parents.
         """
         cache = self.__dict__.setdefault("_tree_parts_of", {})
-        key = (id(tree), tuple(tree.nodes), tuple(tree.edges))
+        key = (id(tree), tuple(tree.nodes), tuple(tree.edges(data="step")))
         got = cache.get(key)
         if got is None or got[0] is not tree:
             if not edgeless and (not nx.is_directed_acyclic_graph(tree) or any(d > 1 for _, d in tree.out_degree())):
                 raise ValueError("tree must be a forest with edges child -> parent (acyclic, one parent per node)")
             roots = list(tree.nodes) if edgeless else [v for v in tree.nodes if tree.out_degree(v) == 0]
             members = {r: {r} for r in roots} if edgeless else {r: nx.ancestors(tree, r) | {r} for r in roots}
-            got = cache[key] = (tree, roots, members, {u: r for r in roots for u in members[r]})
-        return got[1], got[2], got[3]
+            kids = {v: sorted(tree.predecessors(v), key=lambda u, v=v: tree.edges[u, v].get("step", 0)) for v in tree}
+            parent = {v: next(iter(tree.successors(v)), None) for v in tree}
+            got = cache[key] = (tree, roots, members, {u: r for r in roots for u in members[r]}, kids, parent,
+                                key[1])
+        return got[1:]

@@ -39,10 +39,9 @@ path, bit for bit (trace, keyed-draw counters, counters): ``tests/test_tree_repl
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import networkx as nx
 import numpy as np
 
 from fednet.algebra.meter import MacMeter
@@ -50,19 +49,6 @@ from fednet.sim.compute import Deterministic, ShiftedExponential
 from fednet.sim.network import Message, transmission_times
 
 __all__ = ["replay_tree"]
-
-
-def _shape(tree: nx.DiGraph, cache: dict) -> tuple[list[int], dict[int, list[int]], dict[int, int | None]]:
-    """The tree's nodes children first, each node's children in step order, each node's parent (kept per tree while
-    its nodes, edges and steps stay the same)."""
-    key = (id(tree), tuple(tree.nodes), tuple(tree.edges(data="step")))
-    got = cache.get(key)
-    if got is None or got[0] is not tree:
-        order = list(nx.topological_sort(tree))
-        kids = {v: sorted(tree.predecessors(v), key=lambda u, v=v: tree.edges[u, v].get("step", 0)) for v in tree}
-        parent = {v: next(iter(tree.successors(v)), None) for v in tree}
-        got = cache[key] = (tree, order, kids, parent)
-    return got[1], got[2], got[3]
 
 
 def _durations(model_frac: np.ndarray, macs: np.ndarray, rates: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -83,7 +69,8 @@ def _durations(model_frac: np.ndarray, macs: np.ndarray, rates: np.ndarray, u: n
     return secs, drew
 
 
-def replay_tree(prims: Any, tree: nx.DiGraph, taking_part: Sequence[int], need: int, download: Any,
+def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | None],
+                taking_part: Sequence[int], need: int, download: Any,
                 download_kind: str, download_bits: int | None, values: Sequence[Any], node_macs: Sequence[int],
                 add: Callable[[Any, Any], Any], kind: str, root_kind: str, n_elements: int | None,
                 element_bits: int | None, payload_size: Callable[[Any], int],
@@ -96,9 +83,9 @@ def replay_tree(prims: Any, tree: nx.DiGraph, taking_part: Sequence[int], need: 
     Parameters
     ----------
     prims : Primitives
-        The protocol (its simulation, ``element_bits``, tree cache).
-    tree : networkx.DiGraph
-        The forest (edges child -> parent, ``step`` ordering a parent's children).
+        The protocol (its simulation, ``element_bits``).
+    kids, parent : mappings
+        The forest's structure: each node's children in step order, each node's parent (None: a root).
     taking_part : sequence of int
         The devices of the complete subtrees, in the tree's node order.
     need : int
@@ -138,10 +125,9 @@ def replay_tree(prims: Any, tree: nx.DiGraph, taking_part: Sequence[int], need: 
         else:
             return None
     now0 = sim.env.now
-    _order, kids_all, parent = _shape(tree, prims.__dict__.setdefault("_tree_shapes", {}))
     n = len(taking_part)
     pos = {v: p for p, v in enumerate(taking_part)}
-    kid_lists = [kids_all[v] for v in taking_part]            # complete subtrees: every child takes part
+    kid_lists = [kids[v] for v in taking_part]                # complete subtrees: every child takes part
     max_k = max(map(len, kid_lists))
     K = np.full((n, max(max_k, 1)), -1, dtype=np.intp)        # children's positions, in step order
     for p, ks in enumerate(kid_lists):
