@@ -2237,8 +2237,7 @@ class Primitives:
                                            element_bits=download_bits)
                 node.state.received = msg.payload
             acc = yield from self.sim.compute(node, own, node)
-            children = sorted(tree.predecessors(v), key=lambda u: tree.edges[u, v].get("step", 0))
-            for u in children:
+            for u in kids[v]:                    # in step order
                 part = yield inbox[(u, v)]
                 acc = yield from self.sim.compute(node, add, acc, part)
             return acc
@@ -2309,6 +2308,8 @@ class Primitives:
             members = {r: {r} for r in roots} if edgeless else {r: nx.ancestors(tree, r) | {r} for r in roots}
             kids = {v: sorted(tree.predecessors(v), key=lambda u, v=v: tree.edges[u, v].get("step", 0)) for v in tree}
             parent = {v: next(iter(tree.successors(v)), None) for v in tree}
+            if len(cache) >= 8:                  # a protocol keeps a few trees; one built anew each round is not kept
+                cache.clear()
             got = cache[key] = (tree, roots, members, {u: r for r in roots for u in members[r]}, kids, parent,
                                 key[1])
         return got[1:]
