@@ -51,8 +51,9 @@ from fednet.sim.network import Message, transmission_times
 __all__ = ["replay_tree"]
 
 
-def _durations(model_frac: np.ndarray, macs: np.ndarray, rates: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Compute seconds and whether the keyed draw was taken, as the models' ``duration`` gives them one by one.
+def _durations(model_frac: np.ndarray, macs: np.ndarray, rates: np.ndarray,
+               u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Computations' seconds and whether each took its keyed draw, as the models' ``duration`` gives them one by one.
 
     ``model_frac``: a node's :class:`ShiftedExponential` ``setup_fraction``, or -1 for :class:`Deterministic`;
     ``macs`` (ints, exact below 2**53), ``rates`` (MAC/s) and the looked-at uniforms ``u``, one per node. The same
