@@ -34,7 +34,7 @@ computation; ``timing`` follows the plain trajectory and charges the closed form
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -160,6 +160,15 @@ class CodedSecAggState(NodeState):
     in_shares: list = field(default_factory=list)
     Phi: Any = None
     Psi: Any = None
+
+
+def _for_all(n: int, fn: Callable[..., Any], *args: Any) -> tuple[list, list[int]]:
+    """``([v] * n, [m] * n)``: one metered call ``v = fn(*args)`` (``m`` MACs) stands for ``n`` alike ones, the
+    other ``n - 1`` charged as it was (a timing-mode batch of stand-ins)."""
+    with MacMeter() as meter:
+        value = fn(*args)
+    charge((n - 1) * meter.macs)
+    return [value] * n, [meter.macs] * n
 
 
 class CodedSecAgg(Protocol):
@@ -300,20 +309,13 @@ class CodedSecAgg(Protocol):
         node = nodes[0]
         old, node.state.received = node.state.received, received
         try:
-            with MacMeter() as meter:
-                value = self._eq13(node)
+            return _for_all(len(nodes), self._eq13, node)
         finally:
             node.state.received = old
-        charge((len(nodes) - 1) * meter.macs)
-        return [value] * len(nodes), [meter.macs] * len(nodes)
 
     def _add_many(self, accs: list, parts: list) -> tuple[list, list[int]]:
-        """Timing mode: :meth:`_add` of many pairs (stand-ins of one shape: one metered call stands for all, the
-        rest charged alike, as :meth:`_eq13_many`)."""
-        with MacMeter() as meter:
-            value = self._add(accs[0], parts[0])
-        charge((len(accs) - 1) * meter.macs)
-        return [value] * len(accs), [meter.macs] * len(accs)
+        """Timing mode: :meth:`_add` of many pairs of stand-ins of one shape (as :meth:`_eq13_many`)."""
+        return _for_all(len(accs), self._add, accs[0], parts[0])
 
     def _add(self, acc, part):
         """Device: add a child's running sum to its own (eq. 15)."""

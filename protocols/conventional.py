@@ -152,6 +152,7 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
 
             def stack_part(s: int, e: int, b: int = b, at: np.ndarray = at, stacked: tuple = stacked,
                            n: int = xs[0]) -> np.ndarray:
+                """The gradients of the group's devices ``s:e`` (their minibatches gathered from the stack)."""
                 xb = np.take(stacked[0], at[s * b:e * b], axis=0).reshape(e - s, b, -1)
                 yb = np.take(stacked[1], at[s * b:e * b], axis=0).reshape(e - s, b, -1)
                 return ridge_gradients(xb, yb, theta, scale=n / b)

@@ -41,6 +41,7 @@ ROW_BLOCK = 64
 
 _POOL: contextvars.ContextVar[ThreadPoolExecutor | None] = contextvars.ContextVar("fednet_compute_pool",
                                                                                  default=None)
+_THREADS: contextvars.ContextVar[int] = contextvars.ContextVar("fednet_compute_threads", default=1)
 
 
 @contextlib.contextmanager
@@ -59,25 +60,20 @@ def compute_threads(n: int) -> Iterator[None]:
     """
     if int(n) != n or n < 1:
         raise ValueError(f"threads must be an integer >= 1, got {n!r}")
-    if n == 1:
-        token = _POOL.set(None)
+    with contextlib.ExitStack() as stack:
+        pool = None if n == 1 else stack.enter_context(
+            ThreadPoolExecutor(max_workers=int(n) - 1, thread_name_prefix="fednet-slice"))
+        tokens = _POOL.set(pool), _THREADS.set(int(n))
         try:
             yield
         finally:
-            _POOL.reset(token)
-        return
-    with ThreadPoolExecutor(max_workers=int(n) - 1, thread_name_prefix="fednet-slice") as pool:
-        token = _POOL.set(pool)
-        try:
-            yield
-        finally:
-            _POOL.reset(token)
+            _POOL.reset(tokens[0])
+            _THREADS.reset(tokens[1])
 
 
 def threads() -> int:
     """Threads the sliced kernels use in this context (1 outside :func:`compute_threads`)."""
-    pool = _POOL.get()
-    return 1 if pool is None else pool._max_workers + 1
+    return _THREADS.get()
 
 
 def cuts(n: int, parts: int, block: int = 1) -> list[int]:
@@ -95,6 +91,7 @@ def _unmetered() -> contextvars.Context:
     ctx = contextvars.copy_context()
     ctx.run(_ACTIVE.set, ())
     ctx.run(_POOL.set, None)
+    ctx.run(_THREADS.set, 1)
     return ctx
 
 
@@ -138,6 +135,7 @@ def rows_matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
 
     def part(start: int, stop: int) -> None:
+        """Rows ``start:stop`` of the product, written in place."""
         np.matmul(a[start:stop], b, out=out[start:stop])
 
     map_slices(part, a.shape[0], block=ROW_BLOCK)

@@ -145,6 +145,7 @@ def _transform(sampler: RBFSampler, x: np.ndarray, dtype: type) -> np.ndarray:
     out = np.empty((len(x), sampler.n_components), dtype=dtype)
 
     def part(start: int, stop: int) -> None:
+        """The features of rows ``start:stop``, written in place."""
         out[start:stop] = sampler.transform(x[start:stop])
 
     map_slices(part, len(x), block=ROW_BLOCK)

@@ -115,6 +115,11 @@ TREE_REPLAY = True
 #: before taking them, so where one of these is overridden (or patched) it leaves the step to the node-by-node one.
 _STREAM_DRAWS = {name: getattr(Streams, name) for name in ("uniform", "uniforms", "uniforms_in_turn", "advance")}
 
+
+def _draws_plain(streams: Streams) -> bool:
+    """Whether none of the keyed draws of ``streams``' class is overridden (:data:`_STREAM_DRAWS`)."""
+    return all(getattr(type(streams), name) is f for name, f in _STREAM_DRAWS.items())
+
 #: The sharing schedules of :meth:`Primitives.exchange`.
 SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
 
@@ -1126,7 +1131,7 @@ class Primitives:
         sim = self.sim
         if (not REPLAY_FORWARDS or not dsts or n_elements is None or int(n_elements) <= 0
                 or (element_bits or self.element_bits) <= 0 or sim.d2d or not self._plain_engine()
-                or any(getattr(type(sim.streams), name) is not f for name, f in _STREAM_DRAWS.items())):
+                or not _draws_plain(sim.streams)):
             return False
         now = sim.env.now
         for entry in sim.env._queue:
@@ -1224,7 +1229,7 @@ class Primitives:
         sim = self.sim
         if (not BULK_EXCHANGE or not pairs or n_elements is None or int(n_elements) <= 0
                 or (element_bits or self.element_bits) <= 0 or sim.d2d or not self._plain_engine()
-                or any(getattr(type(sim.streams), name) is not f for name, f in _STREAM_DRAWS.items())
+                or not _draws_plain(sim.streams)
                 or not (self._alone() or (exclusive and not sim.record_views))):
             return None
         s = np.fromiter((src.index for src, _ in pairs), np.int64, len(pairs))
@@ -2027,8 +2032,7 @@ class Primitives:
         """
         sim, env = self.sim, self.sim.env
         n = len(nodes)
-        kind_s = type(sim.streams)
-        if any(getattr(kind_s, name) is not f for name, f in _STREAM_DRAWS.items()):
+        if not _draws_plain(sim.streams):
             return None                        # an override must see each draw as it is drawn: node by node
         # one pass over the nodes: (index, downlink rate, loss, uplink rate, loss, MAC rate, setup fraction or -1)
         rows = []
@@ -2267,7 +2271,7 @@ class Primitives:
         need = len(complete) if first is None else int(first)
         if (TREE_REPLAY and BATCHED and batch is not None and 0 < need <= len(complete) and not self.sim.record_views
                 and not self.sim.d2d and self._fast_ok([devs[v] for v in taking_part])
-                and all(getattr(type(self.sim.streams), name) is f for name, f in _STREAM_DRAWS.items())):
+                and _draws_plain(self.sim.streams)):
             values, node_macs = self._run_batch(batch, [devs[v] for v in taking_part], download, not free,
                                                 f"tree_aggregate {kind!r}")
             got = replay_tree(self, kids, parent, taking_part, need, download, download_kind, download_bits, values,

@@ -268,14 +268,10 @@ def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, 
         counters.retransmissions += int(down_extra[started].sum())
         for p in np.flatnonzero(started).tolist():
             nodes[p].state.received = download
-    for end, extra in downs:
-        done = end < tk
-        counters.bits_down += msg_bits * int(done.sum())
-        counters.messages += int(done.sum())
-        counters.retransmissions += int(extra[done].sum())
-    for _L, _start, end, extra in ups:
-        done = end <= tk                                      # the deciding root's upload lands at t_k itself
-        counters.bits_up += msg_bits * int(done.sum())
+    finished = [(end < tk, extra, "bits_down") for end, extra in downs]
+    finished += [(end <= tk, extra, "bits_up") for _L, _start, end, extra in ups]   # the deciding upload lands at t_k
+    for done, extra, bits in finished:
+        setattr(counters, bits, getattr(counters, bits) + msg_bits * int(done.sum()))
         counters.messages += int(done.sum())
         counters.retransmissions += int(extra[done].sum())
     firsts = by_arrival[:need].tolist()
