@@ -70,8 +70,10 @@ from fednet.codes.lightsecagg import (
 from fednet.learning.models import ridge_gradient
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, StragglerShortfall
 from fednet.protocol.modes import Shape
-from fednet.protocol.primitives import AllToAll, Mailbox
+from fednet.protocol.primitives import AllToAll, Mailbox, _event_at
 from fednet.sim.simulation import Node
+
+from .lightsecagg_replay import replay_round
 
 __all__ = ["LightSecAggConfig", "LightSecAgg", "LightSecAggState", "mask_upload", "unmask_aggregate",
            "minibatch_gradient"]
@@ -227,12 +229,30 @@ class LightSecAgg(Protocol):
         available = [dev for dev in self.devices if self.available(dev)]
         if len(available) < U:
             raise StragglerShortfall(f"{self.label}: round {epoch} needs U = {U} users, {len(available)} available")
+        replayed = replay_round(self, epoch, available, L)        # timing mode without per-user processes
+        if replayed is not None:
+            U1, online, replies, t_end = replayed
+            yield _event_at(self.env, t_end)
+        else:
+            U1, online, replies = yield from self._round_processes(epoch, available, L)
+        uploads = dict((dev.index, up) for dev, up in online)
+        G = yield from self.server_compute(self._unmask, [uploads[i] for i in U1], [s for _, s in replies],
+                                           [self.alphas[dev.index] for dev, _ in replies], len(U1), L)
+        self.used = U1
+        self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in U1))            # eqs. (4)-(5)
+
+    def _round_processes(self, epoch: int, available: list[Node], L: int) -> Generator:
+        """The round up to the survivors' aggregated masks, a SimPy process per user and step.
+
+        Returns the survivors U1 (ascending), their masked uploads ``(node, value)`` in order of arrival and their
+        aggregated encoded masks ``(node, value)`` in index order, at the arrival of the last of these."""
+        cfg, U = self.config, self.U
+        d, c = self.task.d, self.task.c
         masks = Mailbox(self.env)
 
         def encode(dev: Node) -> Generator:            # offline phase of user i: z_i and its N encoded shares
             """Offline phase of user i: its mask z_i and its N encoded shares."""
-            dev.state.rng_mask = self.mode.offline(self.sim.secret_rng, dev, "masks", epoch)  # a secret (not in timing)
-            dev.state.mask = self.mode.offline(uniform, dev.state.rng_mask, cfg.p, d * c, like=Shape((d * c,), np.int64))
+            self._prepare_mask(dev, epoch)
             dev.state.encoded = yield from self.compute(dev, self._encode, dev, timing_key="mask")
             masks.put(dev.index, dev.index, dev.state.encoded[dev.index])
 
@@ -257,12 +277,13 @@ class LightSecAgg(Protocol):
             wait=lambda dev: masks.wait(dev.index, senders), free=len(U1) == 1,              # |U1| = 1: nothing to add
             timing_key="mask")
         self.cancel(online, offline)                      # whatever is still running is not needed
-        uploads = dict((dev.index, up) for dev, up in online)
-        replies = sorted(survivors, key=lambda r: r[0].index)
-        G = yield from self.server_compute(self._unmask, [uploads[i] for i in U1], [s for _, s in replies],
-                                           [self.alphas[dev.index] for dev, _ in replies], len(U1), L)
-        self.used = U1
-        self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in U1))            # eqs. (4)-(5)
+        return U1, online.results, sorted(survivors, key=lambda r: r[0].index)
+
+    def _prepare_mask(self, dev: Node, epoch: int) -> None:
+        """User ``dev``'s mask stream and mask ``z_i`` of round ``epoch`` (secret; stand-ins in timing mode)."""
+        cfg, dc = self.config, self.task.d * self.task.c
+        dev.state.rng_mask = self.mode.offline(self.sim.secret_rng, dev, "masks", epoch)  # a secret (not in timing)
+        dev.state.mask = self.mode.offline(uniform, dev.state.rng_mask, cfg.p, dc, like=Shape((dc,), np.int64))
 
     # -- the math of each step (through the mode) -------------------------------------------------
     def _encode(self, dev: Node):

@@ -22,7 +22,7 @@ Comparisons, each of the whole trace (every column, floats by ``repr``, in the r
 * serial (:func:`fednet.study.runner.run_study`) == Dask (:func:`simulate_parallel` on a shared
   two-worker :class:`~distributed.LocalCluster`), which is what ``fednet run --jobs 2`` runs;
 * engine shortcuts on == off (:data:`SWITCHES`: the event-free gather path, the lazy mailbox, the groups replay,
-  the tree replay);
+  the tree replay, LightSecAgg's round replay);
 * one thread == three threads lent to the sliced kernels (:mod:`fednet.algebra.slices`: the devices'
   gradients, the test evaluation's rows, the features' rows), the data prepared again under them;
 * timing == full mode, for every run whose protocol has both (the run's mode flipped): every
@@ -60,7 +60,8 @@ SEEDS = 1
 N_COMPONENTS = 24
 #: Engine switches that must not change a trace: (module, attribute), all turned off together (add new ones here).
 SWITCHES = [("fednet.protocol.primitives", "FAST_PATH"), ("fednet.protocol.primitives", "LAZY_MAILBOX"),
-            ("fednet.protocol.primitives", "GROUPS_REPLAY"), ("fednet.protocol.primitives", "TREE_REPLAY")]
+            ("fednet.protocol.primitives", "GROUPS_REPLAY"), ("fednet.protocol.primitives", "TREE_REPLAY"),
+            ("fednet.protocols.lightsecagg_replay", "ROUND_REPLAY")]
 #: Columns only full mode fills (observers of the exact math; not part of the simulated trajectory).
 FULL_ONLY = {"decode_error", "decode_bound", "max_abs_error", "checked_rounds"}
 #: Timing mode replays the plain float64 trajectory; full mode decodes the fixed-point (Q<48,24>) gradient exactly,

@@ -1,0 +1,246 @@
+"""LightSecAgg's timing-mode round without a SimPy process per user (issue 12): the same times, draws and counts.
+
+:meth:`fednet.protocols.lightsecagg.LightSecAgg.round` runs, per user, a background mask phase (encoding on the
+processor, one bundled upload, the server's forward once every bundle is in) beside the online phase (model
+download, training on the same processor after the encoding, masked upload on the same uplink after the bundle),
+then a second gather over the survivors U1 (survivor list download on the downlink the forward uses, the
+aggregation once the masks are in, its upload), and cancels whatever is still running.  At D = 1000 that is ~34
+SimPy events a user-round and most of the host time of a Fig. 8 LightSecAgg run.
+
+Every resource here is one user's processor, uplink or downlink, served first come first served, so each user's
+times follow from its own keyed draws and three instants shared by all: ``T1``, the U-th masked upload's arrival
+(the server stops waiting), ``T_b``, the last bundle's arrival (the forwards start), and ``T2``, the last
+aggregated mask's arrival (the round ends and the rest is cancelled).  :func:`replay_round` computes them as
+vectors, with the floats SimPy's timeouts give (``now + seconds``), and commits what the processes would have
+done by ``T2``: a transfer is counted, a computation charged and a keyed draw consumed iff its event comes before
+``T2`` (an interrupted transfer is not counted; a computation is charged when it starts).  Where SimPy's order of
+events at one instant would decide (the U-th and the next arrival at one time, the forwards starting at ``T1``,
+another user's event at ``T2``) or the round is not the plain one (full mode, a user absent, views recorded, an
+engine method overridden, another process running), it returns None having changed nothing, and the processes run.
+
+``tests/test_lightsecagg_replay.py`` runs rounds both ways: traces and draw counters are equal.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+import fednet.protocol.primitives as primitives
+from fednet.algebra.meter import MacMeter
+from fednet.protocol.modes import Timing
+from fednet.protocol.primitives import Mailbox, Primitives, _draws_plain, payload_size
+from fednet.sim.compute import Deterministic, ShiftedExponential
+from fednet.sim.network import transmission_times
+
+__all__ = ["ROUND_REPLAY", "replay_round"]
+
+#: Replay LightSecAgg's timing-mode rounds without per-user processes where :func:`replay_round` applies.
+ROUND_REPLAY = True
+
+#: Engine methods the replay stands for: an override must see every message and computation.
+_ENGINE = ("gather", "exchange", "_bulk_bundled", "compute", "send", "_message", "first_k", "_first_k",
+           "background", "cancel")
+
+
+def _applies(proto: Any, nodes: list) -> bool:
+    """Whether the round of ``proto`` over ``nodes`` (every user, in index order) is the plain one the replay knows."""
+    sim, cfg = proto.sim, proto.config
+    if not (ROUND_REPLAY and primitives.BULK_EXCHANGE and type(proto.mode) is Timing and cfg.offline_parallel
+            and cfg.mask_relay == "bundled" and not sim.record_views and not sim.d2d):
+        return False
+    if len(nodes) != sim.n_devices or len(nodes) < 2 or any(n.index != p for p, n in enumerate(nodes)):
+        return False
+    if any(getattr(type(proto), name) is not getattr(Primitives, name) for name in _ENGINE):
+        return False
+    if not _draws_plain(sim.streams) or not proto._fast_ok(nodes):    # engine, queue, idle processors and links
+        return False
+    return all(n.role == "device" and type(n.compute_model) in (ShiftedExponential, Deterministic) for n in nodes)
+
+
+def _metered(fn: Any, *args: Any) -> tuple[Any, int]:
+    """``fn(*args)`` and the MACs it metered (as :meth:`fednet.sim.simulation.Simulation.compute_now` meters)."""
+    meter = MacMeter()
+    with meter:
+        value = fn(*args)
+    return value, meter.macs
+
+
+class _Draws:
+    """The keyed draws of one round, looked at before it is known which are taken (:meth:`Streams.uniforms`)."""
+
+    def __init__(self, sim: Any, idx: np.ndarray) -> None:
+        self.sim, self.idx, self.rnd = sim, idx, sim.round
+
+    def u(self, purpose: str, at: np.ndarray | None = None, ahead: int = 0) -> np.ndarray:
+        """The ``ahead + 1``-th next uniform of ``(user, purpose, round)`` of every user (or of users ``at``)."""
+        nodes = self.idx if at is None else self.idx[at]
+        return self.sim.streams.uniforms(nodes, purpose, self.rnd, advance=False, ahead=ahead)
+
+    def take(self, purpose: str, taken: np.ndarray) -> None:
+        """Consume one draw of ``purpose`` for each user where ``taken`` (bool, per user)."""
+        self.sim.streams.advance(self.idx[taken], purpose, self.rnd)
+
+
+def _seconds(work: np.ndarray, rate: np.ndarray, frac: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Compute times ``duration(macs)`` (the compute models' floats) and where a draw is taken.
+
+    ``frac``: the setup fraction of a :class:`ShiftedExponential`, -1 for :class:`Deterministic`."""
+    work = np.asarray(work, dtype=float)
+    base = work / rate
+    seconds = base.copy()
+    draws = (frac >= 0) & (work != 0)
+    if draws.any():
+        expo = np.array([-math.log1p(-x) for x in u[draws].tolist()])          # Streams.standard_exponential
+        b = base[draws]
+        seconds[draws] = b + frac[draws] * b * expo
+    seconds[work == 0] = 0.0
+    return seconds, draws
+
+
+def _after(t: np.ndarray, seconds: np.ndarray) -> np.ndarray:
+    """When a step that starts at ``t`` and lasts ``seconds`` ends (a process yields a timeout only for > 0)."""
+    return np.where(seconds > 0, t + seconds, t)
+
+
+def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int], list, list, float] | None:
+    """Replay round ``epoch`` of a timing-mode LightSecAgg over ``nodes`` (module docstring), or None untouched.
+
+    Parameters
+    ----------
+    proto : LightSecAgg
+    epoch : int
+    nodes : list of Node
+        The users available this round (every user, in index order, or the replay does not apply).
+    L : int
+        Piece length of the encoded masks.
+
+    Returns
+    -------
+    U1 : list of int
+        The survivors (the first U masked uploads), ascending.
+    online : list of (Node, Any)
+        The survivors' masked uploads, in order of arrival.
+    replies : list of (Node, Any)
+        Their aggregated encoded masks, in index order.
+    t_end : float
+        Simulated seconds at which the last aggregated mask arrives; the caller resumes there.
+    """
+    if not _applies(proto, nodes):
+        return None
+    sim, cfg, N, U = proto.sim, proto.config, len(nodes), proto.U
+    d, c, bits = proto.task.d, proto.task.c, proto.element_bits
+    t0 = float(sim.env.now)
+    idx = np.arange(N, dtype=np.intp)
+    rate_d = np.array([n.downlink.rate_bps for n in nodes]); loss_d = np.array([n.downlink.loss for n in nodes])
+    rate_u = np.array([n.uplink.rate_bps for n in nodes]); loss_u = np.array([n.uplink.loss for n in nodes])
+    mac_rate = np.array([n.mac_rate for n in nodes])
+    frac = np.array([n.compute_model.setup_fraction if type(n.compute_model) is ShiftedExponential else -1.0
+                     for n in nodes])
+    draws = _Draws(sim, idx)
+    over, packet = sim.overhead, sim.packet_bits
+
+    def link(n_bits: int, rate: np.ndarray, loss: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return transmission_times(np.int64(n_bits), rate, over, loss, packet, u, arrays=True)
+
+    # -- what each user's steps charge (timing mode: no values computed but the stand-ins) -------------------
+    for dev in nodes:
+        proto._prepare_mask(dev, epoch)
+    encoded, enc_macs = zip(*(_metered(proto._encode, dev) for dev in nodes))
+    theta32 = proto.theta.astype(np.float32)
+    trained, train_macs = zip(*(_metered(proto._masked_gradient, dev) for dev in nodes))
+    if min(enc_macs) == 0 or min(train_macs) == 0:
+        return None                                      # the process path raises UnchargedCompute
+    # -- the online phase and the mask phase up to the forwards -----------------------------------------------
+    n_model = payload_size(theta32)
+    s_dm, x_dm = link(n_model * bits, rate_d, loss_d, draws.u("downlink"))
+    t1 = t0 + s_dm                                       # model downloaded
+    s_enc, d_enc = _seconds(np.array(enc_macs), mac_rate, frac, draws.u("compute-mask"))
+    te = _after(np.full(N, t0), s_enc)                   # encoding (granted at t0: the processor's first request)
+    n_bundle = L * (N - 1)
+    s_ub, x_ub = link(n_bundle * bits, rate_u, loss_u, draws.u("uplink:mask"))
+    tb = te + s_ub                                       # bundle uploaded (the uplink's first request)
+    g = np.maximum(t1, te)                               # training granted: the processor after the encoding
+    s_tr, d_tr = _seconds(np.array(train_macs), mac_rate, frac, draws.u("compute"))
+    t2 = _after(g, s_tr)
+    su = np.maximum(t2, tb)                              # masked upload: the uplink after the bundle
+    s_um, x_um = link(d * c * bits, rate_u, loss_u, draws.u("uplink"))
+    t3 = su + s_um
+    order = np.argsort(t3, kind="stable")
+    t3s = t3[order]
+    T1 = t3s[U - 1]
+    if U < N and t3s[U] == T1:
+        return None                                      # who is the U-th: SimPy's insertion order decides
+    surv = np.zeros(N, dtype=bool)
+    surv[order[:U]] = True
+    U1 = np.flatnonzero(surv)
+    Tb = tb.max()
+    if Tb == T1:
+        return None                                      # forwards and survivor lists requested at one instant
+    # -- forwards (every user) and survivor lists (U1) on the downlinks, first come first served -------------
+    n_list = U
+    fs = np.maximum(Tb, t1)                              # forward requested at T_b, after the model download
+    ls = np.full(N, np.nan)
+    u_m0, u_m1 = draws.u("downlink:mask"), draws.u("downlink:mask", ahead=1)   # first and second on the key
+    if Tb < T1:                                          # forward first; a survivor's list queued behind it
+        s_f, x_f = link(n_bundle * bits, rate_d, loss_d, u_m0)
+        fe = fs + s_f
+        s_l, x_l = link(n_list * bits, rate_d, loss_d, u_m1)
+        ls[surv] = np.maximum(T1, fe[surv])
+    else:                                                # a survivor's list first (at T1), its forward behind it
+        s_l, x_l = link(n_list * bits, rate_d, loss_d, u_m0)
+        ls[surv] = T1
+        fs = np.where(surv, np.maximum(Tb, ls + s_l), fs)
+        s_f0, x_f0 = link(n_bundle * bits, rate_d, loss_d, u_m0)
+        s_f1, x_f1 = link(n_bundle * bits, rate_d, loss_d, u_m1)
+        s_f, x_f = np.where(surv, s_f1, s_f0), np.where(surv, x_f1, x_f0)
+        fe = fs + s_f
+    le = ls + s_l
+    # -- aggregation of the masks (U1) and its upload --------------------------------------------------------
+    U1_at = np.asarray(U1, dtype=np.int64)
+    box = Mailbox(sim.env)                               # timing mode charges the closed form: reads no share
+    replies, agg_macs = zip(*(_metered(proto._aggregate_masks, nodes[i], U1_at, box, L) for i in U1.tolist()))
+    if len(U1) > 1 and min(agg_macs) == 0:
+        return None
+    ca = np.maximum(le[surv], fe[surv])                  # after the list, once the masks are in
+    s_ag, d_ag = _seconds(np.array(agg_macs), mac_rate[surv], frac[surv], draws.u("compute-mask", surv, ahead=1))
+    ae = _after(ca, s_ag)
+    s_ua, x_ua = link(L * bits, rate_u[surv], loss_u[surv], draws.u("uplink:mask", surv, ahead=1))
+    a = ae + s_ua
+    T2 = a.max()
+    # -- what happened before T2 (the round process cancels the rest at T2) ----------------------------------
+    others = ~surv
+    if any((x[others] == T2).any() for x in (t1, g, su, t3, fs, fe)) or not (tb < T2).all():
+        return None                                      # an event at T2 beside the last arrival: order decides
+    # -- from here on, the round happens --------------------------------------------------------------------
+    counters = sim.counters
+    draws.take("downlink", np.ones(N, dtype=bool))
+    draws.take("compute-mask", d_enc)
+    draws.take("uplink:mask", np.ones(N, dtype=bool))
+    started = g < T2
+    draws.take("compute", started & d_tr)
+    draws.take("uplink", su < T2)
+    fwd_started = fs < T2
+    n_mask_down = fwd_started.astype(int) + surv                   # forwards and lists granted before T2
+    sim.streams.advance(idx[n_mask_down > 0], "downlink:mask", sim.round, n_mask_down[n_mask_down > 0])
+    agg_draw = np.zeros(N, dtype=bool)
+    agg_draw[surv] = d_ag
+    draws.take("compute-mask", agg_draw)
+    draws.take("uplink:mask", surv)
+    counters.device_macs += (int(sum(enc_macs)) + int(sum(m for m, s in zip(train_macs, started.tolist()) if s))
+                             + int(sum(agg_macs)))
+    landed, arrived, fwd_in = t1 < T2, t3 < T2, fe < T2
+    counters.bits_down += (n_model * bits * int(landed.sum()) + n_bundle * bits * int(fwd_in.sum())
+                           + n_list * bits * len(U1))
+    counters.bits_up += n_bundle * bits * N + d * c * bits * int(arrived.sum()) + L * bits * len(U1)
+    counters.messages += int(landed.sum()) + N + int(arrived.sum()) + int(fwd_in.sum()) + 2 * len(U1)
+    counters.retransmissions += int(x_dm[landed].sum() + x_ub.sum() + x_um[arrived].sum() + x_f[fwd_in].sum()
+                                    + x_l[surv].sum() + x_ua.sum())
+    for dev, enc, got in zip(nodes, encoded, landed.tolist()):
+        dev.state.encoded = enc
+        if got:
+            dev.state.received = theta32
+    online = [(nodes[p], trained[p]) for p in order[:U].tolist()]
+    return U1.tolist(), online, [(nodes[i], r) for i, r in zip(U1.tolist(), replies)], float(T2)
