@@ -23,7 +23,8 @@ protocol and mode. ``--full`` adds D = 1000 (slow: full-mode LightSecAgg and Cod
 D = 1000 take minutes an epoch); ``--devices``, ``--protocols``, ``--modes`` select a grid;
 ``--d 2000`` is the paper's feature size; ``--json FILE`` saves the rows; ``--threads N`` lends each
 simulation N threads (:mod:`fednet.algebra.slices`); ``--off SWITCH ...`` turns engine shortcuts off
-(``TREE_REPLAY``, ``FAST_PATH``, ...: the before of an A/B). Messages are not kept in their receivers' views
+(``TREE_REPLAY``, ``FAST_PATH``, ... of :mod:`fednet.protocol.primitives`, or a dotted
+``fednet.protocols.lightsecagg_replay.ROUND_REPLAY``: the before of an A/B). Messages are not kept in their receivers' views
 (``record_views=False``), as in studies; ``--record-views`` measures with them. Each configuration
 runs with one BLAS thread (threadpoolctl), after an untimed warm-up of the same protocol and mode
 at D = 10 (numba compiles LightSecAgg's kernels on first use).
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import importlib
 import json
 import pstats
 import time
@@ -162,14 +164,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--threads", type=int, default=1,
                     help="threads lent to each simulation's sliced kernels (fednet.algebra.slices; default 1)")
     ap.add_argument("--off", nargs="+", default=[], metavar="SWITCH",
-                    help="engine shortcuts of fednet.protocol.primitives to turn off, e.g. TREE_REPLAY (an A/B)")
+                    help="engine shortcuts to turn off (an A/B): a switch of fednet.protocol.primitives, e.g. "
+                         "TREE_REPLAY, or MODULE.SWITCH, e.g. fednet.protocols.lightsecagg_replay.ROUND_REPLAY")
     ap.add_argument("--record-views", action="store_true",
                     help="keep every message in its receiver's view (off in studies unless record_views = true)")
     args = ap.parse_args(argv)
     for switch in args.off:
-        if not isinstance(getattr(primitives, switch, None), bool):
-            ap.error(f"--off: {switch!r} is not a switch of fednet.protocol.primitives")
-        setattr(primitives, switch, False)
+        module, _, name = switch.rpartition(".")
+        mod = primitives if not module else importlib.import_module(module)
+        if not isinstance(getattr(mod, name, None), bool):
+            ap.error(f"--off: {switch!r} is not a switch of {mod.__name__}")
+        setattr(mod, name, False)
     devices = args.devices or ([25, 120, 1000] if args.full else [25, 120])
     head = (f"{'protocol':<14} {'mode':<6} {'D':>5} {'setup s':>8} {'ms/epoch':>9} {'dev-ep/s':>9} {'ev/dev-ep':>9}"
             + ("" if args.no_profile else "  " + " ".join(f"{k:>6}" for k in CATEGORIES) + "  (% of epoch time)"))

@@ -44,7 +44,10 @@ What each party sees (and why the server learns only the aggregate): :mod:`fedne
 Modes (:mod:`fednet.protocol.modes`, one code path): ``full`` runs the finite-field math above every
 round; ``timing`` computes the same quantised gradients on the host (so the same survivor sets and
 trajectory) but skips the masks, charging the MACs the real kernels meter at the real shapes.  Traffic
-is identical.  The mask math is in :mod:`fednet.codes.lightsecagg`.
+is identical.  The mask math is in :mod:`fednet.codes.lightsecagg`.  A timing-mode round on the default
+schedule (bundled relay overlapping training, every user available, views not recorded) is replayed
+without a SimPy process per user (:mod:`fednet.protocols.lightsecagg_replay`: the same times, draws and
+counts; ``ROUND_REPLAY = False`` there runs the processes).
 """
 
 from __future__ import annotations

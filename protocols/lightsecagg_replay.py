@@ -16,7 +16,9 @@ done by ``T2``: a transfer is counted, a computation charged and a keyed draw co
 ``T2`` (an interrupted transfer is not counted; a computation is charged when it starts).  Where SimPy's order of
 events at one instant would decide (the U-th and the next arrival at one time, the forwards starting at ``T1``,
 another user's event at ``T2``) or the round is not the plain one (full mode, a user absent, views recorded, an
-engine method overridden, another process running), it returns None having changed nothing, and the processes run.
+engine method overridden, another process running), it returns None before any simulated effect (no draw taken,
+nothing counted, no time passed; only the users' timing-mode mask stand-ins are set, as the processes set them
+again), and the processes run.
 
 ``tests/test_lightsecagg_replay.py`` runs rounds both ways: traces and draw counters are equal.
 """
@@ -106,7 +108,7 @@ def _after(t: np.ndarray, seconds: np.ndarray) -> np.ndarray:
 
 
 def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int], list, list, float] | None:
-    """Replay round ``epoch`` of a timing-mode LightSecAgg over ``nodes`` (module docstring), or None untouched.
+    """Replay round ``epoch`` of a timing-mode LightSecAgg over ``nodes`` (module docstring), or None (the processes run).
 
     Parameters
     ----------
@@ -130,7 +132,7 @@ def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int]
     """
     if not _applies(proto, nodes):
         return None
-    sim, cfg, N, U = proto.sim, proto.config, len(nodes), proto.U
+    sim, N, U = proto.sim, len(nodes), proto.U
     d, c, bits = proto.task.d, proto.task.c, proto.element_bits
     t0 = float(sim.env.now)
     idx = np.arange(N, dtype=np.intp)

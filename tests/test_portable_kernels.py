@@ -2,7 +2,8 @@
 
 Checked in fresh interpreters (the variables matter only before NumPy, SciPy or torch load): every unset variable
 is set, a variable the user set is kept, ``FEDNET_NATIVE_KERNELS=1`` sets none, and NumPy then runs without its
-AVX-512 loops and OpenBLAS with its Haswell (AVX2) kernels.
+AVX-512 loops and OpenBLAS with its Haswell (AVX2) kernels.  It also applies glibc's malloc settings
+(``fednet.MALLOC_SETTINGS``), with their own opt-out.
 """
 
 from __future__ import annotations
@@ -43,3 +44,15 @@ def test_unset_variables_are_set_before_numpy_loads() -> None:
 def test_a_users_value_is_kept_and_native_opts_out() -> None:
     assert _probe(MKL_CBWR="COMPATIBLE")["env"]["MKL_CBWR"] == "COMPATIBLE"
     assert all(v is None for v in _probe(FEDNET_NATIVE_KERNELS="1")["env"].values())
+
+
+@pytest.mark.skipif(sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt only")
+def test_malloc_settings_apply_and_opt_out() -> None:
+    """``import fednet`` applies :data:`fednet.MALLOC_SETTINGS` (glibc accepts both), ``FEDNET_DEFAULT_MALLOC=1``
+    leaves glibc's defaults."""
+    code = "import fednet; print(fednet.MALLOC_TUNED)"
+    env = {**{k: v for k, v in os.environ.items() if k != "FEDNET_DEFAULT_MALLOC"}, "PYTHONPATH": str(ROOT)}
+    on = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
+    off = subprocess.run([sys.executable, "-c", code], env={**env, "FEDNET_DEFAULT_MALLOC": "1"},
+                         capture_output=True, text=True, check=True, cwd=ROOT)
+    assert (on.stdout.strip(), off.stdout.strip()) == ("True", "False")
