@@ -225,8 +225,12 @@ class LightSecAgg(Protocol):
 
     # -- the round ---------------------------------------------------------------------------
     def round(self, epoch: int) -> Generator:
-        """Offline masks (overlapping training), masked uploads, survivor set U1, aggregated encoded masks, unmasking."""
-        cfg, N, U = self.config, self.sim.n_devices, self.U
+        """Offline masks (overlapping training), masked uploads, survivor set U1, aggregated encoded masks, unmasking.
+
+        Up to the survivors' aggregated masks, :func:`~fednet.protocols.lightsecagg_replay.replay_round` where it
+        applies (timing mode, the default schedule), else :meth:`_round_processes`: the same times, draws and counts.
+        """
+        cfg, U = self.config, self.U
         d, c = self.task.d, self.task.c
         L = lsa_piece_length(d * c, U, cfg.z)
         available = [dev for dev in self.devices if self.available(dev)]

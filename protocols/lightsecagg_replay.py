@@ -108,7 +108,7 @@ def _after(t: np.ndarray, seconds: np.ndarray) -> np.ndarray:
 
 
 def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int], list, list, float] | None:
-    """Replay round ``epoch`` of a timing-mode LightSecAgg over ``nodes`` (module docstring), or None (the processes run).
+    """Replay round ``epoch`` of a timing-mode LightSecAgg over ``nodes`` (module docstring), or None (processes run).
 
     Parameters
     ----------
