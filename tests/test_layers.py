@@ -5,7 +5,9 @@
 * ``fednet.sim`` never imports ``protocols``, ``fednet.protocol`` or ``fednet.study``;
 * ``fednet/protocol/base.py`` (and the other engine modules of ``fednet.protocol`` except the registry) never
   import a concrete protocol;
-* a module of ``protocols/`` never imports another protocol module nor ``fednet.study``.
+* a module of ``protocols/`` never imports another protocol module nor ``fednet.study``; it may import its own
+  helper modules, ``protocols/<its name>_<part>.py`` that are no protocol (no entry point in pyproject.toml), e.g.
+  ``lightsecagg.py`` its round replay ``lightsecagg_replay.py``, and a helper is imported by its protocol only.
 """
 
 from __future__ import annotations
@@ -65,11 +67,41 @@ def test_protocol_engine_imports_no_concrete_protocol(path: Path) -> None:
     assert hits(imports(path), ("protocols", "fednet.protocols", "fednet.study")) == []
 
 
+def entry_point_modules() -> set[str]:
+    """Stems of the ``protocols/`` modules declared as protocols (entry points of group ``fednet.protocols``)."""
+    text = (ROOT / "pyproject.toml").read_text()
+    group = text.split('[project.entry-points."fednet.protocols"]', 1)[1].split("\n[", 1)[0]
+    return {line.split('"')[1].split(":")[0].rsplit(".", 1)[1] for line in group.splitlines()
+            if "=" in line and not line.lstrip().startswith("#")}
+
+
+def own_helpers(path: Path) -> set[str]:
+    """The helper modules ``path`` may import: ``protocols/<stem>_<part>.py`` that are not protocols themselves."""
+    protocols = entry_point_modules()
+    return {p.stem for p in modules("protocols")
+            if p.stem.startswith(path.stem + "_") and p.stem not in protocols}
+
+
 @pytest.mark.parametrize("path", [p for p in modules("protocols") if p.name != "__init__.py"],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_protocols_do_not_import_each_other(path: Path) -> None:
-    found = hits(imports(path), ("protocols", "fednet.protocols", "fednet.study"))
+    own = own_helpers(path)
+    found = [n for n in hits(imports(path), ("protocols", "fednet.protocols", "fednet.study"))
+             if not any(n == f"{pkg}.{h}" or n.startswith(f"{pkg}.{h}.") for h in own
+                        for pkg in ("protocols", "fednet.protocols"))]
     assert found == [], f"{path.name} imports {found}"
+
+
+def test_helpers_are_imported_by_their_protocol_only() -> None:
+    """A helper module (``<protocol>_<part>.py``, not an entry point) is imported by no other module of protocols/."""
+    helpers = {h: p.stem for p in modules("protocols") for h in own_helpers(p)}
+    assert "lightsecagg_replay" in helpers and "fedavg_lightsecagg" not in helpers   # the rule can tell them apart
+    for path in modules("protocols"):
+        for name in imports(path):
+            parts = name.split(".")
+            for h, owner in helpers.items():
+                if h in parts[:3] and parts[0] in ("protocols", "fednet"):
+                    assert path.stem == owner, f"{path.name} imports {owner}'s helper {h}"
 
 
 def test_the_checker_sees_imports(tmp_path: Path) -> None:
