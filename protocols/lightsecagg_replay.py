@@ -25,7 +25,6 @@ again), and the processes run.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ import numpy as np
 import fednet.protocol.primitives as primitives
 from fednet.algebra.meter import MacMeter
 from fednet.protocol.modes import Timing
-from fednet.protocol.primitives import Mailbox, Primitives, _draws_plain, payload_size
+from fednet.protocol.primitives import Mailbox, Primitives, _draws_plain, compute_seconds, payload_size
 from fednet.sim.compute import Deterministic, ShiftedExponential
 from fednet.sim.network import transmission_times
 
@@ -86,20 +85,9 @@ class _Draws:
         self.sim.streams.advance(self.idx[taken], purpose, self.rnd)
 
 
-def _seconds(work: np.ndarray, rate: np.ndarray, frac: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Compute times ``duration(macs)`` (the compute models' floats) and where a draw is taken.
-
-    ``frac``: the setup fraction of a :class:`ShiftedExponential`, -1 for :class:`Deterministic`."""
-    work = np.asarray(work, dtype=float)
-    base = work / rate
-    seconds = base.copy()
-    draws = (frac >= 0) & (work != 0)
-    if draws.any():
-        expo = np.array([-math.log1p(-x) for x in u[draws].tolist()])          # Streams.standard_exponential
-        b = base[draws]
-        seconds[draws] = b + frac[draws] * b * expo
-    seconds[work == 0] = 0.0
-    return seconds, draws
+def _seconds(work: Any, rate: np.ndarray, frac: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`~fednet.protocol.primitives.compute_seconds` with every node's next uniform ``u`` already looked at."""
+    return compute_seconds(np.asarray(work, dtype=float), rate, frac, lambda at: u[at])
 
 
 def _after(t: np.ndarray, seconds: np.ndarray) -> np.ndarray:
@@ -145,6 +133,7 @@ def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int]
     over, packet = sim.overhead, sim.packet_bits
 
     def link(n_bits: int, rate: np.ndarray, loss: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds on the link and retransmissions of one message of ``n_bits`` per node (keyed uniforms ``u``)."""
         return transmission_times(np.int64(n_bits), rate, over, loss, packet, u, arrays=True)
 
     # -- what each user's steps charge (timing mode: no values computed but the stand-ins) -------------------

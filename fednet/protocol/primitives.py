@@ -63,7 +63,7 @@ from fednet.sim.simulation import Node, Simulation
 from .tree_replay import replay_tree
 
 __all__ = ["Primitives", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
-           "payload_size", "SCHEDULES", "cyclic_steps", "AllToAll", "compute_key", "Batch"]
+           "payload_size", "SCHEDULES", "cyclic_steps", "AllToAll", "compute_key", "compute_seconds", "Batch"]
 
 #: ``batch(nodes, received) -> (values, macs)``: the step ``fn`` of :meth:`Primitives.gather` for many nodes at
 #: once, ``values[p]`` being what ``fn(nodes[p])`` returns once ``nodes[p].state.received`` is ``received`` and
@@ -660,6 +660,41 @@ def _event_at(env: simpy.Environment, t: float) -> simpy.Event:
     event._ok, event._value = True, None
     heapq.heappush(env._queue, (t, NORMAL, next(env._eid), event))
     return event
+
+def compute_seconds(work: np.ndarray, rate: np.ndarray, frac: np.ndarray,
+                    uniforms: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Compute times of many nodes at once, the floats of their compute models' ``duration``.
+
+    Parameters
+    ----------
+    work : ndarray of float, (n,)
+        MACs of each node's step (exact below 2^53, as Python's ``int / float`` converts them).
+    rate : ndarray of float, (n,)
+        Each node's MAC rate (MAC/s).
+    frac : ndarray of float, (n,)
+        The ``setup_fraction`` of a :class:`~fednet.sim.compute.ShiftedExponential`, -1 for
+        :class:`~fednet.sim.compute.Deterministic`.
+    uniforms : callable(mask) -> ndarray
+        The keyed uniforms of the nodes where ``mask`` holds (those that draw), looked at, not consumed.
+
+    Returns
+    -------
+    seconds : ndarray of float, (n,)
+        Simulated seconds: ``rho / tau`` plus ``setup_fraction * rho / tau * Exp(1)`` (``-log1p(-U)``, as
+        :meth:`fednet.sim.rng.Streams.standard_exponential`); 0 for no MACs.
+    draws : ndarray of bool, (n,)
+        Where a keyed draw is taken (a shifted exponential with MACs to run).
+    """
+    base = work / rate
+    seconds = base.copy()
+    draws = (frac >= 0) & (work != 0)
+    if draws.any():
+        expo = np.array([-math.log1p(-u) for u in uniforms(draws).tolist()])
+        b = base[draws]
+        seconds[draws] = b + frac[draws] * b * expo
+    seconds[work == 0] = 0.0
+    return seconds, draws
+
 
 def _fifo_links(arrive: np.ndarray, seconds: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Start and end of each message on capacity-1 FIFO links (a :class:`fednet.sim.network.Link`'s resource).
@@ -2068,16 +2103,8 @@ class Primitives:
         totals = node_macs if macs is None else [m + int(macs(node)) for m, node in zip(node_macs, nodes)]
         work = np.array(totals, dtype=float)                   # as Python's int / float divides
         rates = table[:, 5]
-        base = work / rates
-        seconds = base.copy()
-        shifted = (table[:, 6] >= 0) & (work != 0)
-        if shifted.any():
-            u_c = streams.uniforms(idx[shifted], c_key, rnd, advance=False)
-            expo = np.array([-math.log1p(-u) for u in u_c.tolist()])      # Streams.standard_exponential
-            frac = table[shifted, 6]
-            b = base[shifted]
-            seconds[shifted] = b + frac * b * expo
-        seconds[work == 0] = 0.0
+        seconds, shifted = compute_seconds(work, rates, table[:, 6],
+                                           lambda at: streams.uniforms(idx[at], c_key, rnd, advance=False))
         t2 = np.where(seconds > 0, t1 + seconds, t1)
         if getattr(size_of, "by_shape", False) and (isinstance(values, np.ndarray) or
                                                     all(v is values[0] for v in values)):
