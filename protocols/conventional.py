@@ -248,6 +248,6 @@ class ConventionalFL(Protocol):
                                          download=self.theta.astype(np.float32), batch=self.local_gradients)
         G = yield from self.server_compute(sum_gradients, replies.values if replies.stacked is None
                                            else replies.stacked)                            # eq. (3)
-        self.used = [dev.index for dev in replies.nodes]
+        self.used = [dev.index for dev, _ in replies.results]
         m_used = self.task.m if len(self.used) == len(self.task.X) else sum(self.task.X[i].shape[0] for i in self.used)
         self.mode.update(self, G, m_used)                                                 # eqs. (4)-(5)

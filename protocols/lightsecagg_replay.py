@@ -33,7 +33,6 @@ import fednet.protocol.primitives as primitives
 from fednet.algebra.meter import MacMeter
 from fednet.protocol.modes import Timing
 from fednet.protocol.primitives import Mailbox, Primitives, _draws_plain, compute_seconds, payload_size
-from fednet.sim.compute import Deterministic, ShiftedExponential
 from fednet.sim.network import transmission_times
 
 __all__ = ["ROUND_REPLAY", "replay_round"]
@@ -58,7 +57,7 @@ def _applies(proto: Any, nodes: list) -> bool:
         return False
     if not _draws_plain(sim.streams) or not proto._fast_ok(nodes):    # engine, queue, idle processors and links
         return False
-    return all(n.role == "device" and type(n.compute_model) in (ShiftedExponential, Deterministic) for n in nodes)
+    return sim.node_table(nodes) is not None              # devices, shifted-exponential or deterministic compute
 
 
 def _metered(fn: Any, *args: Any) -> tuple[Any, int]:
@@ -124,11 +123,7 @@ def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int]
     d, c, bits = proto.task.d, proto.task.c, proto.element_bits
     t0 = float(sim.env.now)
     idx = np.arange(N, dtype=np.intp)
-    rate_d = np.array([n.downlink.rate_bps for n in nodes]); loss_d = np.array([n.downlink.loss for n in nodes])
-    rate_u = np.array([n.uplink.rate_bps for n in nodes]); loss_u = np.array([n.uplink.loss for n in nodes])
-    mac_rate = np.array([n.mac_rate for n in nodes])
-    frac = np.array([n.compute_model.setup_fraction if type(n.compute_model) is ShiftedExponential else -1.0
-                     for n in nodes])
+    rate_d, loss_d, rate_u, loss_u, mac_rate, frac = sim.node_table(nodes)[:, 1:].T   # frac -1: deterministic
     draws = _Draws(sim, idx)
     over, packet = sim.overhead, sim.packet_bits
 

@@ -122,14 +122,24 @@ def test_vector_draws_equal_scalar_draws() -> None:
         vec = a.uniforms(nodes, "uplink", 2)
         assert vec.tolist() == [b.uniform(int(i), "uplink", 2) for i in nodes]
     assert a.uniform(8, "uplink", 2) == b.uniform(8, "uplink", 2)
-    with pytest.raises(ValueError, match="distinct"):
-        a.uniforms(np.array([1, 1]), "uplink", 2)
+    a.uniform(3, "uplink", 2), b.uniform(3, "uplink", 2)      # node 3 one draw ahead: its next one starts a new block
+    for _ in range(2):                                   # the nodes' draws in two blocks at once
+        vec = a.uniforms(nodes, "uplink", 2)
+        assert vec.tolist() == [b.uniform(int(i), "uplink", 2) for i in nodes]
+    for bad in ([1, 1], [1, 2, 2], [4, 2, 4]):
+        with pytest.raises(ValueError, match="distinct"):
+            a.uniforms(np.array(bad), "uplink", 2)
     rng = np.random.default_rng(0)
     m = 3000
     u, n, p = rng.random(m), rng.integers(1, 30, m), rng.choice([0.0, 0.05, 0.3, 0.95], m)
     u[:10] = 0.0
     want = [negative_binomial_from_uniform(float(x), int(y), float(z)) for x, y, z in zip(u, n, p)]
     assert negative_binomials_from_uniforms(u, n, p).tolist() == want
+    for n1, p1 in ((1, 0.1), (7, 0.3), (29, 0.95), (3, 0.0)):    # one (n, p): the stored CDF's search
+        from fednet.sim.rng import _nb_quantile_walk
+        got = negative_binomials_from_uniforms(u, np.full(m, n1), np.full(m, p1))
+        walk = [0 if p1 == 0.0 or x <= 0.0 else _nb_quantile_walk(float(x), n1, p1) for x in u]
+        assert got.tolist() == walk
     bits = rng.integers(0, 10**6, m)
     bits[:5] = 0
     rates = rng.random(m) * 1e7 + 1.0
@@ -269,3 +279,71 @@ def test_fast_path_new_protocols_under_dropouts(name: str, params: dict, monkeyp
     assert any(r["dropped"] != repr("") for r in fast[0][1:]), "no dropout happened: the scenario tests nothing"
     if name != "fedavg_lightsecagg":
         assert calls > 0
+
+
+def test_node_table_follows_assignments() -> None:
+    """``Simulation.node_table`` is kept between calls and made anew after any node, link or compute-model change."""
+    from fednet.sim.compute import ShiftedExponential
+    sim = Simulation(lte_star(4, rng=np.random.default_rng(0)), seed=0, device_compute=ShiftedExponential(0.5))
+    devs = sim.devices
+
+    def fresh():
+        return [[d.index, d.downlink.rate_bps, d.downlink.loss, d.uplink.rate_bps, d.uplink.loss, d.mac_rate,
+                 d.compute_model.setup_fraction if type(d.compute_model) is ShiftedExponential else -1.0]
+                for d in devs]
+    t = sim.node_table(devs)
+    assert t.tolist() == fresh() and sim.node_table(devs) is t          # kept while nothing changed
+    with pytest.raises(ValueError):
+        t[0, 0] = 1.0                                                    # read-only
+    changes = [lambda: setattr(devs[1], "mac_rate", 7.0), lambda: setattr(devs[2].uplink, "rate_bps", 3.0),
+               lambda: setattr(devs[0].downlink, "loss", 0.25),
+               lambda: setattr(devs[0].compute_model, "setup_fraction", 0.125),
+               lambda: setattr(devs[3], "compute_model", Deterministic())]
+    for change in changes:
+        before = sim.node_table(devs)
+        change()
+        after = sim.node_table(devs)
+        assert after is not before and after.tolist() == fresh()
+    assert sim.node_table(devs[::-1]).tolist() == fresh()[::-1]
+    assert sim.node_table([*devs, sim.server]) is None
+
+
+def test_fast_path_follows_rates_changed_between_rounds(monkeypatch) -> None:
+    """A device's MAC rate and link rate changed after each round: the replay reads the new ones (same trace)."""
+    from fednet.protocol import registry
+    import fednet.protocols.conventional  # noqa: F401
+    from test_pinned_traces import lossy_sim
+
+    def make():
+        sim = lossy_sim(6, 3, 0.0)
+        proto = registry.get("conventional")(sim, digits_task(6, 8, "iid"), dict(minibatch_fraction=0.5),
+                                             label="rates")
+
+        def change(row):
+            dev = sim.devices[row["round"] % 6]
+            dev.mac_rate *= 0.5
+            dev.uplink.rate_bps *= 2.0
+        proto.run(5, on_round=change)
+        return proto
+    fast, slow, calls = run_both(make, monkeypatch)
+    assert calls > 0 and fast == slow
+
+
+def test_idle_follows_resources() -> None:
+    """``Simulation.idle``: False while any processor or link of the nodes is held or queued for, True after."""
+    from fednet.sim.compute import ShiftedExponential
+    sim = Simulation(lte_star(3, rng=np.random.default_rng(0)), seed=0, device_compute=ShiftedExponential(0.5))
+    devs = sim.devices
+    assert sim.idle(devs)
+    for owner, res in ((devs[2], devs[2].cpu), (devs[1], devs[1].uplink.resource), (devs[0], devs[0].downlink.resource)):
+        first, second = res.request(), res.request()
+        sim.env.run(until=sim.env.now + 1.0)
+        assert res.users == [first] and res.queue == [second]
+        others = [d for d in devs if d is not owner]
+        assert not sim.idle(devs) and not sim.idle([owner]) and sim.idle(others)
+        res.release(first)
+        sim.env.run(until=sim.env.now + 1.0)
+        assert res.users == [second] and not res.queue and not sim.idle(devs)
+        res.release(second)
+        sim.env.run(until=sim.env.now + 1.0)
+        assert sim.idle(devs)

@@ -146,8 +146,18 @@ def ridge_gradients(x: np.ndarray, y: np.ndarray, theta: np.ndarray, scale: floa
     if x.ndim != 3 or y.ndim != 3 or x.shape[:2] != y.shape[:2]:
         raise ValueError(f"x and y must be stacks (B, b, d) and (B, b, c) of equal B and b, got {x.shape} and {y.shape}")
     _check_shapes(x[0], y[0], theta)
-    g = bmatmul(x.transpose(0, 2, 1), bmatmul(x, theta) - y)
-    return g if scale == 1.0 else scale * g
+    r = bmatmul(x, theta)
+    if r.dtype == np.result_type(r, y):             # in place: the same floats as ``r - y`` (and ``scale * g``)
+        r -= y
+    else:
+        r = r - y
+    g = bmatmul(x.transpose(0, 2, 1), r)
+    if scale == 1.0:
+        return g
+    if g.dtype != np.result_type(g, scale):
+        return scale * g
+    g *= scale
+    return g
 
 
 def ridge_loss(x: np.ndarray, y: np.ndarray, theta: np.ndarray, lam: float) -> float:

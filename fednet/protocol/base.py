@@ -338,9 +338,15 @@ class Protocol(Primitives):
         if type(self).minibatch_rows is not _MINIBATCH_ROWS:      # an override must see every device's draw
             return [self.minibatch_rows(dev, int(b), e) for dev, b in zip(devs, batches)]
         out: list[np.ndarray | None] = [None] * len(devs)
-        groups: dict[tuple[int, int], list[int]] = {}
-        for p, (dev, b) in enumerate(zip(devs, batches)):
-            groups.setdefault((self.task.X[dev.index].shape[0], int(b)), []).append(p)
+        X = self.task.X
+        sizes = [(X[dev.index].shape[0], int(b)) for dev, b in zip(devs, batches)]
+        groups: dict[tuple[int, int], list[int]]
+        if sizes and sizes.count(sizes[0]) == len(sizes):      # one size and batch (the common case)
+            groups = {sizes[0]: list(range(len(sizes)))}
+        else:
+            groups = {}
+            for p, key in enumerate(sizes):
+                groups.setdefault(key, []).append(p)
         for (n, b), members in groups.items():
             K = len(members)
             if pcg.COMPILED or K * 15 > 24 * b * (1 + 0.005 * K):   # measured costs (microseconds): vector wins

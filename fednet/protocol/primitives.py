@@ -55,7 +55,7 @@ from simpy.resources.resource import Release
 from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter, charge
 from fednet.protocol.modes import Shape
-from fednet.sim.compute import AlwaysAvailable, Deterministic, ShiftedExponential
+from fednet.sim.compute import AlwaysAvailable
 from fednet.sim.network import Message, transmission_times
 from fednet.sim.rng import Streams
 from fednet.sim.simulation import Node, Simulation
@@ -1597,8 +1597,11 @@ class Primitives:
         """
         nodes = list(nodes)
         flags = self.sim.available_many(nodes)
-        up = [n for n, ok in zip(nodes, flags) if ok]
-        absent = [n for n, ok in zip(nodes, flags) if not ok]
+        if flags.all():
+            up, absent = nodes, []
+        else:
+            up = [n for n, ok in zip(nodes, flags) if ok]
+            absent = [n for n, ok in zip(nodes, flags) if not ok]
         run = None if fn is None else self._charged(fn, f"gather {kind!r}", free or macs is not None)
         size_of = _uploaded_elements(upload_elements)
 
@@ -1638,11 +1641,7 @@ class Primitives:
         """
         if not FAST_PATH or not self._plain_engine() or not self._alone():
             return False
-        for n in nodes:
-            for res in (n.cpu, n.downlink.resource, n.uplink.resource):
-                if res.users or res.queue:
-                    return False
-        return True
+        return self.sim.idle(nodes)
 
     def _plain_engine(self) -> bool:
         """Whether neither the protocol's ``send`` / ``_message`` nor the simulation's ``transfer``, ``_hop``,
@@ -2069,17 +2068,10 @@ class Primitives:
         n = len(nodes)
         if not _draws_plain(sim.streams):
             return None                        # an override must see each draw as it is drawn: node by node
-        # one pass over the nodes: (index, downlink rate, loss, uplink rate, loss, MAC rate, setup fraction or -1)
-        rows = []
-        for node in nodes:
-            model = node.compute_model
-            kind_ = type(model)
-            if node.role == "server" or (kind_ is not ShiftedExponential and kind_ is not Deterministic):
-                return None
-            down_, up_ = node.downlink, node.uplink
-            rows.append((node.index, down_.rate_bps, down_.loss, up_.rate_bps, up_.loss, node.mac_rate,
-                         model.setup_fraction if kind_ is ShiftedExponential else -1.0))
-        table = np.array(rows, dtype=float)
+        # (index, downlink rate, loss, uplink rate, loss, MAC rate, setup fraction or -1) of each node
+        table = sim.node_table(nodes)
+        if table is None:
+            return None
         now0 = env.now
         t0 = float(now0)
         rnd = sim.round

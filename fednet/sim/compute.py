@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from fednet.errors import ConfigError
 
+from .stamp import Stamped
+
 __all__ = [
     "ComputeModel",
     "ShiftedExponential",
@@ -33,7 +35,7 @@ ExpDraw = Callable[[], float]
 UniformDraw = Callable[[], float]
 
 
-class ComputeModel(ABC):
+class ComputeModel(Stamped, ABC):
     """Maps a MAC count on a node to simulated seconds."""
 
     @abstractmethod

@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 from scipy import special
 
-from .rng import negative_binomial_from_uniform
+from .rng import _nb_cdf, negative_binomial_from_uniform
+from .stamp import Stamped
 
 __all__ = ["Message", "Link", "transmission_time", "negative_binomials_from_uniforms"]
 
@@ -123,7 +124,7 @@ def transmission_time(bits: int, rate_bps: float, overhead: float, loss: float,
 
 
 @dataclass
-class Link:
+class Link(Stamped):
     """One direction of a device's link to the server (or of a direct device-to-device link).
 
     Attributes
@@ -145,7 +146,8 @@ def negative_binomials_from_uniforms(u: np.ndarray, n: np.ndarray, p: np.ndarray
     """:func:`~fednet.sim.rng.negative_binomial_from_uniform` element by element, with array ufuncs.
 
     The same CDF inversion (continuous first guess ``nbdtrik``, then steps to the exact discrete
-    quantile with ``nbdtr``), evaluated on arrays: element ``t`` equals
+    quantile with ``nbdtr``), evaluated on arrays; where every message has one ``(n, p)``, a search of the
+    stored CDF that the scalar function also reads (``bisect_left`` there). Element ``t`` equals
     ``negative_binomial_from_uniform(u[t], n[t], p[t])`` (tested on random inputs).
 
     Parameters
@@ -169,7 +171,13 @@ def negative_binomials_from_uniforms(u: np.ndarray, n: np.ndarray, p: np.ndarray
     live = (p != 0.0) & (u > 0.0)
     if not live.any():
         return out
-    uu, nn, qq = u[live], n[live], 1.0 - p[live]
+    uu, nn, pp = u[live], n[live], p[live]
+    if nn.min() == nn.max() and pp.min() == pp.max():   # one (n, p), the common case: the scalar path's stored CDF
+        cdf = _nb_cdf(int(nn[0]), float(pp[0]), float(uu.max()))
+        if cdf is not None:                             # the smallest k with cdf[k] >= u: bisect_left, as there
+            out[live] = np.searchsorted(np.asarray(cdf), uu, side="left")
+            return out
+    qq = 1.0 - pp
     guess = special.nbdtrik(uu, nn, qq)
     k = np.where(np.isfinite(guess), np.maximum(0, np.ceil(np.where(np.isfinite(guess), guess, 0.0))), 0)
     k = k.astype(np.int64)

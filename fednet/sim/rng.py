@@ -313,8 +313,8 @@ class Streams:
             raise ValueError(f"nodes must be in [0, {self.n_nodes}), got {nodes.min()}..{nodes.max()}")
         if round < 0:
             raise ValueError(f"round must be non-negative, got {round}")
-        if np.unique(nodes).size != nodes.size:
-            raise ValueError("nodes must be distinct (one draw per node)")
+        if nodes.size > 1 and not (nodes[1:] > nodes[:-1]).all() and np.unique(nodes).size != nodes.size:
+            raise ValueError("nodes must be distinct (one draw per node)")    # ascending: distinct without a sort
         if ahead and (advance or int(ahead) != ahead or ahead < 0):
             raise ValueError(f"ahead must be a non-negative integer with advance=False, got {ahead!r}")
         pid = purpose_id(purpose)
@@ -326,6 +326,8 @@ class Streams:
         if advance:
             counts[nodes] = j + 1
         b, col = np.divmod(j, self.width)
+        if nodes.size and b.min() == b.max():             # one block (the common case): no selection
+            return self._block(pid, round, blocks, int(b[0]))[nodes, col]
         out = np.empty(nodes.size)
         for bb in np.unique(b):
             sel = b == bb
@@ -425,13 +427,15 @@ class Streams:
         -------
         ndarray of int64, (K, size)
         """
-        nodes = [int(i) for i in np.asarray(nodes).ravel()]
+        at = np.asarray(nodes).ravel()
         parts = [_key_part(purpose)] + [_key_part(p) for p in more]
-        if (pcg.supported(n, size) and nodes and max(parts + nodes) < 2 ** 32 and min(nodes) >= 0):
+        if (pcg.supported(n, size) and at.size and at.dtype.kind in "iu" and max(parts) < 2 ** 32
+                and 0 <= at.min() and at.max() < 2 ** 32):
             words = pcg.key_words(self.seed, (_SEQUENTIAL, 0, *parts))     # node 0's key; each node's one word
-            entropy = np.tile(np.asarray(words, dtype=np.uint32), (len(nodes), 1))
-            entropy[:, len(words) - len(parts) - 1] = nodes
+            entropy = np.tile(np.asarray(words, dtype=np.uint32), (at.size, 1))
+            entropy[:, len(words) - len(parts) - 1] = at
             return pcg.choice_without_replacement(pcg.seed_states(entropy), n, size)
+        nodes = [int(i) for i in at]
         out = np.empty((len(nodes), size), dtype=np.int64)
         for k, i in enumerate(nodes):
             out[k] = self.generator(i, purpose, *more).choice(n, size=size, replace=False)

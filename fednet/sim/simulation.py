@@ -44,6 +44,7 @@ from fednet.errors import ConfigError
 from .compute import AlwaysAvailable, Availability, BernoulliDropout, ComputeModel, Deterministic, ShiftedExponential
 from .network import Link, Message, transmission_time
 from .rng import Streams
+from .stamp import STAMP, Stamped
 
 __all__ = ["Node", "Simulation", "Counters", "Environment"]
 
@@ -79,7 +80,7 @@ class Counters:
 
 
 @dataclass(eq=False)
-class Node:
+class Node(Stamped):
     """A device or the server.
 
     Attributes
@@ -289,6 +290,8 @@ class Simulation:
         self.phase = 0
         # availability of each device, drawn once per round (round 0: the setup phase); -1 = not drawn
         self._available: dict[tuple[int, int], np.ndarray] = {}
+        # _node_entry: (node ids) -> (STAMP.value when made, the nodes, their table or None, their resources)
+        self._tables: dict[tuple[int, ...], tuple[int, list[Node], np.ndarray | None, list[Any]]] = {}
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -304,6 +307,56 @@ class Simulation:
     def node(self, index: int) -> Node:
         """The node with this index (devices ``0..D-1``, server ``D``)."""
         return self.nodes[index]
+
+    def node_table(self, nodes: Sequence[Node]) -> np.ndarray | None:
+        """The timing parameters of ``nodes`` as one read-only float table, or None where a vector replay cannot use it.
+
+        Row ``p`` is node ``p``'s ``(index, downlink rate, downlink loss, uplink rate, uplink loss, MAC rate,
+        setup fraction)`` in bit/s, probabilities and MAC/s, the setup fraction -1 for a
+        :class:`~fednet.sim.compute.Deterministic` compute model. None where a node is the server or has another
+        compute model. Kept between calls with the same nodes while no node, link or compute model attribute was
+        assigned (:data:`fednet.sim.stamp.STAMP`): a replay reads it every round.
+
+        Parameters
+        ----------
+        nodes : sequence of Node
+
+        Returns
+        -------
+        ndarray of float64, (len(nodes), 7), or None
+        """
+        return self._node_entry(nodes)[2]
+
+    def idle(self, nodes: Sequence[Node]) -> bool:
+        """Whether every processor and link of ``nodes`` (devices) is free: no holder, nobody queued."""
+        return not any(r.users or r.queue for r in self._node_entry(nodes)[3])
+
+    def _node_entry(self, nodes: Sequence[Node]) -> tuple[int, list[Node], np.ndarray | None, list[Any]]:
+        """``(STAMP.value, nodes, node_table, [cpu, downlink, uplink resources of each node])``, kept (node_table)."""
+        key = tuple(map(id, nodes))
+        hit = self._tables.get(key)
+        if hit is not None and hit[0] == STAMP.value:
+            return hit
+        rows, resources = [], []
+        table: np.ndarray | None = None
+        for node in nodes:
+            resources.append(node.cpu)
+            resources += (link.resource for link in (node.downlink, node.uplink) if link is not None)
+        for node in nodes:
+            model = node.compute_model
+            kind = type(model)
+            if node.role == "server" or (kind is not ShiftedExponential and kind is not Deterministic):
+                break
+            down, up = node.downlink, node.uplink
+            rows.append((node.index, down.rate_bps, down.loss, up.rate_bps, up.loss, node.mac_rate,
+                         model.setup_fraction if kind is ShiftedExponential else -1.0))
+        else:
+            table = np.array(rows, dtype=float).reshape(len(rows), 7)
+            table.flags.writeable = False
+        if len(self._tables) >= 16:                      # a handful of node sets a run replays
+            self._tables.pop(next(iter(self._tables)))
+        entry = self._tables[key] = (STAMP.value, list(nodes), table, resources)   # the nodes kept: ids stay theirs
+        return entry
 
     def take_counters(self) -> Counters:
         """Return the counters accumulated so far and start new ones."""
