@@ -330,20 +330,44 @@ def test_fast_path_follows_rates_changed_between_rounds(monkeypatch) -> None:
 
 
 def test_idle_follows_resources() -> None:
-    """``Simulation.idle``: False while any processor or link of the nodes is held or queued for, True after."""
+    """``Simulation.idle``: False while any processor or link of the nodes is held or queued for, True after; the
+    environment's count of held slots (its shortcut, ``settled=True``) follows every request and release."""
+    import simpy
     from fednet.sim.compute import ShiftedExponential
     sim = Simulation(lte_star(3, rng=np.random.default_rng(0)), seed=0, device_compute=ShiftedExponential(0.5))
     devs = sim.devices
-    assert sim.idle(devs)
+
+    def held() -> int:
+        return sum(len(r.users) for n in sim.nodes for r in (n.cpu, *(l.resource for l in (n.uplink, n.downlink) if l)))
+    assert sim.idle(devs) and sim.idle(devs, settled=True) and sim.env.held == 0
     for owner, res in ((devs[2], devs[2].cpu), (devs[1], devs[1].uplink.resource), (devs[0], devs[0].downlink.resource)):
         first, second = res.request(), res.request()
         sim.env.run(until=sim.env.now + 1.0)
-        assert res.users == [first] and res.queue == [second]
+        assert res.users == [first] and res.queue == [second] and sim.env.held == held() == 1
         others = [d for d in devs if d is not owner]
-        assert not sim.idle(devs) and not sim.idle([owner]) and sim.idle(others)
+        for settled in (False, True):
+            assert not sim.idle(devs, settled=settled) and not sim.idle([owner], settled=settled)
+            assert sim.idle(others, settled=settled)              # something held elsewhere: each one looked at
         res.release(first)
         sim.env.run(until=sim.env.now + 1.0)
-        assert res.users == [second] and not res.queue and not sim.idle(devs)
+        assert res.users == [second] and not res.queue and not sim.idle(devs) and sim.env.held == held() == 1
+        third = res.request()
+        sim.env.run(until=sim.env.now + 1.0)
+        third.cancel()                                   # a waiting request withdrawn: nothing was held by it
         res.release(second)
         sim.env.run(until=sim.env.now + 1.0)
-        assert sim.idle(devs)
+        assert sim.idle(devs) and sim.idle(devs, settled=True) and sim.env.held == held() == 0
+    plain = simpy.Resource(sim.env, capacity=1)          # not a slot: the shortcut must look at it
+    devs[0].cpu = plain
+    req = plain.request()
+    sim.env.run(until=sim.env.now + 1.0)
+    assert plain.users == [req] and sim.env.held == 0 and not sim.idle(devs, settled=True)
+
+
+def test_held_slots_after_process_runs(monkeypatch) -> None:
+    """After runs on SimPy's processes (cancelled work included), the count of held slots is the true one."""
+    monkeypatch.setattr(primitives, "FAST_PATH", False)
+    for name in ("conventional_drop2", "lightsecagg_dropout_timing", "codedpaddedfl_relay_steps_full"):
+        sim = Recorder(name)().sim
+        assert sim.env.held == sum(len(r.users) for n in sim.nodes
+                                   for r in (n.cpu, *(l.resource for l in (n.uplink, n.downlink) if l)))

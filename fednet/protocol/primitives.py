@@ -1641,7 +1641,7 @@ class Primitives:
         """
         if not FAST_PATH or not self._plain_engine() or not self._alone():
             return False
-        return self.sim.idle(nodes)
+        return self.sim.idle(nodes, settled=True)
 
     def _plain_engine(self) -> bool:
         """Whether neither the protocol's ``send`` / ``_message`` nor the simulation's ``transfer``, ``_hop``,

@@ -143,6 +143,8 @@ class Environment(simpy.Environment):
 
     #: Key of the event being processed (``(time, priority, id)``); before the first step, one below any.
     current: tuple = (-math.inf, 0, -1)
+    #: How many :class:`Slot` resources of this environment are held (kept by the slots).
+    held: int = 0
 
     def step(self) -> None:
         """Process the next event (:meth:`simpy.Environment.step`), recording its key in ``current``."""
@@ -164,6 +166,25 @@ class Environment(simpy.Environment):
             exc = type(event._value)(*event._value.args)
             exc.__cause__ = event._value
             raise exc
+
+
+class Slot(simpy.Resource):
+    """A processor or a link: a capacity-1 FIFO :class:`simpy.Resource` that keeps ``env.held`` (:class:`Environment`),
+    the number of its environment's slots that are held, so that :meth:`Simulation.idle` need not look at each."""
+
+    def __init__(self, env: Environment) -> None:
+        super().__init__(env, capacity=1)
+
+    def _do_put(self, event: Any) -> None:
+        if not self.users:                       # granted (capacity 1); otherwise it stays queued, as in SimPy
+            super()._do_put(event)
+            self._env.held += 1
+
+    def _do_get(self, event: Any) -> None:
+        held = bool(self.users)
+        super()._do_get(event)
+        if held and not self.users:
+            self._env.held -= 1
 
 
 def _positive(value: Any, what: str) -> float:
@@ -254,22 +275,22 @@ class Simulation:
             loss = e.get("loss", 0.0)
             up = Link(_positive(e.get("uplink_bps"), f"uplink_bps of device {key!r}"),
                       _probability(e.get("uplink_loss", loss), f"uplink loss of device {key!r}"),
-                      simpy.Resource(self.env, capacity=1))
+                      Slot(self.env))
             down = Link(_positive(e.get("downlink_bps"), f"downlink_bps of device {key!r}"),
                         _probability(e.get("downlink_loss", loss), f"downlink loss of device {key!r}"),
-                        simpy.Resource(self.env, capacity=1))
+                        Slot(self.env))
             self.devices.append(Node(
                 index=i, name=key, role="device",
                 mac_rate=_positive(attrs.pop("mac_rate", None), f"mac_rate of device {key!r}"),
                 compute_model=attrs.pop("compute", None) or dev_default,
-                cpu=simpy.Resource(self.env, capacity=1), uplink=up, downlink=down,
+                cpu=Slot(self.env), uplink=up, downlink=down,
                 attrs={k: v for k, v in attrs.items() if k != "role"}))
         sattrs = dict(graph.nodes[servers[0]])
         self.server = Node(
             index=len(self.devices), name=servers[0], role="server",
             mac_rate=_positive(sattrs.pop("mac_rate", None), "mac_rate of the server"),
             compute_model=sattrs.pop("compute", None) or srv_default,
-            cpu=simpy.Resource(self.env, capacity=1),
+            cpu=Slot(self.env),
             attrs={k: v for k, v in sattrs.items() if k != "role"})
         self.nodes: list[Node] = [*self.devices, self.server]
         index = {d.name: d.index for d in self.devices}
@@ -282,7 +303,7 @@ class Simulation:
                 loss_ = _probability(e.get("loss", 0.0), f"loss of the {what}")
                 pairs = [(u, v)] if graph.is_directed() else [(u, v), (v, u)]
                 for a, b in pairs:
-                    self.d2d[index[a], index[b]] = Link(rate, loss_, simpy.Resource(self.env, capacity=1))
+                    self.d2d[index[a], index[b]] = Link(rate, loss_, Slot(self.env))
         self.counters = Counters()
         self.round = 0
         #: Repetition of the current round's phase (a setup attempt, set by the protocol's run loop):
@@ -290,8 +311,8 @@ class Simulation:
         self.phase = 0
         # availability of each device, drawn once per round (round 0: the setup phase); -1 = not drawn
         self._available: dict[tuple[int, int], np.ndarray] = {}
-        # _node_entry: (node ids) -> (STAMP.value when made, the nodes, their table or None, their resources)
-        self._tables: dict[tuple[int, ...], tuple[int, list[Node], np.ndarray | None, list[Any]]] = {}
+        # _node_entry: (node ids) -> (STAMP.value when made, the nodes, their table or None, their resources, slots)
+        self._tables: dict[tuple[int, ...], tuple[int, list[Node], np.ndarray | None, list[Any], bool]] = {}
 
     # -- helpers ------------------------------------------------------------------------
     @property
@@ -327,12 +348,23 @@ class Simulation:
         """
         return self._node_entry(nodes)[2]
 
-    def idle(self, nodes: Sequence[Node]) -> bool:
-        """Whether every processor and link of ``nodes`` (devices) is free: no holder, nobody queued."""
-        return not any(r.users or r.queue for r in self._node_entry(nodes)[3])
+    def idle(self, nodes: Sequence[Node], *, settled: bool = False) -> bool:
+        """Whether every processor and link of ``nodes`` is free: no holder, nobody queued.
 
-    def _node_entry(self, nodes: Sequence[Node]) -> tuple[int, list[Node], np.ndarray | None, list[Any]]:
-        """``(STAMP.value, nodes, node_table, [cpu, downlink, uplink resources of each node])``, kept (node_table)."""
+        ``settled``: the caller knows that no release whose resource has a queue is pending
+        (:meth:`fednet.protocol.primitives.Primitives._alone`). A request waits only behind a holder, or at a
+        resource just released whose release event has yet to run; so then, when no :class:`Slot` of this
+        simulation is held (``env.held``) and the nodes' resources are all its slots, every one is free, and
+        none is looked at.
+        """
+        entry = self._node_entry(nodes)
+        if settled and entry[4] and self.env.held == 0:
+            return True
+        return not any(r.users or r.queue for r in entry[3])
+
+    def _node_entry(self, nodes: Sequence[Node]) -> tuple[int, list[Node], np.ndarray | None, list[Any], bool]:
+        """``(STAMP.value, nodes, node_table, [cpu, downlink, uplink resources of each node], all of them this
+        simulation's slots)``, kept as :meth:`node_table` says."""
         key = tuple(map(id, nodes))
         hit = self._tables.get(key)
         if hit is not None and hit[0] == STAMP.value:
@@ -355,7 +387,8 @@ class Simulation:
             table.flags.writeable = False
         if len(self._tables) >= 16:                      # a handful of node sets a run replays
             self._tables.pop(next(iter(self._tables)))
-        entry = self._tables[key] = (STAMP.value, list(nodes), table, resources)   # the nodes kept: ids stay theirs
+        slots = all(type(r) is Slot and r._env is self.env for r in resources)
+        entry = self._tables[key] = (STAMP.value, list(nodes), table, resources, slots)   # nodes kept: ids stay theirs
         return entry
 
     def take_counters(self) -> Counters:
