@@ -112,7 +112,7 @@ def test_pcg_choice_equals_numpy(compiled: bool) -> None:
         keys = [(1, int(i), 2964470305, int(e)) for i, e in zip(rng.integers(0, 5000, 25), rng.integers(0, 9999, 25))]
         keys[0] = (1, 0, 7, 0)
         ent = np.array([pcg.key_words(seed, k) for k in keys], dtype=np.uint32)
-        words = pcg.seed_states(ent)
+        words = pcg.seed_states(ent, compiled=compiled)
         assert (words == np.array([np.random.SeedSequence(seed, spawn_key=k).generate_state(4, np.uint64)
                                    for k in keys])).all()
         gen = pcg.PCG64Batch(words)
@@ -124,6 +124,19 @@ def test_pcg_choice_equals_numpy(compiled: bool) -> None:
             want = np.array([np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=k)))
                              .choice(n, size=b, replace=False) for k in keys])
             assert got.dtype == np.int64 and (got == want).all(), (n, b)
+
+
+@pytest.mark.parametrize("compiled", [True, False] if pcg.COMPILED else [False])
+def test_pcg_seed_states_equal_numpy(compiled: bool) -> None:
+    """SeedSequence's words for keys of 1 to 9 entropy words (pool of 4: padded, and mixed in past it), big seeds."""
+    rng = np.random.default_rng(11)
+    for seed in (0, 1, 2**32 - 1, 2**32, 2**64 + 3, 2**150 + 2**90 + 17):
+        for n_key in range(0, 6):
+            keys = [tuple(int(v) for v in rng.integers(0, 2**32, n_key)) for _ in range(40)]
+            keys[0] = (0,) * n_key
+            ent = np.array([pcg.key_words(seed, k) for k in keys], dtype=np.uint32)
+            want = np.array([np.random.SeedSequence(seed, spawn_key=k).generate_state(4, np.uint64) for k in keys])
+            assert (pcg.seed_states(ent, compiled=compiled) == want).all(), (seed, n_key)
 
 
 def test_lemire_rejections_equal_numpy() -> None:

@@ -62,7 +62,7 @@ def key_words(seed: int, spawn_key: tuple[int, ...]) -> list[int]:
     return run + spawn
 
 
-def seed_states(entropy: np.ndarray) -> np.ndarray:
+def seed_states(entropy: np.ndarray, *, compiled: bool | None = None) -> np.ndarray:
     """``SeedSequence(...).generate_state(4, np.uint64)`` of many keys whose assembled entropy is ``entropy``.
 
     Parameters
@@ -70,6 +70,8 @@ def seed_states(entropy: np.ndarray) -> np.ndarray:
     entropy : ndarray of uint32, (K, L)
         Row ``k``: the assembled entropy words of key ``k`` (:func:`key_words`); all keys of one call
         have the same number ``L`` of words.
+    compiled : bool, optional
+        Use the compiled loop (default :data:`COMPILED`; the same words) or NumPy arrays.
 
     Returns
     -------
@@ -78,6 +80,10 @@ def seed_states(entropy: np.ndarray) -> np.ndarray:
     """
     ent = np.asarray(entropy, dtype=np.uint32).astype(np.uint64)     # 32-bit values held in uint64
     K, L = ent.shape
+    if COMPILED if compiled is None else compiled:
+        out = np.empty((K, 4), dtype=np.uint64)
+        _nb_seed_states(ent, out)
+        return out
     same = ~(ent != ent[:1]).any(axis=0)
     # a column equal for every key is mixed once (a (1,) array): NumPy broadcasts it where keys differ
     cols = [ent[:1, i] if same[i] else ent[:, i] for i in range(L)]
@@ -260,6 +266,54 @@ if _numba is not None:
         hl = a_hi * b_lo
         mid = (ll >> s32) + (lh & m32) + (hl & m32)
         return a_hi * b_hi + (lh >> s32) + (hl >> s32) + (mid >> s32), (ll & m32) | (mid << s32)
+
+    @_numba.njit(cache=True)
+    def _nb_seed_states(ent, out):  # pragma: no cover - compiled
+        # seed_states key by key: NumPy's SeedSequence mix_entropy and generate_state(4, uint64), uint32 words
+        # held in uint64 (every product and difference reduced mod 2^32; constants typed uint64 throughout)
+        m32 = np.uint64(0xFFFFFFFF)
+        s16 = np.uint64(16)
+        s32 = np.uint64(32)
+        mult_a = np.uint64(0x931E8875)
+        mult_b = np.uint64(0x58F38DED)
+        mix_l = np.uint64(0xCA01F9DD)
+        mix_r = np.uint64(0x4973F715)
+        n_keys, n_words = ent.shape
+        pool = np.empty(4, dtype=np.uint64)
+        state = np.empty(8, dtype=np.uint64)
+        for k in range(n_keys):
+            hc = np.uint64(0x43B0D7E5)
+            for i in range(4):                         # hashmix of the first words (0 past the entropy)
+                v = ent[k, i] if i < n_words else np.uint64(0)
+                v = v ^ hc
+                hc = (hc * mult_a) & m32
+                v = (v * hc) & m32
+                pool[i] = v ^ (v >> s16)
+            for i_src in range(4):
+                for i_dst in range(4):
+                    if i_src != i_dst:
+                        v = pool[i_src] ^ hc
+                        hc = (hc * mult_a) & m32
+                        v = (v * hc) & m32
+                        v = v ^ (v >> s16)
+                        r = (pool[i_dst] * mix_l - v * mix_r) & m32
+                        pool[i_dst] = r ^ (r >> s16)
+            for i_src in range(4, n_words):
+                for i_dst in range(4):
+                    v = ent[k, i_src] ^ hc
+                    hc = (hc * mult_a) & m32
+                    v = (v * hc) & m32
+                    v = v ^ (v >> s16)
+                    r = (pool[i_dst] * mix_l - v * mix_r) & m32
+                    pool[i_dst] = r ^ (r >> s16)
+            hb = np.uint64(0x8B51F9DD)
+            for i_dst in range(8):
+                v = pool[i_dst % 4] ^ hb
+                hb = (hb * mult_b) & m32
+                v = (v * hb) & m32
+                state[i_dst] = v ^ (v >> s16)
+            for w in range(4):                         # little-endian pairs of 32-bit words
+                out[k, w] = state[2 * w] | (state[2 * w + 1] << s32)
 
     @_numba.njit(cache=True)
     def _nb_choice(words, n, size, out):  # pragma: no cover - compiled
