@@ -306,7 +306,9 @@ class LightSecAgg(Protocol):
         """Online phase of user ``dev`` on the model it downloaded (eq. 3 estimate, quantised, masked).
 
         Timing mode charges the MACs the kernels meter at these shapes, measured once per shape key
-        (``2 b_i d c + d c``), without describing every argument each call."""
+        (``2 b_i d c + d c``), without describing every argument each call; its stand-in value is the user's
+        index, and the quantised gradient is computed only if the round sums it (:meth:`_host_gradient`, from
+        :meth:`_unmask`): a user the server drops costs the host nothing."""
         i, cfg, U, d, c = dev.index, self.config, self.U, self.task.d, self.task.c
         X, Y, rows = self.task.X[i], self.task.Y[i], self._rows(dev, self.epoch)
         return self.mode.run(masked_gradient, X, Y, dev.state.received, rows, dev.state.mask,
@@ -315,7 +317,7 @@ class LightSecAgg(Protocol):
                                                           np.arange(len(rows)), np.zeros(d * c, np.int64),
                                                           cfg.quant_bits, cfg.p, U),
                              key=("lsa-masked", X.shape, Y.shape, len(rows), d, c, cfg.quant_bits, cfg.p, U),
-                             like=Shape((d * c,), np.int64), stand_in=lambda: self._host_gradients()[i])
+                             like=Shape((d * c,), np.int64), stand_in=lambda: i)      # computed if summed
 
     def _aggregate_masks(self, dev: Node, U1: np.ndarray, masks: Mailbox, L: int):
         """Survivor ``dev``: the sum of the encoded masks of U1 (indices, ascending) addressed to it (``(|U1| - 1) L`` MACs).
@@ -334,7 +336,7 @@ class LightSecAgg(Protocol):
             macs=lambda: unmask_aggregate([np.zeros(d * c, np.int64)] * n_survivors, np.zeros((U, L), np.int64),
                                           self.alphas[:U], self.betas, U, T, (d, c), 0, 2**31 - 1),
             key=("lsa-decode", U, T, L, n_survivors, d * c), like=Shape((d, c), np.float64),
-            stand_in=lambda: _sum_in_order([m.value for m in masked]))
+            stand_in=lambda: _sum_in_order([self._host_gradient(m.value) for m in masked]))
 
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
@@ -353,39 +355,42 @@ class LightSecAgg(Protocol):
             rows = self._rows_cache[key]
         return rows
 
-    def _host_gradients(self) -> dict[int, np.ndarray]:
-        """Timing mode's stand-ins: this round's quantised minibatch gradient of every available user (not
-        charged: each user is charged its own kernels' MACs when it computes).
+    def _host_gradient(self, i: int) -> np.ndarray:
+        """Timing mode's stand-in of user ``i``'s masked upload this round: its quantised minibatch gradient, computed
+        when the aggregate needs it (not charged: the user is charged its own kernels' MACs when it computes).
 
-        One ``X_b^T (X_b Theta - Y_b)`` per user, the same BLAS products (and floats) as a stacked
-        ``np.matmul`` over users of the same shapes would give, without copying every minibatch twice;
-        the capacity check of :func:`~fednet.algebra.quantize.quantize` runs once over all users (and
-        per user, in order, only to name the first that fails).  Each user's steps run in place on its
-        own result (the same float operations as ``rint((X_b^T (X_b Theta - Y_b)) s 2**b) / 2**b``,
-        without four temporaries of ``d c`` elements).
+        ``X_b^T (X_b Theta - Y_b)`` at the model the users download, with the same BLAS products and floats as
+        :func:`masked_gradient` before its mask; each step in place on the user's own result (the same float
+        operations as ``rint((X_b^T (X_b Theta - Y_b)) s 2**b) / 2**b``, without four temporaries of ``d c``
+        elements). Only the survivors' gradients are summed, so only theirs are computed and checked against the
+        field's capacity (:func:`~fednet.algebra.quantize.quantize` with ``U`` summands); full mode, where every
+        user that trains quantises its own upload, also checks the users the server drops.
+
+        Raises
+        ------
+        fednet.errors.CapacityError
+            If the quantised gradient exceeds what ``U`` summands may hold in GF(p) (named by quantize).
         """
-        if self._host_batch[0] != self.epoch:
-            b, epoch, scale = self.config.quant_bits, self.epoch, 2.0**self.config.quant_bits
+        epoch, cache = self._host_batch
+        if epoch != self.epoch:
             theta = self.theta.astype(np.float32).astype(np.float64)     # the model the devices download
-            out: dict[int, np.ndarray] = {}
-            top = np.float64(0.0)
-            for dev in self.devices:
-                if not self.available(dev):
-                    continue
-                i = dev.index
-                X, rows = self.task.X[i], self._rows(dev, epoch)
-                Xb = X[rows]
-                r = Xb @ theta                                  # each in-place step is the operation it replaces
-                r -= self.task.Y[i][rows]
-                g = Xb.T @ r
-                g *= X.shape[0] / dev.state.batch
-                g *= scale
-                np.rint(g, out=g)
-                top = np.maximum(top, np.maximum(g.max(), -g.min()))    # max |v|; nan propagates: caught below
-                g /= scale
-                out[i] = g
-            if out and not (np.isfinite(top) and int(top) * self.U <= (self.config.p - 1) // 2):
-                for g in out.values():                        # the first user that fails names the problem
-                    quantize(g, b, self.config.p, n_summands=self.U)
-            self._host_batch = (self.epoch, out)
-        return self._host_batch[1]
+            self._host_batch = (self.epoch, {None: theta})
+            epoch, cache = self._host_batch
+        g = cache.get(i)
+        if g is None:
+            cfg, dev = self.config, self.devices[i]
+            scale = 2.0**cfg.quant_bits
+            X, rows = self.task.X[i], self._rows(dev, epoch)
+            Xb = X[rows]
+            r = Xb @ cache[None]                            # each in-place step is the operation it replaces
+            r -= self.task.Y[i][rows]
+            g = Xb.T @ r
+            g *= X.shape[0] / dev.state.batch
+            g *= scale
+            np.rint(g, out=g)
+            top = np.maximum(g.max(), -g.min())             # max |v|; nan propagates: caught below
+            g /= scale
+            if not (np.isfinite(top) and int(top) * self.U <= (cfg.p - 1) // 2):
+                quantize(g, cfg.quant_bits, cfg.p, n_summands=self.U)     # names the problem
+            cache[i] = g
+        return g

@@ -132,6 +132,18 @@ def test_lightsecagg_validates_its_prime_like_the_others():
         LightSecAgg(make_sim(D=5), task, dict(z=1, U=4, p=65537, quant_bits=16))
 
 
+@pytest.mark.parametrize("mode", ["full", "timing"])
+def test_lightsecagg_gradients_beyond_the_field_raise(mode):
+    """Gradients too large for U summands of GF(p) at 2^16 units: both modes stop with the capacity error (timing
+    mode checks the survivors' gradients, the ones the aggregate sums, when it sums them)."""
+    task = make_task(D=5, n=10, d=4, c=2)
+    for X in task.X:
+        X *= 1.0e4                                        # |G| up to ~5e4, ~3e9 units of 2^-16: beyond 2^31 / U
+    proto = LightSecAgg(make_sim(D=5, seed=2), task, dict(z=1, U=4, mode=mode))
+    with pytest.raises(CapacityError, match="sums of 4 quantised values"):
+        proto.run(2)
+
+
 @pytest.mark.parametrize("bits", [62, 63, 64, 65, 101])
 def test_lightsecagg_runs_exactly_for_every_prime_size(bits):
     """Masks cancel and quantised sums are exact: the trace is that of the 32-bit prime."""
