@@ -42,8 +42,9 @@ data each round and lengthens the pieces, ``L = dc / (U - T)``).  ``U`` defaults
 What each party sees (and why the server learns only the aggregate): :mod:`fednet.codes.lightsecagg`.
 
 Modes (:mod:`fednet.protocol.modes`, one code path): ``full`` runs the finite-field math above every
-round; ``timing`` computes the same quantised gradients on the host (so the same survivor sets and
-trajectory) but skips the masks, charging the MACs the real kernels meter at the real shapes.  Traffic
+round; ``timing`` computes the same quantised gradients on the host, those of the survivors the aggregate sums
+(so the same survivor sets and trajectory), but skips the masks, charging the MACs the real kernels meter at the
+real shapes (every user that trains is charged its own).  Traffic
 is identical.  The mask math is in :mod:`fednet.codes.lightsecagg`.  A timing-mode round on the default
 schedule (bundled relay overlapping training, every user available, views not recorded) is replayed
 without a SimPy process per user (:mod:`fednet.protocols.lightsecagg_replay`: the same times, draws and
