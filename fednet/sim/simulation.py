@@ -46,7 +46,7 @@ from .network import Link, Message, transmission_time
 from .rng import Streams
 from .stamp import STAMP, Stamped
 
-__all__ = ["Node", "Simulation", "Counters", "Environment"]
+__all__ = ["Node", "Simulation", "Counters", "Environment", "Slot"]
 
 #: Link parameters a device's node may carry instead of its edge to the server.
 _LINK_KEYS = ("uplink_bps", "downlink_bps", "loss", "uplink_loss", "downlink_loss")
