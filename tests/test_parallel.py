@@ -193,3 +193,24 @@ def test_scheduler_address_runs_on_an_existing_cluster(client, tmp_path: Path) -
     assert (tmp_path / "out" / "summary.json").read_text() == dumps_strict(serial.summary)
     assert remote.timing["parallel"]["scheduler"] == client.scheduler.address
     assert len(client.scheduler_info()["workers"]) == 2  # the cluster outlives the run
+
+
+@pytest.mark.parametrize("feature_seed", ["per_seed", "fixed"])
+def test_submission_order_starts_the_long_runs_first(feature_seed: str) -> None:
+    """Within a data draw, runs that compute their own trajectory are submitted before those that replay the cached
+    full-batch one; otherwise the serial order, and every pair exactly once."""
+    from fednet.study.parallel import _submission_order
+    sets = ['data.dataset="digits"', "data.n_components=40", "seeds=[0,1,2]"]
+    if feature_seed == "fixed":
+        sets.append("data.feature_seed=0")
+    study = load_study("studies/fig7_mnist.toml", sets=sets, only_runs=[
+        "CodedSecAgg z=1 N=2 relay_asap fednet", "CodedPaddedFL N=8 alpha=12 relay_asap paper",
+        "LightSecAgg z=1 U=96", "LightSecAgg z=12 U=120"], max_epochs=3)
+    order = [(i, s) for s in study.seeds for i in range(4)] if feature_seed == "per_seed" else \
+        [(i, s) for i in range(4) for s in study.seeds]
+    got = _submission_order(study, order)
+    assert sorted(got) == sorted(order)
+    if feature_seed == "per_seed":                       # one block per seed: LightSecAgg (runs 2, 3) first in each
+        assert got == [(i, s) for s in study.seeds for i in (2, 3, 0, 1)]
+    else:                                                # one block: every LightSecAgg pair first
+        assert got == [(i, s) for i in (2, 3, 0, 1) for s in study.seeds]

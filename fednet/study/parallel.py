@@ -9,6 +9,8 @@ device count, the training spec and the feature seed), so a worker that runs sev
 same draw pays for the random-Fourier embedding once. The client gathers the traces into the same
 dictionaries, in the same order, as the serial runner, so ``trace.csv`` and ``summary.json`` are
 byte-identical to a serial run at the same seeds (``timing.json`` holds host seconds and differs).
+Within a data draw the runs that compute their own trajectory are submitted first
+(:func:`_submission_order`): the long tasks start early and the sweep ends on short ones.
 
 Threads: every worker runs one task at a time with one BLAS/OpenMP thread (:func:`limit_threads`,
 through ``threadpoolctl``; a :class:`BlasLimits` worker plugin sets it at worker start-up, and
@@ -325,6 +327,33 @@ def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_t
     return client
 
 
+def _submission_order(study: Study, order: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The (run, seed) pairs in the order they are submitted (Dask starts equal-priority tasks first in, first out).
+
+    Within each data draw (the serial order's blocks: a worker then holds few draws' features at once), the runs
+    that compute their own learning trajectory come before those whose timing mode replays the task's cached
+    full-batch one (:attr:`fednet.protocol.base.Protocol.exact_trajectory`: seconds a run, where the others take
+    minutes), so that a sweep does not end on one long run while the other workers idle (fig7_mnist's
+    LightSecAgg runs are last in its file). Otherwise the serial order; the outputs keep the serial order whatever
+    the submission order.
+    """
+    from fednet.protocol import registry
+
+    def replays(run: Any) -> bool:
+        try:
+            cls = registry.get(run.protocol)
+        except Exception:                          # an unknown protocol fails in its task, with its own message
+            return False
+        return bool(getattr(cls, "exact_trajectory", False)) and run.params.get("mode") == "timing"
+
+    cheap = [replays(run) for run in study.runs]
+    draw = {seed: study.data.feature_seed_for(seed) for seed in study.seeds}
+    block: dict[int, int] = {}
+    for _, seed in order:
+        block.setdefault(draw[seed], len(block))
+    return sorted(order, key=lambda pair: (block[draw[pair[1]]], cheap[pair[0]]))
+
+
 def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str | None = None, client: Any = None,
                       data_dir: str | os.PathLike | None = None, progress: bool = True,
                       blas_threads: int | None = 1, finished: Mapping[tuple[int, int], dict[str, Any]] | None = None,
@@ -427,7 +456,7 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                     _refresh()
 
         futures = {}
-        for i, seed in order:
+        for i, seed in _submission_order(study, order):
             if (i, seed) in finished:
                 continue
             running[f"{i}:{seed}"] = 0
