@@ -167,15 +167,44 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
     return out, macs
 
 
-def sum_gradients(gradients: Sequence[np.ndarray] | np.ndarray) -> np.ndarray:
+try:  # a compiled loop for the sum of a stack's rows in a given order (numba ships with galois)
+    import numba as _numba
+except ImportError:  # pragma: no cover
+    _numba = None
+
+if _numba is not None:
+    @_numba.njit(cache=True)
+    def _nb_rows_sum(flat, rows, out):  # pragma: no cover - compiled
+        # out[j] = ((0 + flat[rows[0], j]) + flat[rows[1], j]) + ...: NumPy's add.reduce over axis 0 (initial 0),
+        # one row after the other (adds only: nothing to contract or reassociate)
+        for r in rows:
+            for j in range(out.shape[0]):
+                out[j] += flat[r, j]
+else:  # pragma: no cover
+    _nb_rows_sum = None
+
+
+def sum_gradients(gradients: Sequence[np.ndarray] | np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
     """``G = sum_i G_i`` (eq. 3), one metered axpy per gradient (``d c`` MACs each), in the given order.
 
-    ``gradients``: a sequence of (d, c) arrays, or their stack (K, d, c).
+    ``gradients``: a sequence of (d, c) arrays, or their stack (K, d, c); with ``rows`` (ints), the stack's rows
+    ``gradients[rows[0]], gradients[rows[1]], ...`` in that order (the same sum as ``sum_gradients(gradients[rows])``,
+    without copying the stack: :attr:`fednet.protocol.primitives.GatherResult.stack_rows`).
 
     Same-shaped float64 gradients of two or more elements are added as one reduction over the stack
     (NumPy adds along the first axis one row after the other, from 0: the same sums as the loop of
-    axpys, bit for bit; ``tests/test_batched.py``).
+    axpys, bit for bit; ``tests/test_batched.py``), a stack's rows in a given order by a compiled loop of the
+    same additions.
     """
+    if rows is not None:
+        stack, rows = np.asarray(gradients), np.asarray(rows, dtype=np.intp)
+        if (_nb_rows_sum is not None and stack.dtype == np.float64 and stack.ndim >= 2 and stack[0].size >= 2
+                and len(rows) and stack.flags.c_contiguous):
+            charge(len(rows) * stack[0].size)
+            out = np.zeros(stack[0].size)
+            _nb_rows_sum(stack.reshape(len(stack), -1), rows, out)
+            return out.reshape(stack.shape[1:])
+        gradients = stack[rows]
     if isinstance(gradients, np.ndarray) and gradients.dtype == np.float64 and gradients[0].size >= 2:
         charge(len(gradients) * gradients[0].size)          # a stack (rows in order): no copy to make
         return np.add.reduce(gradients.reshape(len(gradients), -1), axis=0, initial=0.0).reshape(gradients.shape[1:])
@@ -246,8 +275,10 @@ class ConventionalFL(Protocol):
         replies = yield from self.gather(self.devices, self.local_gradient, kind="gradient",
                                          first=self.sim.n_devices - self.config.drop_slowest,
                                          download=self.theta.astype(np.float32), batch=self.local_gradients)
-        G = yield from self.server_compute(sum_gradients, replies.values if replies.stacked is None
-                                           else replies.stacked)                            # eq. (3)
+        if replies.stack_rows is not None:                  # the batch's stack and the arrivals' rows in it
+            G = yield from self.server_compute(sum_gradients, *replies.stack_rows)          # eq. (3)
+        else:
+            G = yield from self.server_compute(sum_gradients, replies.values)
         self.used = [dev.index for dev, _ in replies.results]
         m_used = self.task.m if len(self.used) == len(self.task.X) else sum(self.task.X[i].shape[0] for i in self.used)
         self.mode.update(self, G, m_used)                                                 # eqs. (4)-(5)

@@ -205,6 +205,20 @@ def test_batched_gradient_and_sum_equal_per_device() -> None:
         with MacMeter() as m:
             got = sum_gradients(gs)
         assert got.tobytes() == total.tobytes() and m.macs == len(gs) * gs[0].size
+    stack = np.stack(grads)                              # a stack's rows in a given order (GatherResult.stack_rows)
+    stack[3] = -0.0
+    stack[5, 2, 1] = np.inf
+    for rows in (rng.permutation(40), rng.permutation(40)[:17], np.array([3, 3, 0]), np.array([7])):
+        total = np.zeros_like(stack[0])
+        for r in rows:
+            total = axpy(1.0, stack[r], total)
+        with MacMeter() as m:
+            got = sum_gradients(stack, rows)
+        assert got.tobytes() == total.tobytes() == sum_gradients(stack[rows]).tobytes()
+        assert m.macs == len(rows) * stack[0].size
+    big = rng.normal(size=(300, 50, 10)) * np.exp(rng.normal(size=(300, 1, 1)) * 8)   # magnitudes 1e-10 .. 1e10
+    rows = rng.permutation(300)[:280]
+    assert sum_gradients(big, rows).tobytes() == sum_gradients(big[rows]).tobytes()
 
 
 def test_available_many_and_peeked_draws() -> None:

@@ -212,7 +212,11 @@ class GatherResult:
         until :meth:`Primitives.cancel`; later results are not collected).
     stacked : ndarray or None
         When a batch produced the values as one array: :attr:`values` as one array, rows in order
-        of arrival (the same numbers; saves the server stacking them again).
+        of arrival (the same numbers; saves the server stacking them again). Made on first use from
+        :attr:`stack_rows`.
+    stack_rows : (ndarray, ndarray of int) or None
+        The batch's array (rows in the nodes' order) and the rows of :attr:`values` in it, in order of
+        arrival: :attr:`stacked` without the copy (``stack[rows]``), for a server that reads the rows in order.
     """
 
     results: list[tuple[Node, Any]] = field(default_factory=list)
@@ -221,7 +225,16 @@ class GatherResult:
     missed_deadline: list[Node] = field(default_factory=list)
     surplus: list[tuple[Node, Any]] = field(default_factory=list)
     pending: list[tuple[Node, Any]] = field(default_factory=list)
-    stacked: Any = None
+    stack_rows: tuple[np.ndarray, np.ndarray] | None = None
+    _stacked: Any = field(default=None, init=False, repr=False)
+
+    @property
+    def stacked(self) -> Any:
+        """The kept values as one array in order of arrival, or None (class docstring)."""
+        if self._stacked is None and self.stack_rows is not None:
+            stack, rows = self.stack_rows
+            self._stacked = stack[rows]
+        return self._stacked
 
     @property
     def nodes(self) -> list[Node]:
@@ -2163,7 +2176,7 @@ class Primitives:
                 sim.deliver(msg, end)
         result.results = [(nodes[p], values[p]) for p in arrived_l]
         if isinstance(values, np.ndarray):
-            result.stacked = values[arrived]
+            result.stack_rows = (values, arrived)           # GatherResult.stacked copies it on first use
         got = np.zeros(n, dtype=bool)
         got[arrived] = True
         result.cancelled = [nodes[p] for p in np.flatnonzero(~got).tolist()]
