@@ -32,7 +32,8 @@ import numpy as np
 import fednet.protocol.primitives as primitives
 from fednet.algebra.meter import MacMeter
 from fednet.protocol.modes import Timing
-from fednet.protocol.primitives import Mailbox, Primitives, _draws_plain, compute_seconds, payload_size
+from fednet.protocol.primitives import Mailbox, Primitives, _draws_plain, payload_size
+from fednet.sim.compute import compute_seconds
 from fednet.sim.network import transmission_times
 
 __all__ = ["ROUND_REPLAY", "replay_round"]
@@ -85,7 +86,7 @@ class _Draws:
 
 
 def _seconds(work: Any, rate: np.ndarray, frac: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`~fednet.protocol.primitives.compute_seconds` with every node's next uniform ``u`` already looked at."""
+    """:func:`~fednet.sim.compute.compute_seconds` with every node's next uniform ``u`` already looked at."""
     return compute_seconds(np.asarray(work, dtype=float), rate, frac, lambda at: u[at])
 
 

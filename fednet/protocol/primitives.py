@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import math
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -55,7 +54,7 @@ from simpy.resources.resource import Release
 from fednet.errors import DecodeFailure
 from fednet.algebra.meter import MacMeter, charge
 from fednet.protocol.modes import Shape
-from fednet.sim.compute import AlwaysAvailable
+from fednet.sim.compute import AlwaysAvailable, compute_seconds
 from fednet.sim.network import Message, transmission_times
 from fednet.sim.rng import Streams
 from fednet.sim.simulation import Node, Simulation
@@ -673,40 +672,6 @@ def _event_at(env: simpy.Environment, t: float) -> simpy.Event:
     event._ok, event._value = True, None
     heapq.heappush(env._queue, (t, NORMAL, next(env._eid), event))
     return event
-
-def compute_seconds(work: np.ndarray, rate: np.ndarray, frac: np.ndarray,
-                    uniforms: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """Compute times of many nodes at once, the floats of their compute models' ``duration``.
-
-    Parameters
-    ----------
-    work : ndarray of float, (n,)
-        MACs of each node's step (exact below 2^53, as Python's ``int / float`` converts them).
-    rate : ndarray of float, (n,)
-        Each node's MAC rate (MAC/s).
-    frac : ndarray of float, (n,)
-        The ``setup_fraction`` of a :class:`~fednet.sim.compute.ShiftedExponential`, -1 for
-        :class:`~fednet.sim.compute.Deterministic`.
-    uniforms : callable(mask) -> ndarray
-        The keyed uniforms of the nodes where ``mask`` holds (those that draw), looked at, not consumed.
-
-    Returns
-    -------
-    seconds : ndarray of float, (n,)
-        Simulated seconds: ``rho / tau`` plus ``setup_fraction * rho / tau * Exp(1)`` (``-log1p(-U)``, as
-        :meth:`fednet.sim.rng.Streams.standard_exponential`); 0 for no MACs.
-    draws : ndarray of bool, (n,)
-        Where a keyed draw is taken (a shifted exponential with MACs to run).
-    """
-    base = work / rate
-    seconds = base.copy()
-    draws = (frac >= 0) & (work != 0)
-    if draws.any():
-        expo = np.array([-math.log1p(-u) for u in uniforms(draws).tolist()])
-        b = base[draws]
-        seconds[draws] = b + frac[draws] * b * expo
-    seconds[work == 0] = 0.0
-    return seconds, draws
 
 
 def _fifo_links(arrive: np.ndarray, seconds: np.ndarray, first: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -38,36 +38,16 @@ path, bit for bit (trace, keyed-draw counters, counters): ``tests/test_tree_repl
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from fednet.algebra.meter import MacMeter
-from fednet.sim.compute import Deterministic, ShiftedExponential
+from fednet.sim.compute import compute_seconds
 from fednet.sim.network import Message, transmission_times
 
 __all__ = ["replay_tree"]
-
-
-def _durations(model_frac: np.ndarray, macs: np.ndarray, rates: np.ndarray,
-               u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Computations' seconds and whether each took its keyed draw, as the models' ``duration`` gives them one by one.
-
-    ``model_frac``: a node's :class:`ShiftedExponential` ``setup_fraction``, or -1 for :class:`Deterministic`;
-    ``macs`` (ints, exact below 2**53), ``rates`` (MAC/s) and the looked-at uniforms ``u``, one per node. The same
-    float operations: ``macs / rate``, then ``base + frac * base * (-log1p(-u))`` (Python's ``math.log1p``).
-    """
-    base = macs.astype(float) / rates
-    drew = (model_frac >= 0) & (macs != 0)
-    secs = base.copy()
-    if drew.any():
-        expo = np.array([-math.log1p(-x) for x in u[drew].tolist()])
-        b = base[drew]
-        secs[drew] = b + model_frac[drew] * b * expo
-    secs[(model_frac >= 0) & (macs == 0)] = 0.0
-    return secs, drew
 
 
 def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | None],
@@ -117,14 +97,10 @@ def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, 
     if n_elements is None:
         return None
     nodes = [devs[v] for v in taking_part]
-    frac = np.empty(len(nodes))                               # setup_fraction, or -1 for Deterministic
-    for p, node in enumerate(nodes):
-        if type(node.compute_model) is ShiftedExponential:
-            frac[p] = node.compute_model.setup_fraction
-        elif type(node.compute_model) is Deterministic:
-            frac[p] = -1.0
-        else:
-            return None
+    table = sim.node_table(nodes)                             # rates, losses, MAC rates, setup fractions (-1: none)
+    if table is None:
+        return None                                           # a compute model the vector form does not know
+    down_rate, down_loss, up_rate, up_loss, mac_rate, frac = table[:, 1:].T
     now0 = sim.env.now
     n = len(taking_part)
     pos = {v: p for p, v in enumerate(taking_part)}
@@ -145,9 +121,6 @@ def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, 
     U_down = [streams.uniforms(idx, "downlink", rnd, advance=False, ahead=a) for a in range(first_child + max_k)]
     U_comp = np.stack([streams.uniforms(idx, "compute", rnd, advance=False, ahead=a) for a in range(1 + max_k)])
     u_up = streams.uniforms(idx, "uplink", rnd, advance=False)
-    down_rate, down_loss = np.array([d.downlink.rate_bps for d in nodes]), np.array([d.downlink.loss for d in nodes])
-    up_rate, up_loss = np.array([d.uplink.rate_bps for d in nodes]), np.array([d.uplink.loss for d in nodes])
-    mac_rate = np.array([d.mac_rate for d in nodes], dtype=float)
     msg_bits = Message(0, 1, kind, None, int(n_elements), element_bits or prims.element_bits).bits   # every one
     overhead, packet_bits = sim.overhead, sim.packet_bits
     own_macs = np.asarray(node_macs, dtype=np.int64)
@@ -162,7 +135,7 @@ def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, 
         times.append(t1)
     else:
         down_bits, down_extra, t1 = 0, np.zeros(n, dtype=np.int64), np.full(n, now0)
-    own_secs, own_drew = _durations(frac, own_macs, mac_rate, U_comp[0])
+    own_secs, own_drew = compute_seconds(own_macs.astype(float), mac_rate, frac, lambda at: U_comp[0][at])
     t_own = np.where(own_secs > 0, t1 + own_secs, t1)
     times.append(t_own)
     n_drawn = own_drew.astype(np.intp)                        # compute draws taken so far, per node
@@ -221,7 +194,8 @@ def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, 
                         got.append(add(acc[p], acc[q]))
                     macs.append(meter.macs)
             macs = np.asarray(macs, dtype=np.int64)
-            secs, drew = _durations(frac[Lc], macs, mac_rate[Lc], U_comp[n_drawn[Lc], Lc])
+            u_c = U_comp[n_drawn[Lc], Lc]
+            secs, drew = compute_seconds(macs.astype(float), mac_rate[Lc], frac[Lc], lambda at: u_c[at])
             end = np.where(secs > 0, start + secs, start)
             for p, value in zip(Lc.tolist(), got):
                 acc[p] = value

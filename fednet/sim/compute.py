@@ -15,6 +15,8 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
+
 from fednet.errors import ConfigError
 
 from .stamp import Stamped
@@ -27,6 +29,7 @@ __all__ = [
     "Availability",
     "AlwaysAvailable",
     "BernoulliDropout",
+    "compute_seconds",
 ]
 
 #: ``draw()`` returns the next keyed standard exponential of (node, "compute", round).
@@ -149,3 +152,38 @@ class BernoulliDropout(Availability):
 
     def __repr__(self) -> str:
         return f"BernoulliDropout(p={self.p})"
+
+
+def compute_seconds(work: np.ndarray, rate: np.ndarray, frac: np.ndarray,
+                    uniforms: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Compute times of many nodes at once, the floats of their compute models' ``duration`` (the vector replays of
+    :mod:`fednet.protocol.primitives`, :mod:`fednet.protocol.tree_replay` and LightSecAgg's round).
+
+    Parameters
+    ----------
+    work : ndarray of float, (n,)
+        MACs of each node's step (exact below 2^53, as Python's ``int / float`` converts them).
+    rate : ndarray of float, (n,)
+        Each node's MAC rate (MAC/s).
+    frac : ndarray of float, (n,)
+        The ``setup_fraction`` of a :class:`ShiftedExponential`, -1 for :class:`Deterministic`.
+    uniforms : callable(mask) -> ndarray
+        The keyed uniforms of the nodes where ``mask`` holds (those that draw), looked at, not consumed.
+
+    Returns
+    -------
+    seconds : ndarray of float, (n,)
+        Simulated seconds: ``rho / tau`` plus ``setup_fraction * rho / tau * Exp(1)`` (``-log1p(-U)``, as
+        :meth:`fednet.sim.rng.Streams.standard_exponential`); 0 for no MACs.
+    draws : ndarray of bool, (n,)
+        Where a keyed draw is taken (a shifted exponential with MACs to run).
+    """
+    base = work / rate
+    seconds = base.copy()
+    draws = (frac >= 0) & (work != 0)
+    if draws.any():
+        expo = np.array([-math.log1p(-u) for u in uniforms(draws).tolist()])
+        b = base[draws]
+        seconds[draws] = b + frac[draws] * b * expo
+    seconds[work == 0] = 0.0
+    return seconds, draws
