@@ -217,7 +217,7 @@ class LightSecAgg(Protocol):
     def setup(self) -> Generator:
         """No data sharing: per-device minibatch sizes and the mask-code points."""
         self.alphas, self.betas = default_lsa_points(self.sim.n_devices, self.U)
-        self._host_batch: tuple[int, dict] = (-1, {})
+        self._host_batch: tuple[int, np.ndarray | None, dict[int, np.ndarray]] = (-1, None, {})
         self._rows_cache: dict[tuple[int, int], np.ndarray] = {}
         for dev in self.devices:
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * self.task.X[dev.index].shape[0])))
@@ -372,18 +372,16 @@ class LightSecAgg(Protocol):
         fednet.errors.CapacityError
             If the quantised gradient exceeds what ``U`` summands may hold in GF(p) (named by quantize).
         """
-        epoch, cache = self._host_batch
-        if epoch != self.epoch:
-            theta = self.theta.astype(np.float32).astype(np.float64)     # the model the devices download
-            self._host_batch = (self.epoch, {None: theta})
-            epoch, cache = self._host_batch
+        if self._host_batch[0] != self.epoch:               # the model the devices download, and no gradient yet
+            self._host_batch = (self.epoch, self.theta.astype(np.float32).astype(np.float64), {})
+        epoch, theta, cache = self._host_batch
         g = cache.get(i)
         if g is None:
             cfg, dev = self.config, self.devices[i]
             scale = 2.0**cfg.quant_bits
             X, rows = self.task.X[i], self._rows(dev, epoch)
             Xb = X[rows]
-            r = Xb @ cache[None]                            # each in-place step is the operation it replaces
+            r = Xb @ theta                                  # each in-place step is the operation it replaces
             r -= self.task.Y[i][rows]
             g = Xb.T @ r
             g *= X.shape[0] / dev.state.batch

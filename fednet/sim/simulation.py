@@ -369,20 +369,20 @@ class Simulation:
         hit = self._tables.get(key)
         if hit is not None and hit[0] == STAMP.value:
             return hit
-        rows, resources = [], []
-        table: np.ndarray | None = None
+        rows: list[tuple] | None = []                  # None once a node has no row (the server, another model)
+        resources: list[Any] = []
         for node in nodes:
-            resources.append(node.cpu)
-            resources += (link.resource for link in (node.downlink, node.uplink) if link is not None)
-        for node in nodes:
+            down, up = node.downlink, node.uplink
+            resources += (node.cpu, *(link.resource for link in (down, up) if link is not None))
             model = node.compute_model
             kind = type(model)
-            if node.role == "server" or (kind is not ShiftedExponential and kind is not Deterministic):
-                break
-            down, up = node.downlink, node.uplink
+            if rows is None or node.role == "server" or (kind is not ShiftedExponential and kind is not Deterministic):
+                rows = None
+                continue
             rows.append((node.index, down.rate_bps, down.loss, up.rate_bps, up.loss, node.mac_rate,
                          model.setup_fraction if kind is ShiftedExponential else -1.0))
-        else:
+        table: np.ndarray | None = None
+        if rows is not None:
             table = np.array(rows, dtype=float).reshape(len(rows), 7)
             table.flags.writeable = False
         if len(self._tables) >= 16:                      # a handful of node sets a run replays

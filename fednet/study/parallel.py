@@ -340,6 +340,7 @@ def _submission_order(study: Study, order: list[tuple[int, int]]) -> list[tuple[
     from fednet.protocol import registry
 
     def replays(run: Any) -> bool:
+        """Whether ``run`` (a RunSpec) is in timing mode of a protocol that replays the cached trajectory."""
         try:
             cls = registry.get(run.protocol)
         except Exception:                          # an unknown protocol fails in its task, with its own message
