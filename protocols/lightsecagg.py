@@ -48,7 +48,8 @@ real shapes (every user that trains is charged its own).  Traffic
 is identical.  The mask math is in :mod:`fednet.codes.lightsecagg`.  A timing-mode round on the default
 schedule (bundled relay overlapping training, every user available, views not recorded) is replayed
 without a SimPy process per user (:mod:`fednet.protocols.lightsecagg_replay`: the same times, draws and
-counts; ``ROUND_REPLAY = False`` there runs the processes).
+counts; ``ROUND_REPLAY = False`` there runs the processes).  Timing-mode runs with ``U = D`` on one task and seed
+share their models (:meth:`LightSecAgg.trajectory_group`): the first computes them, the others skip the gradients.
 """
 
 from __future__ import annotations
@@ -209,6 +210,18 @@ class LightSecAgg(Protocol):
                              f"average, fewer than U = {U} survivors each round needs; set U <= "
                              f"{max(config.z + 1, int(mean))} or lower dropout")
 
+    @classmethod
+    def trajectory_group(cls, config: LightSecAggConfig, n_devices: int) -> tuple | None:
+        """Timing mode with ``U = D``: every user survives every round, and the server's sum of their quantised
+        gradients is exact (integers times ``2**-b`` below ``p / 2``: the same float in any order), so the models
+        depend on the minibatches (the seed), ``quant_bits``, ``p`` (the capacity check) and
+        ``minibatch_fraction``, not on ``z``, the network or the arrival order. fig7's and fig8's ``U = D`` runs
+        of every ``z`` share one trajectory a seed (:meth:`Protocol.trajectory_group`). None otherwise: with
+        ``U < D`` the survivors are the fastest users."""
+        if config.mode != "timing" or config.U not in (None, n_devices):
+            return None
+        return (config.quant_bits, config.p, config.minibatch_fraction)
+
     @property
     def U(self) -> int:
         """The target number of survivors U (the configured value, or D)."""
@@ -337,7 +350,8 @@ class LightSecAgg(Protocol):
             macs=lambda: unmask_aggregate([np.zeros(d * c, np.int64)] * n_survivors, np.zeros((U, L), np.int64),
                                           self.alphas[:U], self.betas, U, T, (d, c), 0, 2**31 - 1),
             key=("lsa-decode", U, T, L, n_survivors, d * c), like=Shape((d, c), np.float64),
-            stand_in=lambda: _sum_in_order([self._host_gradient(m.value) for m in masked]))
+            stand_in=lambda: None if self.mode.follows(self) else _sum_in_order([self._host_gradient(m.value)
+                                                                                 for m in masked]))
 
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does

@@ -21,7 +21,8 @@ from fednet.study.config import load_study
 from fednet.study.runner import run_study
 
 RUNS = ["CodedSecAgg z=1 N=2 relay_asap fednet", "CodedSecAgg z=12 N=3 relay_steps paper",
-        "CodedPaddedFL N=8 alpha=12 relay_asap paper", "LightSecAgg z=1 U=96", "LightSecAgg z=12 U=120"]
+        "CodedPaddedFL N=8 alpha=12 relay_asap paper", "LightSecAgg z=1 U=120", "LightSecAgg z=1 U=96",
+        "LightSecAgg z=12 U=120"]
 
 
 def _study():

@@ -214,3 +214,25 @@ def test_submission_order_starts_the_long_runs_first(feature_seed: str) -> None:
         assert got == [(i, s) for s in study.seeds for i in (2, 3, 0, 1)]
     else:                                                # one block: every LightSecAgg pair first
         assert got == [(i, s) for i in (2, 3, 0, 1) for s in study.seeds]
+
+
+def test_runs_sharing_a_trajectory_are_one_task() -> None:
+    """LightSecAgg's U = D runs of one seed (every z) go to one worker as one task, in serial order, so that the
+    first computes the models the others follow; every other pair is a task of its own."""
+    from fednet.study.parallel import _task_units
+    study = load_study("studies/fig7_mnist.toml", sets=['data.dataset="digits"', "data.n_components=40",
+                                                        "seeds=[0,1]"], only_runs=[
+        "LightSecAgg z=1 U=120", "LightSecAgg z=1 U=96", "CodedSecAgg z=1 N=2 relay_asap fednet",
+        "LightSecAgg z=12 U=120", "LightSecAgg z=30 U=120"], max_epochs=3)
+    names = [r.name for r in study.runs]
+    full = [names.index(n) for n in ("LightSecAgg z=1 U=120", "LightSecAgg z=12 U=120", "LightSecAgg z=30 U=120")]
+    order = [(i, s) for s in study.seeds for i in range(len(names))]
+    units = _task_units(study, order)
+    assert sorted(p for u in units for p in u) == sorted(order)
+    for s in study.seeds:
+        assert [(i, s) for i in full] in units
+    assert all(len(u) == 1 for u in units if u[0][0] not in full)
+    absent = load_study("studies/fig7_mnist.toml", sets=['data.dataset="digits"', "data.n_components=40",
+                                                         "seeds=[0]", 'network.availability="dresfl_extreme"'],
+                        only_runs=["LightSecAgg z=1 U=120", "LightSecAgg z=12 U=120"], max_epochs=3)
+    assert _task_units(absent, [(0, 0), (1, 0)]) == [[(0, 0)], [(1, 0)]]     # devices may be absent: no sharing

@@ -131,7 +131,9 @@ class LearningTask:
 
         The task's data are treated as immutable: every run of a study shares one task, so what a
         protocol derives from the data alone (bounds for a capacity check, say) is computed once for
-        all its runs. Keys should name the function and every parameter it depends on.
+        all its runs; so is a learning trajectory several runs share (its key holds the seed:
+        :class:`fednet.protocol.modes.SharedTrajectory`). Keys should name the function and every
+        parameter it depends on.
 
         Parameters
         ----------

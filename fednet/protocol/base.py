@@ -46,7 +46,8 @@ protocol declares its reaction in :attr:`Protocol.setup_dropouts`:
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Generator, Sequence
+import hashlib
+from collections.abc import Callable, Generator, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -61,7 +62,7 @@ from fednet.sim import pcg
 from fednet.sim.simulation import Node, Simulation
 
 from . import registry
-from .modes import Mode, make_mode
+from .modes import Mode, SharedTrajectory, make_mode
 from .primitives import (
     GatherResult,
     Outgoing,
@@ -222,6 +223,8 @@ class Protocol(Primitives):
         self.setup_absent: list[list[int]] = []
         self.setup_attempts = 0
         self.mode: Mode = make_mode(getattr(config, "mode", "full"))
+        #: The trajectory this run shares with others on its task (:meth:`trajectory_group`), set by :meth:`run`.
+        self.trajectory: SharedTrajectory | None = None
         if self.State is not None:
             for dev in sim.devices:
                 dev.state = self.State()
@@ -254,6 +257,29 @@ class Protocol(Primitives):
         (protocols that proceed with whoever is present). Raise ``ValueError`` naming
         ``network.dropout``, the parameter it conflicts with, and a setting that works.
         """
+
+    @classmethod
+    def trajectory_group(cls, config: ProtocolConfig, n_devices: int) -> Hashable | None:
+        """What this run's model trajectory depends on, if it does not depend on the run's timing; None otherwise.
+
+        Runs of one protocol on one task (data draw) and seed, in an always-available network, whose groups are
+        equal and not None follow the same models epoch by epoch, bit for bit, whatever their links, compute
+        models and other parameters: the first computes them, the others take them from a
+        :class:`~fednet.protocol.modes.SharedTrajectory` kept on the task (timing mode's ``update`` and
+        ``evaluate``) and simulate only their own times. Return the configuration values the models do depend
+        on. Default None: the model depends on the timing (who arrives first, deadlines) or on randomness of the
+        run's own.
+
+        Parameters
+        ----------
+        config : ProtocolConfig
+        n_devices : int
+
+        Returns
+        -------
+        hashable or None
+        """
+        return None
 
     def validate(self) -> None:
         """Check the configuration against the network and task; raise ``ValueError`` if unfit.
@@ -447,6 +473,28 @@ class Protocol(Primitives):
             finally:
                 self.sim.phase = 0
 
+    def _shared_trajectory(self) -> SharedTrajectory | None:
+        """This run's :class:`~fednet.protocol.modes.SharedTrajectory` on its task, or None (:meth:`trajectory_group`).
+
+        Shared only in timing mode, with every device always available (no round can fail for some runs and not
+        others), and on a task that keeps memos; the key holds the protocol, its group, the seed (the minibatch
+        draws), the number of devices and a digest of the model the run starts from (a warm start, or a second
+        :meth:`run` of one object, starts a trajectory of its own)."""
+        group = type(self).trajectory_group(self.config, self.sim.n_devices)
+        memo = getattr(self.task, "memo", None)
+        if (group is None or self.mode.name != "timing" or memo is None
+                or not isinstance(self.sim.availability, AlwaysAvailable)):
+            return None
+        theta = self.theta
+        start = hashlib.blake2b(digest_size=16)
+        for name, array in sorted(theta.items()) if isinstance(theta, dict) else [("", theta)]:
+            array = np.ascontiguousarray(array)
+            start.update(repr((name, array.dtype.str, array.shape)).encode())
+            start.update(array.tobytes())
+        key = ("fednet.protocol.base.shared_trajectory", type(self).__module__, type(self).__qualname__, group,
+               self.sim.seed, self.sim.n_devices, start.hexdigest())
+        return memo(key, SharedTrajectory)
+
     def _record(self, round: int, event: str | None = None, failure: str | None = None) -> dict[str, Any]:
         acc, loss = self.evaluate()
         c = self.sim.take_counters()
@@ -496,6 +544,7 @@ class Protocol(Primitives):
         """
         if epochs < 0:
             raise ConfigError(f"epochs must be >= 0, got {epochs}")
+        self.trajectory = self._shared_trajectory()
 
         def main() -> Generator:
             """The run's process: set-up (with its attempts), then the rounds."""

@@ -20,6 +20,9 @@ A protocol's round is written once. Every piece of math goes through the protoco
     the task's cached full-batch trajectory in timing mode; otherwise the timing mode updates with
     the stand-in value the step carried (``stand_in=``, e.g. LightSecAgg's sum of the survivors'
     quantised gradients, computed by the host without the masks).
+``mode.follows(protocol)``
+    Whether this round's model is taken from a trajectory another run already computed
+    (:class:`SharedTrajectory`, timing mode only): the protocol may then skip its stand-in value.
 
 Full and timing modes give identical simulated times, MACs, traffic and accuracies: a test runs
 both on the same seed (``tests/test_pinned_traces.py`` pins both against the traces of the code
@@ -31,14 +34,14 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from fednet.algebra.meter import MacMeter, charge, macs_of
 
-__all__ = ["Mode", "Full", "Timing", "Shape", "Opaque", "make_mode", "MODES"]
+__all__ = ["Mode", "Full", "Timing", "Shape", "Opaque", "SharedTrajectory", "make_mode", "MODES"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -168,6 +171,28 @@ _MISSES = itertools.count()
 _OUTPUTS: dict[tuple, Any] = {}
 
 
+@dataclass(eq=False)
+class SharedTrajectory:
+    """The models and test evaluations of one learning trajectory, by epoch, shared by timing-mode runs.
+
+    Runs whose model does not depend on their timing (:meth:`fednet.protocol.base.Protocol.trajectory_group`:
+    LightSecAgg with ``U = D``, whose server sums every user's quantised gradient, exactly, each round) follow
+    one trajectory at a seed. The first run on a task computes it and keeps each epoch's model here (read-only
+    arrays); the others take the model of each epoch instead of computing their stand-in gradients, and the test
+    evaluation of that very model. Simulated times, traffic and MACs are still each run's own.
+
+    Attributes
+    ----------
+    thetas : dict of int to model
+        The model after each epoch's update (the object the protocol's ``theta`` is set to).
+    evaluations : dict of int to (float, float)
+        ``(accuracy, loss)`` of ``thetas[epoch]``.
+    """
+
+    thetas: dict[int, Any] = field(default_factory=dict)
+    evaluations: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+
 class Mode:
     """How a protocol's steps execute (module docstring). Use :func:`make_mode` or a subclass."""
 
@@ -209,6 +234,10 @@ class Mode:
     def value(self, x: Any) -> Any:
         """The value of a step's output: itself in full mode, its stand-in value in timing mode."""
         return x
+
+    def follows(self, protocol: Any) -> bool:
+        """Whether ``protocol``'s update this epoch comes from a :class:`SharedTrajectory` (never in full mode)."""
+        return False
 
     def update(self, protocol: Any, G: Any, m_used: int) -> None:
         """Apply the update of eqs. (4)-(5) with gradient sum ``G`` over ``m_used`` points."""
@@ -302,16 +331,39 @@ class Timing(Mode):
             return x.value
         return x
 
+    def follows(self, protocol: Any) -> bool:
+        """Whether the protocol's shared trajectory (``protocol.trajectory``) already holds this epoch's model."""
+        shared = getattr(protocol, "trajectory", None)
+        return shared is not None and protocol.epoch in shared.thetas
+
     def update(self, protocol: Any, G: Any, m_used: int) -> None:
-        """Exact-trajectory protocols: nothing (the model follows the cached full-batch trajectory);
-        others: the update with the stand-in value."""
-        if not getattr(protocol, "exact_trajectory", False):
-            protocol.step(self.value(G), m_used)
+        """Exact-trajectory protocols: nothing (the model follows the cached full-batch trajectory); a run on a
+        :class:`SharedTrajectory`: the epoch's model from it if some run computed it, else the update with the
+        stand-in value, kept there (read-only); others: the update with the stand-in value."""
+        if getattr(protocol, "exact_trajectory", False):
+            return
+        shared = getattr(protocol, "trajectory", None)
+        if shared is not None and protocol.epoch in shared.thetas:
+            protocol.theta = shared.thetas[protocol.epoch]
+            return
+        protocol.step(self.value(G), m_used)
+        if shared is not None:
+            theta = protocol.theta
+            for array in (theta.values() if isinstance(theta, dict) else (theta,)):
+                array.flags.writeable = False           # shared from now on: a write in place would be a bug
+            shared.thetas[protocol.epoch] = theta
 
     def evaluate(self, protocol: Any) -> tuple[float, float]:
-        """Exact-trajectory protocols: the cached full-batch trajectory's accuracy at this epoch."""
+        """Exact-trajectory protocols: the cached full-batch trajectory's accuracy at this epoch; the model of a
+        :class:`SharedTrajectory`: its evaluation, computed once (only while ``theta`` is that very object)."""
         if getattr(protocol, "exact_trajectory", False):
             return protocol.task.full_batch_trajectory(protocol.epoch)[protocol.epoch]
+        shared = getattr(protocol, "trajectory", None)
+        if shared is not None and protocol.theta is shared.thetas.get(protocol.epoch):
+            evaluation = shared.evaluations.get(protocol.epoch)
+            if evaluation is None:
+                evaluation = shared.evaluations[protocol.epoch] = super().evaluate(protocol)
+            return evaluation
         return super().evaluate(protocol)
 
 

@@ -10,7 +10,10 @@ same draw pays for the random-Fourier embedding once. The client gathers the tra
 dictionaries, in the same order, as the serial runner, so ``trace.csv`` and ``summary.json`` are
 byte-identical to a serial run at the same seeds (``timing.json`` holds host seconds and differs).
 Within a data draw the runs that compute their own trajectory are submitted first
-(:func:`_submission_order`): the long tasks start early and the sweep ends on short ones.
+(:func:`_submission_order`): the long tasks start early and the sweep ends on short ones. Runs of one seed that share
+a learning trajectory (:meth:`fednet.protocol.base.Protocol.trajectory_group`: LightSecAgg with ``U = D`` at every
+``z``) go to one worker as one task (:func:`run_tasks`, :func:`_task_units`), so that the first computes the models and
+the others follow them, as in a serial run.
 
 Threads: every worker runs one task at a time with one BLAS/OpenMP thread (:func:`limit_threads`,
 through ``threadpoolctl``; a :class:`BlasLimits` worker plugin sets it at worker start-up, and
@@ -38,7 +41,7 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 try:
@@ -52,7 +55,8 @@ from fednet.algebra.slices import compute_threads
 from .config import Study
 from .threads import limit_threads
 
-__all__ = ["FORWARDED_ENV", "BlasLimits", "limit_threads", "cached_task", "run_task", "open_client",
+__all__ = ["FORWARDED_ENV", "BlasLimits", "limit_threads", "cached_task", "run_task", "run_tasks",
+           "open_client",
            "simulate_parallel", "default_jobs"]
 
 log = logging.getLogger(__name__)
@@ -279,6 +283,26 @@ def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLik
     return {"rows": rows, "wall_s": wall, "data_s": data_s, "feature_seed": fs}
 
 
+def run_tasks(study: Study, run_indices: Sequence[int], seed: int, *args: Any) -> list[dict[str, Any]]:
+    """:func:`run_task` of several runs of one seed, one after the other in this worker (runs sharing a trajectory).
+
+    Parameters
+    ----------
+    study : Study
+    run_indices : sequence of int
+        Indices into ``study.runs``, run in this order.
+    seed : int
+    *args
+        The remaining arguments of :func:`run_task`.
+
+    Returns
+    -------
+    list of dict
+        One record per run, as :func:`run_task` returns them.
+    """
+    return [run_task(study, i, seed, *args) for i in run_indices]
+
+
 def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_threads: int = 1) -> Any:
     """A ``distributed.Client`` on a new local cluster of ``jobs`` processes or on ``scheduler``.
 
@@ -353,6 +377,41 @@ def _submission_order(study: Study, order: list[tuple[int, int]]) -> list[tuple[
     for _, seed in order:
         block.setdefault(draw[seed], len(block))
     return sorted(order, key=lambda pair: (block[draw[pair[1]]], cheap[pair[0]]))
+
+
+def _shared_key(study: Study, run_index: int, seed: int) -> tuple | None:
+    """What the (run, seed) pair shares its learning trajectory under, or None: its protocol class and
+    :meth:`~fednet.protocol.base.Protocol.trajectory_group`, the seed and its data draw, where no device drops out.
+
+    A scheduling hint only: the run decides at run time whether it shares (``Protocol._shared_trajectory``)."""
+    from fednet.protocol import registry
+
+    run = study.runs[run_index]
+    try:
+        cls = registry.get(run.protocol)
+        net = study.run_network(run)
+        group = cls.trajectory_group(cls.Config.model_validate(study.run_params(run)), net.n_devices)
+    except Exception:                              # an invalid run fails in its task, with its own message
+        return None
+    if group is None or net.dropout > 0 or net.availability != "bernoulli":
+        return None
+    return (cls.__module__, cls.__qualname__, group, seed, study.data.feature_seed_for(seed))
+
+
+def _task_units(study: Study, order: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """The (run, seed) pairs of ``order`` cut into Dask tasks: one per pair, except that the pairs sharing a learning
+    trajectory (:func:`_shared_key`) are one task, in their order in ``order``, at the first one's place."""
+    units: list[list[tuple[int, int]]] = []
+    shared: dict[tuple, list[tuple[int, int]]] = {}
+    for pair in order:
+        key = _shared_key(study, *pair)
+        if key is not None and key in shared:
+            shared[key].append(pair)
+            continue
+        units.append([pair])
+        if key is not None:
+            shared[key] = units[-1]
+    return units
 
 
 def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str | None = None, client: Any = None,
@@ -457,35 +516,38 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                     _refresh()
 
         futures = {}
-        for i, seed in _submission_order(study, order):
-            if (i, seed) in finished:
-                continue
-            running[f"{i}:{seed}"] = 0
-            fut = client.submit(run_task, study, i, seed, data_dir, blas_threads, env, topic if progress else None,
-                                threads, pure=False,
-                                key=f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}")
-            futures[fut] = (i, seed)
+        for unit in _task_units(study, [pair for pair in _submission_order(study, order) if pair not in finished]):
+            i, seed = unit[0]
+            args = (data_dir, blas_threads, env, topic if progress else None, threads)
+            running.update((f"{j}:{s}", 0) for j, s in unit)
+            key = f"fednet-{study.runs[i].name}-seed{seed}-{os.urandom(4).hex()}"
+            if len(unit) == 1:
+                fut = client.submit(run_task, study, i, seed, *args, pure=False, key=key)
+            else:
+                fut = client.submit(run_tasks, study, [j for j, _ in unit], seed, *args, pure=False,
+                                    key=f"{key}-and-{len(unit) - 1}")
+            futures[fut] = unit
         if progress:
             client.subscribe_topic(topic, _on_event)
         results: dict[tuple[int, int], dict[str, Any]] = dict(finished)
         with bar:
             try:
                 for fut in as_completed(list(futures)):
-                    i, seed = futures[fut]
-                    res = fut.result()
-                    results[(i, seed)] = res
-                    if on_done is not None:
-                        on_done(i, seed, res)
-                    with lock:
-                        running.pop(f"{i}:{seed}", None)
-                        done_rounds += len(res["rows"])
-                        left[i] -= 1
-                        expect[i] = min(expect[i], len(res["rows"]))
-                        bar.set_postfix_str(f"{study.runs[i].name} seed {seed} done")
-                        _refresh()
-                    rows = res["rows"]
-                    log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name,
-                             study.runs[i].name, seed, len(rows) - 1, rows[-1]["time_s"], res["wall_s"])
+                    unit, records = futures[fut], fut.result()
+                    for (i, seed), res in zip(unit, records if len(unit) > 1 else [records]):
+                        results[(i, seed)] = res
+                        if on_done is not None:
+                            on_done(i, seed, res)
+                        with lock:
+                            running.pop(f"{i}:{seed}", None)
+                            done_rounds += len(res["rows"])
+                            left[i] -= 1
+                            expect[i] = min(expect[i], len(res["rows"]))
+                            bar.set_postfix_str(f"{study.runs[i].name} seed {seed} done")
+                            _refresh()
+                        rows = res["rows"]
+                        log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name,
+                                 study.runs[i].name, seed, len(rows) - 1, rows[-1]["time_s"], res["wall_s"])
             except BaseException:
                 client.cancel(list(futures))
                 raise
