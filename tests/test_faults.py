@@ -1076,7 +1076,11 @@ def test_setup_phase_dropouts_follow_the_declared_reaction(protocol) -> None:
     clean, _ = run(Absent({}))
     assert proto.setup_dropouts == SETUP_REACTIONS[protocol]
     assert proto.setup_absent[0] == [1, 2, 3]
-    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in clean], rel=1e-9, abs=1e-12)
+    # CodedPaddedFL decodes to its fixed-point resolution 2^-f (f = 24), and the two runs draw different secret pads
+    # (OS entropy): their losses agree to that resolution, not bit for bit (at most 1.2e-9 relative over 150 pairs
+    # of runs; 1e-9 was exceeded in each of two batches of 150)
+    rel = 2.0**-24 if protocol == "codedpaddedfl" else 1e-9
+    assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in clean], rel=rel, abs=1e-12)
     if proto.setup_dropouts == "reshare":
         assert proto.setup_attempts == 2 and rows[0]["setup_attempts"] == 2 and rows[0]["dropped"] == ""
         assert rows[0]["bits_up"] == 2 * clean[0]["bits_up"]                 # the whole phase again
