@@ -62,7 +62,6 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from fednet.algebra.fields import check_prime, uniform
-from fednet.algebra.quantize import quantize
 from fednet.codes.lightsecagg import (
     check_lsa_parameters,
     default_lsa_points,
@@ -70,6 +69,8 @@ from fednet.codes.lightsecagg import (
     lsa_encode_mask,
     lsa_piece_length,
     mask_upload,
+    quantised_gradient,
+    sum_in_order,
     unmask_aggregate,
 )
 from fednet.learning.models import ridge_gradient
@@ -174,16 +175,6 @@ def masked_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.nd
 def unmask_shares(masked, s_parts, alphas, betas, U: int, T: int, shape, b: int, p: int) -> np.ndarray:
     """:func:`fednet.codes.lightsecagg.unmask_aggregate` of a list of aggregated encoded masks (each ``(L,)``)."""
     return unmask_aggregate(masked, np.stack(s_parts), alphas, betas, U, T, shape, b, p)
-
-
-def _sum_in_order(values: list[np.ndarray]) -> np.ndarray:
-    """``sum(values)`` (``0 + v_0 + v_1 + ...``, left to right) with one output array: the same floats, bit for bit
-    (each ``+=`` is the ``+`` it replaces; ``0 + v_0`` turns a ``-0.0`` into ``0.0`` as ``sum`` does). Not metered
-    (timing mode's stand-in of the unmasked sum)."""
-    total = np.add(0, values[0])
-    for v in values[1:]:
-        np.add(total, v, out=total)
-    return total
 
 
 class LightSecAgg(Protocol):
@@ -350,8 +341,8 @@ class LightSecAgg(Protocol):
             macs=lambda: unmask_aggregate([np.zeros(d * c, np.int64)] * n_survivors, np.zeros((U, L), np.int64),
                                           self.alphas[:U], self.betas, U, T, (d, c), 0, 2**31 - 1),
             key=("lsa-decode", U, T, L, n_survivors, d * c), like=Shape((d, c), np.float64),
-            stand_in=lambda: None if self.mode.follows(self) else _sum_in_order([self._host_gradient(m.value)
-                                                                                 for m in masked]))
+            stand_in=lambda: None if self.mode.follows(self) else sum_in_order([self._host_gradient(m.value)
+                                                                                for m in masked]))
 
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
@@ -374,12 +365,10 @@ class LightSecAgg(Protocol):
         """Timing mode's stand-in of user ``i``'s masked upload this round: its quantised minibatch gradient, computed
         when the aggregate needs it (not charged: the user is charged its own kernels' MACs when it computes).
 
-        ``X_b^T (X_b Theta - Y_b)`` at the model the users download, with the same BLAS products and floats as
-        :func:`masked_gradient` before its mask; each step in place on the user's own result (the same float
-        operations as ``rint((X_b^T (X_b Theta - Y_b)) s 2**b) / 2**b``, without four temporaries of ``d c``
-        elements). Only the survivors' gradients are summed, so only theirs are computed and checked against the
-        field's capacity (:func:`~fednet.algebra.quantize.quantize` with ``U`` summands); full mode, where every
-        user that trains quantises its own upload, also checks the users the server drops.
+        :func:`~fednet.codes.lightsecagg.quantised_gradient` at the model the users download, once a round and
+        user. Only the survivors' gradients are summed, so only theirs are computed and checked against the
+        field's capacity (``U`` summands); full mode, where every user that trains quantises its own upload, also
+        checks the users the server drops.
 
         Raises
         ------
@@ -391,19 +380,8 @@ class LightSecAgg(Protocol):
         epoch, theta, cache = self._host_batch
         g = cache.get(i)
         if g is None:
-            cfg, dev = self.config, self.devices[i]
-            scale = 2.0**cfg.quant_bits
-            X, rows = self.task.X[i], self._rows(dev, epoch)
-            Xb = X[rows]
-            r = Xb @ theta                                  # each in-place step is the operation it replaces
-            r -= self.task.Y[i][rows]
-            g = Xb.T @ r
-            g *= X.shape[0] / dev.state.batch
-            g *= scale
-            np.rint(g, out=g)
-            top = np.maximum(g.max(), -g.min())             # max |v|; nan propagates: caught below
-            g /= scale
-            if not (np.isfinite(top) and int(top) * self.U <= (cfg.p - 1) // 2):
-                quantize(g, cfg.quant_bits, cfg.p, n_summands=self.U)     # names the problem
-            cache[i] = g
+            cfg = self.config
+            rows = self._rows(self.devices[i], epoch)
+            g = cache[i] = quantised_gradient(self.task.X[i], self.task.Y[i], theta, rows, cfg.quant_bits, cfg.p,
+                                              self.U)
         return g

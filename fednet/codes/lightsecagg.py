@@ -33,7 +33,8 @@ from fednet.algebra.quantize import dequantize, quantize
 from fednet.codes.lagrange import _disjoint
 
 __all__ = ["default_lsa_points", "check_lsa_parameters", "lsa_piece_length", "lsa_mask_pieces", "lsa_encode_mask",
-           "lsa_aggregate_encoded", "lsa_decode_aggregate_mask", "mask_upload", "unmask_aggregate"]
+           "lsa_aggregate_encoded", "lsa_decode_aggregate_mask", "mask_upload", "unmask_aggregate",
+           "quantised_gradient", "sum_in_order"]
 
 
 def default_lsa_points(N: int, U: int) -> tuple[list[int], list[int]]:
@@ -272,3 +273,61 @@ def unmask_aggregate(masked: list[np.ndarray], s: np.ndarray, alphas, betas, U: 
     agg_mask = lsa_decode_aggregate_mask(s, alphas, betas, U, T, n, p)
     total = sum_mod(masked, p)
     return dequantize(sub_mod(total, agg_mask, p), b, p).reshape(shape)
+
+
+def quantised_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray, b: int, p: int,
+                       n_summands: int) -> np.ndarray:
+    """A user's minibatch gradient as its quantised upload carries it, in float64: ``Q(G_i) / 2**b`` (not metered).
+
+    What :func:`mask_upload` quantises, before its mask and the field: ``G_i = (n_i / b_i) X_b^T (X_b Theta - Y_b)``
+    with the same BLAS products and floats as the protocol's device step, then ``rint(G_i 2**b) / 2**b``, each
+    step in place on the user's own result (the same float operations, without four temporaries of ``d c``
+    elements). Timing mode's host stand-in of a survivor's upload (``protocols/lightsecagg.py``).
+
+    Parameters
+    ----------
+    X, Y : ndarray, (n_i, d) and (n_i, c)
+        The user's points.
+    theta : ndarray, (d, c) float64
+        The model as downloaded (float32 on the wire, widened).
+    rows : ndarray of int, (b_i,)
+        The minibatch.
+    b, p : int
+        Quantisation bits and field.
+    n_summands : int
+        Number of uploads the server sums (the field must hold their sum).
+
+    Returns
+    -------
+    ndarray, (d, c) float64
+        Integers times ``2**-b``.
+
+    Raises
+    ------
+    fednet.errors.CapacityError
+        If ``n_summands`` such values do not fit GF(p) (named by :func:`~fednet.algebra.quantize.quantize`);
+        ``ValueError`` for a non-finite gradient.
+    """
+    scale = 2.0**b
+    Xb = X[rows]
+    r = Xb @ theta                                  # each in-place step is the operation it replaces
+    r -= Y[rows]
+    g = Xb.T @ r
+    g *= X.shape[0] / len(rows)
+    g *= scale
+    np.rint(g, out=g)
+    top = np.maximum(g.max(), -g.min())             # max |v|; nan propagates: caught below
+    g /= scale
+    if not (np.isfinite(top) and int(top) * n_summands <= (p - 1) // 2):
+        quantize(g, b, p, n_summands=n_summands)    # names the problem
+    return g
+
+
+def sum_in_order(values: Sequence[np.ndarray]) -> np.ndarray:
+    """``sum(values)`` (``0 + v_0 + v_1 + ...``, left to right) with one output array: the same floats, bit for bit
+    (each ``+=`` is the ``+`` it replaces; ``0 + v_0`` turns a ``-0.0`` into ``0.0`` as ``sum`` does). Not metered
+    (timing mode's stand-in of the unmasked sum)."""
+    total = np.add(0, values[0])
+    for v in values[1:]:
+        np.add(total, v, out=total)
+    return total
