@@ -147,15 +147,26 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
                     out[p], macs[p] = g, per
                 continue
             sel = rows if whole and one else np.stack([rows[p] for p in part])
+            if sel.size and (sel.min() < 0 or sel.max() >= xs[0]):
+                raise IndexError(f"minibatch rows must lie in [0, {xs[0]}), got {sel.min()} ... {sel.max()}")
             which = np.arange(len(members)) if len(part) == len(members) else np.searchsorted(members, part)
             at = (sel + (which * xs[0])[:, None]).ravel()
+            # the minibatches are gathered into buffers kept between rounds, one pair per group and batch
+            # size, room for every member (issue 12: ~10 % more device-epochs/s at D = 1000 than fresh
+            # arrays); the rows were checked above, so the gather needs no bounds mode (NumPy buffers
+            # ``out`` under mode="raise")
+            key = ("gather", id(stacked[0]), b)
+            bufs = cache.get(key)
+            if bufs is None:
+                bufs = cache[key] = (np.empty((len(members) * b, xs[1]), dtype=stacked[0].dtype),
+                                     np.empty((len(members) * b, stacked[1].shape[1]), dtype=stacked[1].dtype))
 
             def stack_part(s: int, e: int, b: int = b, at: np.ndarray = at, stacked: tuple = stacked,
-                           n: int = xs[0]) -> np.ndarray:
+                           n: int = xs[0], bufs: tuple = bufs) -> np.ndarray:
                 """The gradients of the group's devices ``s:e`` (their minibatches gathered from the stack)."""
-                xb = np.take(stacked[0], at[s * b:e * b], axis=0).reshape(e - s, b, -1)
-                yb = np.take(stacked[1], at[s * b:e * b], axis=0).reshape(e - s, b, -1)
-                return ridge_gradients(xb, yb, theta, scale=n / b)
+                xb = np.take(stacked[0], at[s * b:e * b], axis=0, out=bufs[0][s * b:e * b], mode="clip")
+                yb = np.take(stacked[1], at[s * b:e * b], axis=0, out=bufs[1][s * b:e * b], mode="clip")
+                return ridge_gradients(xb.reshape(e - s, b, -1), yb.reshape(e - s, b, -1), theta, scale=n / b)
 
             parts = map_slices(stack_part, len(part))
             g = parts[0] if len(parts) == 1 else np.concatenate(parts)
@@ -279,6 +290,7 @@ class ConventionalFL(Protocol):
             G = yield from self.server_compute(sum_gradients, *replies.stack_rows)          # eq. (3)
         else:
             G = yield from self.server_compute(sum_gradients, replies.values)
-        self.used = [dev.index for dev, _ in replies.results]
-        m_used = self.task.m if len(self.used) == len(self.task.X) else sum(self.task.X[i].shape[0] for i in self.used)
+        self.used = replies.indices
+        counts = self.point_counts
+        m_used = int(counts.sum() if len(self.used) == len(counts) else counts[self.used].sum())
         self.mode.update(self, G, m_used)                                                 # eqs. (4)-(5)

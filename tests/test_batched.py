@@ -195,6 +195,21 @@ def test_batched_gradient_and_sum_equal_per_device() -> None:
         assert m.macs == sum(macs) == sum(2 * len(r) * 8 * 3 for r in rows)
         for i in range(len(X)):
             assert got[i].tobytes() == minibatch_gradient(X[i], Y[i], th, rows[i]).tobytes()
+    cache = {}                                      # a second round reuses the gather buffers: its own rows
+    for _ in range(3):
+        rows = [rng.choice(len(x), 6 + (i % 3), replace=False) for i, x in enumerate(X)]
+        got, _ = minibatch_gradients(X, Y, th, rows, cache)
+        assert all(got[i].tobytes() == minibatch_gradient(X[i], Y[i], th, rows[i]).tobytes() for i in range(len(X)))
+    stack = np.stack([rng.choice(40, 5, replace=False) for _ in range(4)])   # one group, rows as one array
+    same = [X[i] for i in (1, 3, 5, 7)], [Y[i] for i in (1, 3, 5, 7)]
+    got, _ = minibatch_gradients(*same, th, stack, cache)
+    assert got.shape == (4, 8, 3)
+    assert all(got[j].tobytes() == minibatch_gradient(same[0][j], same[1][j], th, stack[j]).tobytes() for j in range(4))
+    for bad in (40, -1):                            # rows outside a device's points: an error, not a clipped row
+        wrong = stack.copy()
+        wrong[2, 1] = bad
+        with pytest.raises(IndexError, match=r"minibatch rows must lie in \[0, 40\)"):
+            minibatch_gradients(*same, th, wrong, cache)
     grads = [rng.normal(size=(4, 3)) for _ in range(40)]
     grads[0][0, 0] = -0.0
     grads[0][1, 1] = np.nan
@@ -230,6 +245,11 @@ def test_available_many_and_peeked_draws() -> None:
     assert a.available_many(some).tolist() == [b.available(b.devices[i]) for i in (4, 9, 2, 17)]
     assert a.available_many(a.devices + [a.server]).tolist() == [b.available(n) for n in b.devices] + [True]
     assert {k: v.tolist() for k, v in a._available.items()} == {k: v.tolist() for k, v in b._available.items()}
+    always = Simulation(g, 1)                              # nothing to draw: every device, and the errors
+    assert always.available_many(always.devices + [always.server]).tolist() == [True] * 31
+    for where in (dict(round=-1), dict(phase=-2)):
+        with pytest.raises(ValueError, match="must be non-negative"):
+            always.available_many(always.devices, **where)
     s, t = Streams(0, 10), Streams(0, 10)
     nodes = np.array([3, 1, 7])
     peek = s.uniforms(nodes, "uplink", 2, advance=False)

@@ -218,3 +218,19 @@ def test_timing_opaque_outputs_are_rebuilt_from_zero_operands() -> None:
         stub = t.run(apply_op, t.run(prepare_op, Shape.like(a)), Shape.like(x))
     assert full.macs == timing.macs == 3 * 4 * 4 + 3 * 4 * 2
     assert isinstance(stub, Shape) and stub.shape == y.shape
+
+
+def test_gather_result_makes_its_results_on_first_use() -> None:
+    from types import SimpleNamespace
+    nodes = [SimpleNamespace(index=i) for i in (5, 3, 9)]
+    values = np.arange(6.0).reshape(3, 2)
+    r = GatherResult(dropped=[nodes[1]])
+    r._arrived(nodes, values, [2, 0], [9, 5])
+    assert r.indices == [9, 5]
+    assert [(n.index, v.tolist()) for n, v in r] == [(9, [4.0, 5.0]), (5, [0.0, 1.0])]
+    assert r.nodes == [nodes[2], nodes[0]] and len(r) == 2 and r[1][0] is nodes[0]
+    assert r.indices == [9, 5]                         # after the results were made: from them
+    r._arrived(nodes, values, [1], [3])
+    r.results = [(nodes[0], "x")]                      # an assignment replaces what was not made yet
+    assert r.indices == [5] and r.values == ["x"]
+    assert GatherResult().indices == [] and GatherResult(results=[(nodes[1], 1)]).indices == [3]

@@ -45,6 +45,7 @@ protocol declares its reaction in :attr:`Protocol.setup_dropouts`:
 
 from __future__ import annotations
 
+import functools
 import gc
 import hashlib
 from collections.abc import Callable, Generator, Hashable, Sequence
@@ -331,6 +332,14 @@ class Protocol(Primitives):
         """Wire width in bits of one number (the config's ``element_bits``)."""
         return self.config.element_bits
 
+    @functools.cached_property
+    def point_counts(self) -> np.ndarray:
+        """``n_i``, the number of training points of each device: int64, (D,), read-only (the task's
+        points do not change during a run)."""
+        counts = np.array([x.shape[0] for x in self.task.X], dtype=np.int64)
+        counts.flags.writeable = False
+        return counts
+
     def minibatch_rows(self, dev: Node, batch: int, epoch: int | None = None) -> np.ndarray:
         """Device ``dev``'s minibatch of ``batch`` of its points in round ``epoch`` (default: the current one).
 
@@ -367,19 +376,19 @@ class Protocol(Primitives):
         if type(self).minibatch_rows is not _MINIBATCH_ROWS:      # an override must see every device's draw
             return [self.minibatch_rows(dev, int(b), e) for dev, b in zip(devs, batches)]
         out: list[np.ndarray | None] = [None] * len(devs)
-        X = self.task.X
-        sizes = [(X[dev.index].shape[0], int(b)) for dev, b in zip(devs, batches)]
+        idx = np.fromiter((dev.index for dev in devs), dtype=np.intp, count=len(devs))
+        ns, bs = self.point_counts[idx], np.asarray(batches, dtype=np.int64).reshape(-1)
         groups: dict[tuple[int, int], list[int]]
-        if sizes and sizes.count(sizes[0]) == len(sizes):      # one size and batch (the common case)
-            groups = {sizes[0]: list(range(len(sizes)))}
+        if len(devs) and (ns == ns[0]).all() and (bs == bs[0]).all():   # one size and batch (the common case)
+            groups = {(int(ns[0]), int(bs[0])): list(range(len(devs)))}
         else:
             groups = {}
-            for p, key in enumerate(sizes):
+            for p, key in enumerate(zip(ns.tolist(), bs.tolist())):
                 groups.setdefault(key, []).append(p)
         for (n, b), members in groups.items():
             K = len(members)
             if pcg.COMPILED or K * 15 > 24 * b * (1 + 0.005 * K):   # measured costs (microseconds): vector wins
-                rows = self.sim.streams.choices(np.array([devs[p].index for p in members]), "minibatch", (e,), n, b)
+                rows = self.sim.streams.choices(idx if K == len(devs) else idx[members], "minibatch", (e,), n, b)
                 if K == len(devs):
                     return rows
                 for j, p in enumerate(members):
@@ -495,6 +504,17 @@ class Protocol(Primitives):
                self.sim.seed, self.sim.n_devices, start.hexdigest())
         return memo(key, SharedTrajectory)
 
+    def _used_text(self) -> str:
+        """The trace's ``used`` column: :attr:`used`, sorted, as space-separated indices (the last one is
+        kept: rounds that use the same devices -- every device, typically -- share the text)."""
+        if self.used is None:
+            return ""
+        used = sorted(self.used)
+        last = getattr(self, "_used_last", None)
+        if last is None or last[0] != used:
+            last = self._used_last = (used, " ".join(map(str, used)))
+        return last[1]
+
     def _record(self, round: int, event: str | None = None, failure: str | None = None) -> dict[str, Any]:
         acc, loss = self.evaluate()
         c = self.sim.take_counters()
@@ -502,7 +522,7 @@ class Protocol(Primitives):
             protocol=self.label, seed=self.sim.seed, round=round, time_s=self.sim.now,
             accuracy=acc, loss=loss, bits_up=c.bits_up, bits_down=c.bits_down,
             device_macs=c.device_macs, server_macs=c.server_macs, retransmissions=c.retransmissions,
-            used="" if self.used is None else " ".join(map(str, sorted(self.used))),
+            used=self._used_text(),
             event=event or ("phase" if round == 0 else "round"),
             dropped=" ".join(map(str, sorted(self.round_dropped))), decode_failed=self.decode_failed,
         ).as_dict()

@@ -218,7 +218,7 @@ class GatherResult:
         arrival: :attr:`stacked` without the copy (``stack[rows]``), for a server that reads the rows in order.
     """
 
-    results: list[tuple[Node, Any]] = field(default_factory=list)
+    results: list[tuple[Node, Any]] = field(default_factory=list)  # a property below (made on first use)
     dropped: list[Node] = field(default_factory=list)
     cancelled: list[Node] = field(default_factory=list)
     missed_deadline: list[Node] = field(default_factory=list)
@@ -226,6 +226,22 @@ class GatherResult:
     pending: list[tuple[Node, Any]] = field(default_factory=list)
     stack_rows: tuple[np.ndarray, np.ndarray] | None = None
     _stacked: Any = field(default=None, init=False, repr=False)
+    #: (nodes, values, positions, indices): :attr:`results` not made yet (see :meth:`_arrived`)
+    _lazy: tuple | None = field(default=None, init=False, repr=False, compare=False)
+
+    def _arrived(self, nodes: Sequence[Node], values: Sequence[Any], positions: list[int],
+                 indices: list[int]) -> None:
+        """Set :attr:`results` to ``(nodes[p], values[p])`` for ``p`` in ``positions``, made on first use
+        (a server that reads only :attr:`stack_rows` and :attr:`indices` never makes a thousand row views);
+        ``indices`` are those nodes' indices."""
+        self._lazy = (nodes, values, positions, indices)
+
+    @property
+    def indices(self) -> list[int]:
+        """The indices of the nodes of :attr:`results`, in order of arrival."""
+        if self._lazy is not None:
+            return list(self._lazy[3])
+        return [n.index for n, _ in self.results]
 
     @property
     def stacked(self) -> Any:
@@ -248,12 +264,27 @@ class GatherResult:
     def __iter__(self) -> Iterator[tuple[Node, Any]]:
         return iter(self.results)
 
+    def _get_results(self) -> list[tuple[Node, Any]]:
+        if self._lazy is not None:
+            nodes, values, positions, _ = self._lazy
+            self._results = [(nodes[p], values[p]) for p in positions]
+            self._lazy = None
+        return self._results
+
+    def _set_results(self, results: list[tuple[Node, Any]]) -> None:
+        self._lazy = None
+        self._results = results
+
     def __len__(self) -> int:
         return len(self.results)
 
     def __getitem__(self, i):
         return self.results[i]
 
+
+
+GatherResult.results = property(GatherResult._get_results, GatherResult._set_results,  # type: ignore[assignment]
+                                doc="The kept ``(node, value)`` pairs, in order of arrival (class docstring).")
 
 
 def _spawner(env: simpy.Environment, children: list[simpy.Process]) -> Callable[[Generator], simpy.Process]:
@@ -2139,7 +2170,7 @@ class Primitives:
                 msg.sent_at = start
                 msg.hops.append(("up", node.index, start, end))
                 sim.deliver(msg, end)
-        result.results = [(nodes[p], values[p]) for p in arrived_l]
+        result._arrived(nodes, values, arrived_l, idx[arrived].tolist())
         if isinstance(values, np.ndarray):
             result.stack_rows = (values, arrived)           # GatherResult.stacked copies it on first use
         got = np.zeros(n, dtype=bool)

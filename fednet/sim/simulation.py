@@ -460,11 +460,13 @@ class Simulation:
         if type(self).available is not _AVAILABLE:               # an override must see every question
             return np.array([self.available(node, round, phase=phase) for node in nodes], dtype=bool)
         out = np.ones(len(nodes), dtype=bool)
+        phase_ = self.phase if phase is None else int(phase)
+        r = self.round if round is None else int(round)
+        if type(self.availability) is AlwaysAvailable and r >= 0 and phase_ >= 0:
+            return out                                              # nothing to draw (or to remember)
         dev = [p for p, node in enumerate(nodes) if not node.is_server]
         if not dev:
             return out
-        phase_ = self.phase if phase is None else int(phase)
-        r = self.round if round is None else int(round)
         if r < 0 or phase_ < 0:
             self.available(nodes[dev[0]], round, phase=phase)      # raises the named error
         key = (r, phase_)
