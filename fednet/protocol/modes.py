@@ -346,7 +346,7 @@ class Timing(Mode):
         if getattr(protocol, "exact_trajectory", False):
             return
         shared = getattr(protocol, "trajectory", None)
-        if shared is not None and protocol.epoch in shared.thetas:
+        if self.follows(protocol):
             protocol.theta = shared.thetas[protocol.epoch]
             return
         protocol.step(self.value(G), m_used)

@@ -477,9 +477,7 @@ class Simulation:
         missing = np.unique(idx[flags[idx] < 0])
         if missing.size:
             model = self.availability
-            if type(model) is AlwaysAvailable:
-                flags[missing] = 1
-            elif type(model) is BernoulliDropout and model.p == 0.0:
+            if type(model) is BernoulliDropout and model.p == 0.0:
                 flags[missing] = 1
             elif type(model) is BernoulliDropout:
                 purpose = "dropout" if phase_ == 0 else f"dropout-setup-{phase_}"
