@@ -31,7 +31,7 @@ from pydantic import Field
 
 from fednet.algebra.meter import axpy, charge
 from fednet.algebra.slices import map_slices
-from fednet.learning.models import ridge_gradient, ridge_gradients
+from fednet.learning.models import minibatch_gradient, ridge_gradients
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.sim.simulation import Node
 
@@ -56,25 +56,6 @@ class ConventionalState(NodeState):
     """A device's state: its minibatch size ``b_i`` (the rows come from :meth:`Protocol.minibatch_rows`)."""
 
     batch: int = 0
-
-
-def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Unbiased minibatch estimate of ``G_i = X^T X Theta - X^T Y`` (eq. 3), metered.
-
-    Parameters
-    ----------
-    X : ndarray, (n_i, d)
-    Y : ndarray, (n_i, c)
-    theta : ndarray, (d, c)
-    rows : ndarray of int, (b,)
-        The minibatch.
-
-    Returns
-    -------
-    ndarray, (d, c)
-        ``(n_i / b) X_b^T (X_b Theta - Y_b)``; charges ``2 b d c`` MACs.
-    """
-    return ridge_gradient(X[rows], Y[rows], theta, scale=X.shape[0] / len(rows))
 
 
 #: Largest stack of the devices' points (bytes) that :func:`minibatch_gradients` keeps between rounds.

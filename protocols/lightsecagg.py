@@ -69,11 +69,13 @@ from fednet.codes.lightsecagg import (
     lsa_encode_mask,
     lsa_piece_length,
     mask_upload,
+    masked_gradient,
     quantised_gradient,
     sum_in_order,
     unmask_aggregate,
+    unmask_shares,
 )
-from fednet.learning.models import ridge_gradient
+from fednet.learning.models import minibatch_gradient
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, StragglerShortfall
 from fednet.protocol.modes import Shape
 from fednet.protocol.primitives import AllToAll, Mailbox, _event_at
@@ -157,24 +159,6 @@ class LightSecAggState(NodeState):
     mask: Any = None
     rng_mask: Any = None
     encoded: Any = None
-
-
-def minibatch_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Unbiased minibatch estimate of eq. (3), ``(n_i / b) X_b^T (X_b Theta - Y_b)``; charges ``2 b d c`` MACs."""
-    return ridge_gradient(X[rows], Y[rows], theta, scale=X.shape[0] / len(rows))
-
-
-def masked_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray, mask: np.ndarray, b: int,
-                    p: int, n_summands: int) -> np.ndarray:
-    """Online phase of a user: its minibatch gradient, quantised and masked, ``(d c,)`` over GF(p); ``2 b d c + d c`` MACs.
-
-    ``theta`` is the model as downloaded (float32 on the wire), widened to float64 here."""
-    return mask_upload(minibatch_gradient(X, Y, theta.astype(np.float64), rows), mask, b, p, n_summands)
-
-
-def unmask_shares(masked, s_parts, alphas, betas, U: int, T: int, shape, b: int, p: int) -> np.ndarray:
-    """:func:`fednet.codes.lightsecagg.unmask_aggregate` of a list of aggregated encoded masks (each ``(L,)``)."""
-    return unmask_aggregate(masked, np.stack(s_parts), alphas, betas, U, T, shape, b, p)
 
 
 class LightSecAgg(Protocol):

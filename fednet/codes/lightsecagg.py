@@ -31,10 +31,11 @@ from fednet.algebra.fields import (
 from fednet.algebra.modp import add_mod, lincomb_mod, sub_mod, sum_mod
 from fednet.algebra.quantize import dequantize, quantize
 from fednet.codes.lagrange import _disjoint
+from fednet.learning.models import minibatch_gradient
 
 __all__ = ["default_lsa_points", "check_lsa_parameters", "lsa_piece_length", "lsa_mask_pieces", "lsa_encode_mask",
            "lsa_aggregate_encoded", "lsa_decode_aggregate_mask", "mask_upload", "unmask_aggregate",
-           "quantised_gradient", "sum_in_order"]
+           "masked_gradient", "unmask_shares", "quantised_gradient", "sum_in_order"]
 
 
 def default_lsa_points(N: int, U: int) -> tuple[list[int], list[int]]:
@@ -273,6 +274,20 @@ def unmask_aggregate(masked: list[np.ndarray], s: np.ndarray, alphas, betas, U: 
     agg_mask = lsa_decode_aggregate_mask(s, alphas, betas, U, T, n, p)
     total = sum_mod(masked, p)
     return dequantize(sub_mod(total, agg_mask, p), b, p).reshape(shape)
+
+
+def masked_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray, mask: np.ndarray, b: int,
+                    p: int, n_summands: int) -> np.ndarray:
+    """Online phase of a user: its minibatch gradient, quantised and masked, ``(d c,)`` over GF(p); ``2 b d c + d c`` MACs.
+
+    ``theta`` is the model as downloaded (float32 on the wire), widened to float64 here; the gradient is
+    :func:`fednet.learning.models.minibatch_gradient`, the upload :func:`mask_upload`."""
+    return mask_upload(minibatch_gradient(X, Y, theta.astype(np.float64), rows), mask, b, p, n_summands)
+
+
+def unmask_shares(masked, s_parts, alphas, betas, U: int, T: int, shape, b: int, p: int) -> np.ndarray:
+    """:func:`unmask_aggregate` of a list of aggregated encoded masks (each ``(L,)``)."""
+    return unmask_aggregate(masked, np.stack(s_parts), alphas, betas, U, T, shape, b, p)
 
 
 def quantised_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray, b: int, p: int,
