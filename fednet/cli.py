@@ -110,9 +110,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(result.table())
     if study.data.feature_seed == "per_seed":
         print("\nper seed (the random-Fourier draw varies with the seed):\n" + result.per_seed_table())
+    if args.explain_engine:
+        print("\n" + explain_engine(result.timing.get("engine", {})))
     print(f"\nresults in {result.out_dir}/ (summary.json, timing.json, provenance.json, accuracy_vs_time.png, "
           "<run>/trace.csv)")
     return 0
+
+
+def explain_engine(engine: dict) -> str:
+    """The engine paths of ``timing.json``'s ``engine`` (label -> :meth:`EnginePaths.as_dict`), run by run: which
+    backend ran each step, or why the reference did (:mod:`fednet.sim.engine`)."""
+    from fednet.sim.engine.paths import EnginePaths
+
+    lines = ["engine paths (which backend ran each step; 'reference' = SimPy processes, with the reasons):"]
+    for label, rows in engine.items():
+        paths = EnginePaths()
+        paths.merge(rows)
+        lines += [f"{label}:", paths.explain()]
+    return "\n".join(lines)
 
 
 def _cmd_describe(args: argparse.Namespace) -> int:
@@ -283,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--seed", type=int, help="run this single seed instead of the study's seeds")
     p_run.add_argument("--data-dir", help="directory with mnist/ and fashion-mnist/ (default $FEDNET_DATA)")
     p_run.add_argument("--quiet", action="store_true", help="no progress bar")
+    p_run.add_argument("--explain-engine", action="store_true",
+                       help="print, per run and step, which engine backend ran it or why the reference did")
     p_run.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
                        help="change a study key, e.g. network.dropout=0.1 or runs.0.params.alpha=16 (repeatable)")
     p_run.add_argument("--epochs", type=int, help="maximum rounds of every run")

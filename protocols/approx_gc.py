@@ -236,7 +236,7 @@ class ApproxGC(Protocol):
                 got = held[owner[held] != dev.index]
                 downs.append(Outgoing(self.server, dev, (x[got], labels[got], holders[:, held].sum(0)),
                                       kind="shared data", n_elements=len(got) * (x.shape[1] + 1) + len(held)))
-            yield from self.send_all([ups, downs])
+            yield from self.net.send_all([ups, downs])
         for dev in self.devices:
             held = np.flatnonzero(holders[dev.index])
             dev.state.X, dev.state.Y, dev.state.W = x[held], y[held], weights[held]
@@ -255,9 +255,9 @@ class ApproxGC(Protocol):
     def round(self, epoch: int) -> Generator:
         """Broadcast ``beta``; present devices send ``f_i`` (eq. 10); sum (eq. 11); SGD step."""
         empty = any(dev.state.X.shape[0] == 0 for dev in self.devices)   # an empty f_i costs nothing
-        replies = yield from self.gather(self.devices, self.local_sum, kind="weighted gradient",
+        replies = yield from self.net.gather(self.devices, self.local_sum, kind="weighted gradient",
                                          download=self.theta.astype(np.float32), free=empty)
-        g_hat = yield from self.server_compute(sum_responses, replies.values, self.theta.shape,
+        g_hat = yield from self.net.server_compute(sum_responses, replies.values, self.theta.shape,
                                                free=not replies.results)                          # eq. (11)
         self.used = [dev.index for dev in replies.nodes]
         eta = self.config.learning_rate * self.config.lr_decay ** (epoch - 1)

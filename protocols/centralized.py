@@ -75,5 +75,5 @@ class Centralized(NeuralProtocol):
         m = self.X_all.shape[0]
         rows = self.sim.rng(self.server, "minibatch", epoch).choice(m, size=min(self.config.batch_size, m),
                                                                     replace=False)
-        self.params = yield from self.server_compute(self.sgd_step, rows)
+        self.params = yield from self.net.server_compute(self.sgd_step, rows)
         self.used = []

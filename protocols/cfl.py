@@ -170,7 +170,7 @@ class CFL(Protocol):
             AtA += weighted_gram(X, Y, load_weights(X.shape[0], dev.state.rows, p_j))   # offline
         gram = parity_gram(AtA, plan.c_p, self.sim.rng(self.server, "cfl-parity"))
         self.server.state.XtX, self.server.state.XtY = gram[:d, :d], gram[:d, d:]
-        yield from self.send_all([[Outgoing(dev, self.server, None, "parity", plan.c_p * (d + c))   # one upload each
+        yield from self.net.send_all([[Outgoing(dev, self.server, None, "parity", plan.c_p * (d + c))   # one upload each
                                    for dev in self.devices]])
 
     def round_metrics(self, round: int) -> dict:
@@ -193,8 +193,8 @@ class CFL(Protocol):
         set-up's model) and the update is eqs. (4)-(5) with ``m``; the epoch lasts ``max(t*, server)``.
         """
         start = self.sim.now
-        server = self.env.process(self.server_compute(self.parity_gradient))
-        arrived = yield from self.gather([dev for dev, l_j in zip(self.devices, self.plan.loads) if l_j > 0],
+        server = self.env.process(self.net.server_compute(self.parity_gradient))
+        arrived = yield from self.net.gather([dev for dev, l_j in zip(self.devices, self.plan.loads) if l_j > 0],
                                          self.local_gradient, kind="gradient",
                                          download=self.theta.astype(np.float32), deadline=self.plan.t_star)
         yield self.env.timeout(max(0.0, start + self.plan.t_star - self.sim.now))    # the epoch lasts >= t*

@@ -209,7 +209,7 @@ class CodedPaddedFL(Protocol):
                                    for g, members in enumerate(self.groups)])
         else:                                          # the network's sharing, then every device encodes
             yield from self._share_and_encode(range(len(self.groups)), self.devices)
-        yield from self.server_compute(self._encode_pads)
+        yield from self.net.server_compute(self._encode_pads)
         self.server.state.pads = {}                    # only the encoded forms are used from now on
         for dev in self.devices:
             dev.state.share, dev.state.received_shares = None, {}
@@ -221,13 +221,13 @@ class CodedPaddedFL(Protocol):
         cfg, (d, c) = self.config, (self.task.d, self.task.c)
         steps = [[(self.devices[src], self.devices[dst]) for src, dst in step]
                  for step in padded.sharing_steps(cfg.alpha, self.groups, self.codes, groups)]
-        delivered = yield from self.exchange(steps, lambda src, dst: src.state.share, kind="share",
+        delivered = yield from self.net.exchange(steps, lambda src, dst: src.state.share, kind="share",
                                              schedule=cfg.sharing_schedule, n_elements=padded.share_elements(d, c),
                                              element_bits=cfg.share_element_bits or cfg.ring_bits,
                                              exclusive=True)   # nothing else uses these links meanwhile
         for (src, dst), share in delivered.items():
             self.devices[dst].state.received_shares[src] = share
-        yield from self.compute_each(nodes, self._encode_device,   # paper's count, alpha = 1: no encoding (Sec. V-D)
+        yield from self.net.compute_each(nodes, self._encode_device,   # paper's count, alpha = 1: no encoding (Sec. V-D)
                                      free=cfg.alpha == 1 and cfg.encode_count == "alpha_minus_1")
 
     def _encode(self, dev: int, term: Callable[[int], tuple]) -> tuple:
@@ -263,12 +263,12 @@ class CodedPaddedFL(Protocol):
             """The server decodes group ``g`` as soon as its ``n_responders`` coded gradients are in."""
             local = [self.group_of[n.index][1] for n in replies.nodes]
             pads = [self.server.state.encoded_pads[n.index] for n in replies.nodes]
-            totals[g] = yield from self.server_compute(self._decode_group, g, local, replies.values, pads, eps)
+            totals[g] = yield from self.net.server_compute(self._decode_group, g, local, replies.values, pads, eps)
             if cfg.check_decoding:
                 mode.observe(self._check, g, local, totals[g], eps)
             used.extend(n.index for n in replies.nodes)
 
-        yield from self.gather_groups([[self.devices[i] for i in group] for group in self.groups], self._device_epoch,
+        yield from self.net.gather_groups([[self.devices[i] for i in group] for group in self.groups], self._device_epoch,
                                       kind="coded_gradient", first=[code.n_responders for code in self.codes],
                                       then=_decode, download=eps, download_kind="epsilon", download_bits=cfg.k,
                                       upload_elements=d * c, upload_bits=cfg.k)

@@ -242,16 +242,16 @@ class CodedSecAgg(Protocol):
         """Encode on ``devices``, all-to-all inside ``groups``, then ``devices`` add their shares (Sec. VI-A)."""
         cfg = self.config
         if cfg.charge_encoding:
-            yield from self.compute_each(devices, self._encode)
+            yield from self.net.compute_each(devices, self._encode)
         else:                                               # offline: the paper's count (Sec. VI-C)
             list(map(self._encode, devices))
-        delivered = yield from self.exchange(                # all-to-all in each group, via the server
+        delivered = yield from self.net.exchange(                # all-to-all in each group, via the server
             cyclic_steps(groups), lambda src, dst: src.state.out_shares[self.group_of[dst.index][1]],
             kind="shamir_share", schedule=cfg.sharing_schedule, n_elements=self._size, element_bits=self._bits,
             exclusive=True)                                  # nothing else uses these links meanwhile
         for (_, j), share in delivered.items():
             self.devices[j].state.in_shares.append(share)
-        yield from self.compute_each(devices, self._combine, free=self.n_prime == 1)   # n' = 1: nothing to add
+        yield from self.net.compute_each(devices, self._combine, free=self.n_prime == 1)   # n' = 1: nothing to add
 
     def _encode(self, dev: Node) -> None:
         """Device ``dev``: Shamir-share its two secrets (Sec. VI-A)."""
@@ -274,14 +274,14 @@ class CodedSecAgg(Protocol):
         """Phase 2 (Sec. VI-B/D): broadcast epsilon, eq. (13), the tree of eqs. (14)-(15), decode k' master shares."""
         cfg, mode, kp, (d, c) = self.config, self.mode, self.config.threshold, (self.task.d, self.task.c)
         eps = mode.offline(self.fp.encode, self.theta, like=Shape((d, c), np.int64))   # Theta^(1) = 0 (eq. 10)
-        masters = yield from self.tree_aggregate(
+        masters = yield from self.net.tree_aggregate(
             self.column_tree, self._eq13, self._add, kind="tree_share", root_kind="master_share", first=kp,
             download=eps, download_kind="epsilon", download_bits=cfg.k, n_elements=d * c,
             element_bits=self._bits, batch=None if mode.exact else self._eq13_many,
             combine_batch=None if mode.exact else self._add_many)
         cols = [self.group_of[node.index][1] for node in masters.nodes]
         self.used = sorted(m[i] for m in self.groups for i in cols)
-        exact, G = yield from self.server_compute(self._decode, masters.values, cols)     # Remark 3
+        exact, G = yield from self.net.server_compute(self._decode, masters.values, cols)     # Remark 3
         if cfg.check_decoding:
             mode.observe(self._check, exact, G, eps)
         mode.update(self, G, self.task.m)                                              # eq. (5)

@@ -264,13 +264,13 @@ class ConventionalFL(Protocol):
 
     def round(self, epoch: int) -> Generator:
         """One epoch: download Theta, minibatch gradient (eq. 3), upload; the server sums the first D - s and updates (eqs. 4-5)."""
-        replies = yield from self.gather(self.devices, self.local_gradient, kind="gradient",
+        replies = yield from self.net.gather(self.devices, self.local_gradient, kind="gradient",
                                          first=self.sim.n_devices - self.config.drop_slowest,
                                          download=self.theta.astype(np.float32), batch=self.local_gradients)
         if replies.stack_rows is not None:                  # the batch's stack and the arrivals' rows in it
-            G = yield from self.server_compute(sum_gradients, *replies.stack_rows)          # eq. (3)
+            G = yield from self.net.server_compute(sum_gradients, *replies.stack_rows)          # eq. (3)
         else:
-            G = yield from self.server_compute(sum_gradients, replies.values)
+            G = yield from self.net.server_compute(sum_gradients, replies.values)
         self.used = replies.indices
         counts = self.point_counts
         m_used = int(counts.sum() if len(self.used) == len(counts) else counts[self.used].sum())

@@ -196,28 +196,28 @@ class DReSFL(NeuralProtocol):
         reshare = self.setup_dropouts == "reshare"
         if not hasattr(self, "_sent"):
             self._sent, self._stored, self._inbox = set(), {}, {dev.index: {} for dev in self.devices}
-        here = [dev for dev in self.devices if not reshare or self.available(dev)]
+        here = [dev for dev in self.devices if not reshare or self.net.available(dev)]
         present = {dev.index for dev in here}
         senders = [dev for dev in here if dev.index not in self._sent]
         shares: dict[int, Any] = {}
         stored_now: list[simpy.Process] = []
 
         def _prepare(dev: Node) -> Generator:
-            shares[dev.index] = yield from self.compute(dev, self.encode, dev)
+            shares[dev.index] = yield from self.net.compute(dev, self.encode, dev)
             self._inbox[dev.index][dev.index] = _part(dev, dev)
             for dst in self.devices:                  # shares for absent clients: uploaded, stored by the server
                 if dst is not dev and dst.index not in present:
-                    stored_now.append(self.background(self._store(dev, dst, _part(dev, dst))))
+                    stored_now.append(self.net.background(self._store(dev, dst, _part(dev, dst))))
 
         def _part(src: Node, dst: Node) -> _Share:
             x, y = shares[src.index]
             return _Share(x[dst.index], y[dst.index])
 
         env = self.sim.env
-        forwards = [self.background(self._forward(src, dst)) for src, dst in sorted(self._stored)
+        forwards = [self.net.background(self._forward(src, dst)) for src, dst in sorted(self._stored)
                     if dst in present]
         pairs = [(s, d) for s in senders for d in here if d is not s]
-        delivered = yield from self.exchange([pairs], _part, kind="coded_data", schedule=self.config.sharing_schedule,
+        delivered = yield from self.net.exchange([pairs], _part, kind="coded_data", schedule=self.config.sharing_schedule,
                                              prepare=_prepare, element_bits=self.wire_bits)
         yield env.all_of(stored_now + forwards)
         self._sent.update(present)
@@ -243,13 +243,13 @@ class DReSFL(NeuralProtocol):
 
     def _store(self, src: Node, dst: Node, share: "_Share") -> Generator:
         """Upload ``src``'s share for the absent client ``dst`` to the server, which keeps it (encrypted)."""
-        yield from self.send(src, self.server, share, kind="coded_data", element_bits=self.wire_bits, encrypted=True)
+        yield from self.net.send(src, self.server, share, kind="coded_data", element_bits=self.wire_bits, encrypted=True)
         self._stored[(src.index, dst.index)] = share
 
     def _forward(self, src: int, dst: int) -> Generator:
         """The server forwards the stored share of ``src`` to ``dst``, present again (a reshare attempt)."""
         share = self._stored.pop((src, dst))
-        msg = yield from self.send(self.server, self.devices[dst], share, kind="coded_data",
+        msg = yield from self.net.send(self.server, self.devices[dst], share, kind="coded_data",
                                    element_bits=self.wire_bits)
         self._inbox[dst][src] = msg.payload
 
@@ -322,8 +322,8 @@ class DReSFL(NeuralProtocol):
     def round(self, epoch: int) -> Generator:
         """Broadcast w; coded gradients; the first R uploads decoded; psi, clip, Q (Alg. 1)."""
         self.rows_t = self.round_rows(epoch)
-        present = [dev for dev in self.devices if self.available(dev)]
-        replies = yield from self.gather(self.devices, self.coded_gradient, kind="coded_gradient",
+        present = [dev for dev in self.devices if self.net.available(dev)]
+        replies = yield from self.net.gather(self.devices, self.coded_gradient, kind="coded_gradient",
                                          first=self.R if len(present) >= self.R else None, download=self.params,
                                          download_elements=self.n_params, download_bits=self.wire_bits,
                                          upload_elements=self.n_params, upload_bits=self.wire_bits)
@@ -335,14 +335,14 @@ class DReSFL(NeuralProtocol):
         results = replies.values
         cfg = self.config
         zero = [{k: np.zeros(v.shape, object) for k, v in self.params.items()} for _ in range(self.R)]
-        G = yield from self.server_compute(
+        G = yield from self.net.server_compute(
             lambda: self.mode.run(self.decode, results, alphas,
                                   macs=lambda: self.decode(zero, self.alphas[:self.R]),
                                   key=("dresfl-decode", self.R, cfg.K, cfg.T, self.n_params),
                                   like=Shape((self.n_params,), object),
                                   stand_in=self.host_gradient))
         self.mode.observe(self.check_decoded, results, alphas)
-        self.params = yield from self.server_compute(self.update, self.mode.value(G))
+        self.params = yield from self.net.server_compute(self.update, self.mode.value(G))
         self.used = sorted(dev.index for dev in replies.nodes)
         self.decoded_rounds += 1
 

@@ -72,7 +72,7 @@ class FedAvg(NeuralProtocol):
 
     def round(self, epoch: int) -> Generator:
         """Broadcast w; present clients step and upload; weighted average (FedAvg / FedAvg-IS)."""
-        replies = yield from self.gather(self.devices, self.local_update, kind="update", download=self.params)
+        replies = yield from self.net.gather(self.devices, self.local_update, kind="update", download=self.params)
         self.used = sorted(dev.index for dev in replies.nodes)
         if not self.used:
             self.skipped = True
@@ -81,7 +81,7 @@ class FedAvg(NeuralProtocol):
         q = None if self.config.importance == "none" else self.participation()
         rule = "unbiased" if self.config.importance == "none" else self.config.importance
         w = fedavg_weights(self.task.n_points, order, q, rule)
-        self.params = yield from self.server_compute(self.aggregate, replies.values, w)
+        self.params = yield from self.net.server_compute(self.aggregate, replies.values, w)
 
 
 class FedAvgIS(FedAvg):

@@ -41,7 +41,7 @@ from fednet.learning.federated import add_scaled, local_sgd_delta
 from fednet.learning.model import flatten, unflatten
 from fednet.protocol.base import NodeState
 from fednet.protocol.neural import NeuralConfig, NeuralProtocol
-from fednet.protocol.primitives import AllToAll, Mailbox
+from fednet.protocol.primitives import AllToAll
 from fednet.sim.simulation import Node
 
 __all__ = ["FedAvgLightSecAggConfig", "FedAvgLightSecAgg"]
@@ -122,21 +122,21 @@ class FedAvgLightSecAgg(NeuralProtocol):
         """Masks shared; masked one-step updates; aggregated shares of U1; unmasking (module docstring)."""
         cfg, N = self.config, self.sim.n_devices
         L = lsa_piece_length(self.n_params, cfg.U, cfg.z)
-        present = [dev for dev in self.devices if self.available(dev)]
+        present = [dev for dev in self.devices if self.net.available(dev)]
         self.round_dropped.update(dev.index for dev in self.devices if dev not in present)   # the trace's dropped
-        shares = Mailbox(self.env)
+        shares = self.net.mailbox()
 
         def _prepare(dev: Node) -> Generator:
             dev.state.mask = uniform(self.secret_rng(dev, "lsa-mask", epoch), cfg.p, self.n_params)
-            dev.state.encoded = yield from self.compute(dev, self.encode, dev)
+            dev.state.encoded = yield from self.net.compute(dev, self.encode, dev)
             shares.put(dev.index, dev.index, dev.state.encoded[dev.index])
 
-        yield from self.exchange(AllToAll(present, present), None, rows=lambda s: s.state.encoded,
+        yield from self.net.exchange(AllToAll(present, present), None, rows=lambda s: s.state.encoded,
                                  kind="encoded_mask", schedule="bundled", n_elements=L, prepare=_prepare,
                                  mailbox=shares)
         for dev in present if len(present) == 1 else ():                  # a lone client has nobody to share with
             yield from _prepare(dev)
-        online = yield from self.gather(present, self.masked_update, kind="masked_update", download=self.params,
+        online = yield from self.net.gather(present, self.masked_update, kind="masked_update", download=self.params,
                                         upload_elements=self.n_params)
         U1 = sorted(dev.index for dev in online.nodes)
         senders = frozenset(U1)
@@ -144,12 +144,12 @@ class FedAvgLightSecAgg(NeuralProtocol):
             self.skipped = self.decode_failed = True
             self.used = []
             return
-        agg = yield from self.gather([self.devices[i] for i in U1],
+        agg = yield from self.net.gather([self.devices[i] for i in U1],
                                      lambda dev: lsa_aggregate_encoded(shares.get_many(U1, dev.index), cfg.p),
                                      kind="aggregated_mask", first=cfg.U, download=np.asarray(U1),
                                      download_kind="survivors", upload_elements=L,
                                      wait=lambda dev: shares.wait(dev.index, senders))
         uploads = dict((dev.index, v) for dev, v in online)
-        self.params = yield from self.server_compute(self.unmask, [uploads[i] for i in U1], agg.values,
+        self.params = yield from self.net.server_compute(self.unmask, [uploads[i] for i in U1], agg.values,
                                                      [self.alphas[dev.index] for dev in agg.nodes], U1)
         self.used = U1

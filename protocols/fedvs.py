@@ -158,10 +158,10 @@ class FedVS(VerticalProtocol):
             dev.state.data_key = int(self.sim.secret_rng(dev, "fedvs_data_masks").integers(2**62))
             dev.state.model_rng = self.sim.secret_rng(dev, "fedvs_model_secrets")
         width = [d * D for d, D in zip(self.data.sizes, self.model.D)]
-        yield from self.compute_each(self.devices, None,       # eq. (2) at alpha_1..alpha_N, count of share_data
+        yield from self.net.compute_each(self.devices, None,       # eq. (2) at alpha_1..alpha_N, count of share_data
                                      macs=lambda dev: N * (c.K + c.T) * self.seg_rows * width[dev.index])
         pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
-        yield from self.exchange(pairs, lambda s, d: _Share(self.seg_rows * width[s.index]), kind="data_share",
+        yield from self.net.exchange(pairs, lambda s, d: _Share(self.seg_rows * width[s.index]), kind="data_share",
                                  schedule="bundled", element_bits=self.bits)
 
     # -- the math of one client / the server (full mode) -------------------------------------------------
@@ -271,13 +271,13 @@ class FedVS(VerticalProtocol):
             return c.sharing_scale * self.delays.sharing_delay(dev.index, epoch, self.coded_batch)
 
         def _prepare(dev) -> Generator:                                               # eqs. (3)-(4)
-            self.shared[dev.index] = yield from self.compute(dev, self.share_model, dev)
+            self.shared[dev.index] = yield from self.net.compute(dev, self.share_model, dev)
             if c.sharing_wait == "all":                                               # part of the exchange
                 yield self.env.timeout(_sharing_delay(dev))
 
         self.shared = {}
         pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
-        yield from self.exchange(pairs, lambda s, d: self.shared[s.index][1][d.index], kind="model_share",
+        yield from self.net.exchange(pairs, lambda s, d: self.shared[s.index][1][d.index], kind="model_share",
                                  schedule="bundled", element_bits=self.bits, prepare=_prepare)
         self.w_bars = [self.shared[n][0] for n in range(N)]
         self.model_shares = {(n, j): self.shared[n][1][j] for n in range(N) for j in range(N)}
@@ -288,18 +288,18 @@ class FedVS(VerticalProtocol):
                                                    key_round=epoch, element_bits=self.bits))
 
         work = [(dev, _upload(dev)) for dev in self.devices]
-        got = yield from self.first_k(work, self.need, deadline=c.deadline)
+        got = yield from self.net.first_k(work, self.need, deadline=c.deadline)
         self.used = [n.index for n in got.nodes]
         if len(got) < self.need:                                                    # Thm. 5.1 not met
             self.decode_failed = True
             self.decode_error = str(fv.FedVSDecodeFailure(len(got), self.need, c.K, c.T))
             return
-        H = yield from self.server_compute(self.decode, got.results)                # eqs. (6)-(7)
+        H = yield from self.net.server_compute(self.decode, got.results)                # eqs. (6)-(7)
         self.mode.observe(self.check_exact, rows)
         samples = np.concatenate([k * self.seg_rows + rows for k in range(c.K)])
-        g_H = yield from self.server_compute(self.model.server_step, H, samples)
-        yield from self.broadcast(g_H.astype(np.float32), kind="embedding_gradient")
-        yield from self.compute_each(self.devices, lambda dev: self.model.client_step(dev.index, samples, g_H))
+        g_H = yield from self.net.server_compute(self.model.server_step, H, samples)
+        yield from self.net.broadcast(g_H.astype(np.float32), kind="embedding_gradient")
+        yield from self.net.compute_each(self.devices, lambda dev: self.model.client_step(dev.index, samples, g_H))
 
     def round_metrics(self, round: int) -> dict[str, Any]:
         """``checked_rounds``: rounds whose decoded sum was verified bit-exact so far."""

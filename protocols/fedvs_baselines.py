@@ -63,13 +63,13 @@ class Wait(VerticalProtocol):
         rows = self.batch_rows(epoch, self.config.batch_size)
         work = [(dev, self.delayed_upload(dev, lambda d: self.embed(d, rows), kind="embedding", key_round=epoch))
                 for dev in self.devices]
-        got = yield from self.first_k(work, self.wait_for())
+        got = yield from self.net.first_k(work, self.wait_for())
         used = sorted(got.nodes, key=lambda n: n.index)
         self.used = [n.index for n in used]
-        H = yield from self.server_compute(mean_embedding, got.values)
-        g_H = yield from self.server_compute(self.model.server_step, H, rows)
-        yield from self.broadcast(g_H.astype(np.float32), kind="embedding_gradient", to=used)
-        yield from self.compute_each(used, lambda dev: self.model.client_step(dev.index, rows, g_H,
+        H = yield from self.net.server_compute(mean_embedding, got.values)
+        g_H = yield from self.net.server_compute(self.model.server_step, H, rows)
+        yield from self.net.broadcast(g_H.astype(np.float32), kind="embedding_gradient", to=used)
+        yield from self.net.compute_each(used, lambda dev: self.model.client_step(dev.index, rows, g_H,
                                                                              scale=1.0 / len(used)))
 
 
@@ -125,8 +125,8 @@ class VAFL(VerticalProtocol):
         """Every client uploads its initial embeddings of all training rows (the server's table), then starts its loop."""
         M, N = len(self.data.y_train), self.sim.n_devices
         allrows = np.arange(M)
-        first = yield from self.compute_each(self.devices, lambda dev: self.model.embedding(dev.index, allrows))
-        yield self.env.all_of([self.env.process(self.send(dev, self.server, first[dev.index], kind="embedding",
+        first = yield from self.net.compute_each(self.devices, lambda dev: self.model.embedding(dev.index, allrows))
+        yield self.env.all_of([self.env.process(self.net.send(dev, self.server, first[dev.index], kind="embedding",
                                                           element_bits=32)) for dev in self.devices])
         self.table = np.stack([first[n].astype(np.float32) for n in range(N)], axis=1)   # (M, N, h)
         self.arrivals: simpy.Store = simpy.Store(self.env)
@@ -146,7 +146,7 @@ class VAFL(VerticalProtocol):
             self.replies[dev.index] = self.env.event()
             yield self.arrivals.put((dev, rows, H))
             g_H = yield self.replies[dev.index]
-            yield from self.compute(dev, lambda: self.model.client_step(dev.index, rows, g_H))
+            yield from self.net.compute(dev, lambda: self.model.client_step(dev.index, rows, g_H))
 
     def server_update(self, n: int, rows: np.ndarray, H_n: np.ndarray) -> np.ndarray:
         """Store ``H_n`` in the table, step the top model on the table's mean embedding; ``dL/dH`` (b, h)."""
@@ -159,14 +159,14 @@ class VAFL(VerticalProtocol):
         """N arrivals, each an asynchronous server update recorded as one ``update`` trace row."""
         for _ in range(self.sim.n_devices):
             dev, rows, H = yield self.arrivals.get()
-            g_H = yield from self.server_compute(self.server_update, dev.index, rows, H)
+            g_H = yield from self.net.server_compute(self.server_update, dev.index, rows, H)
             self.used = [dev.index]
             self.env.process(self._reply(dev, g_H))
             self.record("update")
         self.used = None
 
     def _reply(self, dev, g_H: np.ndarray) -> Generator:
-        msg = yield from self.send(self.server, dev, g_H.astype(np.float32), kind="embedding_gradient")
+        msg = yield from self.net.send(self.server, dev, g_H.astype(np.float32), kind="embedding_gradient")
         self.replies[dev.index].succeed(msg.payload.astype(np.float64))
 
     def round_metrics(self, round: int) -> dict[str, Any]:

@@ -47,8 +47,8 @@ round; ``timing`` computes the same quantised gradients on the host, those of th
 real shapes (every user that trains is charged its own).  Traffic
 is identical.  The mask math is in :mod:`fednet.codes.lightsecagg`.  A timing-mode round on the default
 schedule (bundled relay overlapping training, every user available, views not recorded) is replayed
-without a SimPy process per user (:mod:`fednet.protocols.lightsecagg_replay`: the same times, draws and
-counts; ``ROUND_REPLAY = False`` there runs the processes).  Timing-mode runs with ``U = D`` on one task and seed
+without a SimPy process per user (the engine's ``masked`` backend, :mod:`fednet.sim.engine.backends.masked`: the
+same times, draws and counts; ``FEDNET_ENGINE=-masked`` runs the processes).  Timing-mode runs with ``U = D`` on one task and seed
 share their models (:meth:`LightSecAgg.trajectory_group`): the first computes them, the others skip the gradients.
 """
 
@@ -76,12 +76,10 @@ from fednet.codes.lightsecagg import (
     unmask_shares,
 )
 from fednet.learning.models import minibatch_gradient
-from fednet.protocol.base import NodeState, Protocol, ProtocolConfig, StragglerShortfall
-from fednet.protocol.modes import Shape
-from fednet.protocol.primitives import AllToAll, Mailbox, _event_at
+from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
+from fednet.protocol.modes import Shape, Timing
+from fednet.protocol.primitives import Mailbox
 from fednet.sim.simulation import Node
-
-from .lightsecagg_replay import replay_round
 
 __all__ = ["LightSecAggConfig", "LightSecAgg", "LightSecAggState", "mask_upload", "unmask_aggregate",
            "minibatch_gradient"]
@@ -216,64 +214,25 @@ class LightSecAgg(Protocol):
     def round(self, epoch: int) -> Generator:
         """Offline masks (overlapping training), masked uploads, survivor set U1, aggregated encoded masks, unmasking.
 
-        Up to the survivors' aggregated masks, :func:`~fednet.protocols.lightsecagg_replay.replay_round` where it
-        applies (timing mode, the default schedule), else :meth:`_round_processes`: the same times, draws and counts.
+        Up to the survivors' aggregated masks the round is the engine's masked secure sum
+        (:meth:`~fednet.protocol.primitives.Net.masked_sum`; replayed without per-user processes in timing mode
+        where the ``masked`` backend can run), then the server unmasks (eqs. 4-5).
         """
         cfg, U = self.config, self.U
         d, c = self.task.d, self.task.c
         L = lsa_piece_length(d * c, U, cfg.z)
-        available = [dev for dev in self.devices if self.available(dev)]
-        if len(available) < U:
-            raise StragglerShortfall(f"{self.label}: round {epoch} needs U = {U} users, {len(available)} available")
-        replayed = replay_round(self, epoch, available, L)        # timing mode without per-user processes
-        if replayed is not None:
-            U1, online, replies, t_end = replayed
-            yield _event_at(self.env, t_end)
-        else:
-            U1, online, replies = yield from self._round_processes(epoch, available, L)
+        available = [dev for dev in self.devices if self.net.available(dev)]
+        U1, online, replies = yield from self.net.masked_sum(
+            available, prepare=lambda dev: self._prepare_mask(dev, epoch), encode=self._encode,
+            local=self._masked_gradient, aggregate=lambda dev, U1, masks: self._aggregate_masks(dev, U1, masks, L),
+            first=U, piece_length=L, download=self.theta.astype(np.float32), upload_elements=d * c,
+            relay="per_message" if cfg.mask_relay == "per_message" else "bundled", parallel=cfg.offline_parallel,
+            timing_key="mask", precomputed=type(self.mode) is Timing)
         uploads = dict((dev.index, up) for dev, up in online)
-        G = yield from self.server_compute(self._unmask, [uploads[i] for i in U1], [s for _, s in replies],
-                                           [self.alphas[dev.index] for dev, _ in replies], len(U1), L)
+        G = yield from self.net.server_compute(self._unmask, [uploads[i] for i in U1], [s for _, s in replies],
+                                               [self.alphas[dev.index] for dev, _ in replies], len(U1), L)
         self.used = U1
         self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in U1))            # eqs. (4)-(5)
-
-    def _round_processes(self, epoch: int, available: list[Node], L: int) -> Generator:
-        """The round up to the survivors' aggregated masks, a SimPy process per user and step.
-
-        Returns the survivors U1 (ascending), their masked uploads ``(node, value)`` in order of arrival and their
-        aggregated encoded masks ``(node, value)`` in index order, at the arrival of the last of these."""
-        cfg, U = self.config, self.U
-        d, c = self.task.d, self.task.c
-        masks = Mailbox(self.env)
-
-        def encode(dev: Node) -> Generator:            # offline phase of user i: z_i and its N encoded shares
-            """Offline phase of user i: its mask z_i and its N encoded shares."""
-            self._prepare_mask(dev, epoch)
-            dev.state.encoded = yield from self.compute(dev, self._encode, dev, timing_key="mask")
-            masks.put(dev.index, dev.index, dev.state.encoded[dev.index])
-
-        offline = self.exchange(AllToAll(available, self.devices), None, rows=lambda src: src.state.encoded,
-                                prepare=encode, mailbox=masks,
-                                kind="encoded_mask" if cfg.mask_relay == "per_message" else "encoded_mask_relay",
-                                schedule="relay_asap" if cfg.mask_relay == "per_message" else "bundled",
-                                n_elements=L, timing_key="mask")
-        if cfg.offline_parallel:
-            offline = self.background(offline)
-        else:
-            yield from offline                            # every mask delivered before the model goes out
-            offline = None
-        online = yield from self.gather(available, self._masked_gradient, kind="masked_model", first=U,
-                                        download=self.theta.astype(np.float32), upload_elements=d * c, cancel=False)
-        U1 = sorted(dev.index for dev in online.nodes)    # the others are dropped this round; their work goes on
-        senders, U1_at = frozenset(U1), np.asarray(U1, dtype=np.int64)     # one array for every survivor's read
-        survivors = yield from self.gather(
-            [self.devices[i] for i in U1], lambda dev: self._aggregate_masks(dev, U1_at, masks, L),
-            kind="aggregated_mask",
-            download=np.asarray(U1), download_kind="survivors", upload_elements=L,
-            wait=lambda dev: masks.wait(dev.index, senders), free=len(U1) == 1,              # |U1| = 1: nothing to add
-            timing_key="mask")
-        self.cancel(online, offline)                      # whatever is still running is not needed
-        return U1, online.results, sorted(survivors, key=lambda r: r[0].index)
 
     def _prepare_mask(self, dev: Node, epoch: int) -> None:
         """User ``dev``'s mask stream and mask ``z_i`` of round ``epoch`` (secret; stand-ins in timing mode)."""

@@ -113,7 +113,7 @@ def test_steps_of_a_setup_attempt_read_that_attempts_draw():
 
     class Watching(CodedPaddedFL):
         def setup(self):
-            seen.append([dev.index for dev in self.devices if not self.available(dev)])
+            seen.append([dev.index for dev in self.devices if not self.net.available(dev)])
             yield from super().setup()
 
     task = make_task(D=6, n=12, d=5, c=2, lr=0.5)

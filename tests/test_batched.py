@@ -1,6 +1,6 @@
 """Batched device math and the vectorised replay give the unbatched, per-process results bit for bit (issue 12).
 
-Every scenario runs three ways -- batched (:data:`fednet.protocol.primitives.BATCHED`, the default), unbatched
+Every scenario runs three ways -- batched (the ``batched`` backend, the default), unbatched
 (``fn`` node by node on the event-free path) and on SimPy processes (``FAST_PATH = False``) -- and must give the
 same trace (floats by ``repr``), the same messages in every view and the same keyed-draw counters; the vectorised
 replay must really be taken. The building blocks (NumPy's SeedSequence / PCG64 / choice for many keys, the
@@ -19,28 +19,21 @@ from fednet.sim.rng import Streams
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
-from test_fast_path import Recorder, snapshot  # noqa: E402
+from test_fast_path import SWITCH, Recorder, engine, snapshot  # noqa: E402
 from test_pinned_traces import digits_task  # noqa: E402
 
 
 def three_ways(make, monkeypatch) -> tuple[tuple, tuple, tuple, int]:
     """Snapshots batched, unbatched and on processes, and how often the vectorised replay finished a step."""
-    taken = [0]
-    real = primitives.Primitives._replay_vectorised
-
-    def counting(self, *a, **k):
-        out = real(self, *a, **k)
-        taken[0] += out is not None
-        return out
-    monkeypatch.setattr(primitives.Primitives, "_replay_vectorised", counting)
-    monkeypatch.setattr(primitives, "FAST_PATH", True)
-    monkeypatch.setattr(primitives, "BATCHED", True)
-    batched = snapshot(make())
-    monkeypatch.setattr(primitives, "BATCHED", False)
+    engine(monkeypatch)
+    proto = make()
+    batched, taken = snapshot(proto), proto.sim.engine_paths.count("batched")
+    engine(monkeypatch, ("batched",))
     unbatched = snapshot(make())
-    monkeypatch.setattr(primitives, "FAST_PATH", False)
+    engine(monkeypatch, SWITCH["FAST_PATH"] + ("batched",))
     slow = snapshot(make())
-    return batched, unbatched, slow, taken[0]
+    engine(monkeypatch)
+    return batched, unbatched, slow, taken
 
 
 #: pinned scenarios whose rounds take the batched path (conventional FL; CodedSecAgg timing, one group)

@@ -1,4 +1,4 @@
-"""The bulk bundled exchange (:data:`fednet.protocol.primitives.BULK_EXCHANGE`) equals the per-pair one bit for bit.
+"""The bulk bundled exchange (the ``bundled`` engine backend) equals the per-pair one bit for bit.
 
 LightSecAgg's mask exchange runs with the switch on and off and must give the same trace, the same messages in
 every node's view and relay list and the same keyed-draw counters (:func:`test_fast_path.snapshot`), the bulk
@@ -19,7 +19,7 @@ from fednet.sim.compute import Deterministic
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
-from test_fast_path import Recorder, run_both, snapshot  # noqa: E402
+from test_fast_path import Recorder, engine, run_both, snapshot  # noqa: E402
 from test_lightsecagg_scale import SCALE_SCENARIOS, run  # noqa: E402
 
 
@@ -30,7 +30,7 @@ def _both(make, monkeypatch) -> tuple:
 
 #: The LightSecAgg shortcuts checked on == off below: (module switch, the method it takes), i.e. the bulk exchange
 #: itself and, inside it, the forwards replayed without a process each.
-SHORTCUTS = [("BULK_EXCHANGE", "_bulk_bundled"), ("REPLAY_FORWARDS", "_replay_forwards")]
+SHORTCUTS = [("BULK_EXCHANGE", "_bulk_bundled")]
 
 
 @pytest.mark.parametrize("switch, method", SHORTCUTS)
@@ -153,7 +153,7 @@ def test_exchange_returns_the_same_deliveries(dropout: float, monkeypatch) -> No
         tables = {dev.index: np.arange(D * 2, dtype=np.int64).reshape(D, 2) + 100 * dev.index for dev in sim.devices}
         senders = [dev for dev in sim.devices if dev.index != 3]
         box = Mailbox(sim.env)
-        out = sim.env.process(proto.exchange(AllToAll(senders, sim.devices[::-1]), None, rows=lambda s: tables[s.index],
+        out = sim.env.process(proto.net.exchange(AllToAll(senders, sim.devices[::-1]), None, rows=lambda s: tables[s.index],
                                              kind="share", schedule="bundled", n_elements=2, mailbox=box))
         sim.env.run()
         got = [(pair, value.tolist()) for pair, value in out.value.items()]
@@ -161,9 +161,9 @@ def test_exchange_returns_the_same_deliveries(dropout: float, monkeypatch) -> No
         srcs = [src for (src, to), _ in got if to == dst][::-1]
         return got, sim.env.now, box.get_many(srcs, dst).tolist(), [box.get(src, dst).tolist() for src in srcs]
 
-    monkeypatch.setattr(primitives, "BULK_EXCHANGE", True)
+    engine(monkeypatch)
     bulk = deliveries()
-    monkeypatch.setattr(primitives, "BULK_EXCHANGE", False)
+    engine(monkeypatch, ("bundled",))
     assert bulk == deliveries()
     assert len(bulk[0]) > 0 and bulk[2] == bulk[3]
 

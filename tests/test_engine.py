@@ -71,7 +71,7 @@ class _Relay(Protocol):
     """Test protocol: one device-to-device message per round."""
 
     def round(self, epoch: int):
-        msg = yield from self.send(self.devices[0], self.devices[2], np.zeros(1000), kind="share")
+        msg = yield from self.net.send(self.devices[0], self.devices[2], np.zeros(1000), kind="share")
         self.used = [0]
         self.delivered = msg
 
@@ -255,7 +255,7 @@ class _Deadline(Protocol):
     deadline = 0.0
 
     def round(self, epoch: int):
-        replies = yield from self.gather(self.devices, lambda dev: np.ones(10), kind="g", download=np.ones(10),
+        replies = yield from self.net.gather(self.devices, lambda dev: np.ones(10), kind="g", download=np.ones(10),
                                          macs=lambda dev: 1_000_000, deadline=self.deadline)
         self.used = [dev.index for dev, _ in replies]
         self.end = self.sim.now

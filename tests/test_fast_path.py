@@ -1,6 +1,6 @@
 """The event-free path of ``gather`` / edgeless ``tree_aggregate`` equals the SimPy process path bit for bit.
 
-Every scenario runs twice, with :data:`fednet.protocol.primitives.FAST_PATH` on and off, and must give the
+Every scenario runs twice, with :data:`the gather backends <fednet.sim.engine.config.BACKENDS>` allowed and disallowed, and must give the
 same trace (floats by ``repr``), the same messages in every node's view and relay list (kind, ends, sizes,
 send and delivery times, hops) and the same keyed-draw counters; the fast path must really be taken.
 Ties (deterministic compute, identical links, no loss) check SimPy's insertion order is reproduced.
@@ -30,22 +30,32 @@ def snapshot(proto) -> tuple:
     return rows, views, draws
 
 
-def run_both(make, monkeypatch, switch: str = "FAST_PATH", method: str = "_fast_rounds") -> tuple[tuple, tuple, int]:
-    """Snapshots of ``make()`` with the shortcut ``primitives.<switch>`` on and off, and how often the
-    shortcut's ``Primitives.<method>`` ran with it on (it must not run with it off)."""
-    calls = [0]
-    real = getattr(primitives.Primitives, method)
+#: The backends each former module switch stood for (the switches are now the simulation's EngineConfig).
+SWITCH = {"FAST_PATH": ("gather", "groups", "tree", "masked"), "BATCHED": ("batched",),
+          "BULK_EXCHANGE": ("bundled", "relays", "masked"), "GROUPS_REPLAY": ("groups",), "TREE_REPLAY": ("tree",),
+          "ROUND_REPLAY": ("masked",)}
+#: The path whose count tells a backend ran (``sim.engine_paths``), by the name of the code it used to be.
+COUNTED = {"_fast_rounds": "gather", "_bulk_bundled": "bundled", "_replay_relays": "relays", "_fast_groups": "groups",
+           "_replay_vectorised": "batched", "replay_tree": "tree", "replay_round": "masked"}
 
-    def counting(self, *a, **k):
-        calls[0] += 1
-        return (yield from real(self, *a, **k))
-    monkeypatch.setattr(primitives.Primitives, method, counting)
-    monkeypatch.setattr(primitives, switch, True)
-    on = snapshot(make())
-    taken = calls[0]
-    monkeypatch.setattr(primitives, switch, False)
-    off = snapshot(make())
-    assert calls[0] == taken
+
+def engine(monkeypatch, off=()) -> None:
+    """Make every Simulation built from now on disallow the backends ``off`` (``$FEDNET_ENGINE``)."""
+    monkeypatch.setenv("FEDNET_ENGINE", ",".join(f"-{b}" for b in off) or "all")
+
+
+def run_both(make, monkeypatch, switch: str = "FAST_PATH", method: str = "_fast_rounds") -> tuple[tuple, tuple, int]:
+    """Snapshots of ``make()`` with the backends of ``switch`` allowed and disallowed, and how often the backend
+    named by ``method`` ran with them allowed (it must not run with them disallowed), from the run's engine paths."""
+    path = COUNTED[method]
+    engine(monkeypatch)
+    proto = make()
+    on, taken = snapshot(proto), proto.sim.engine_paths.count(path)
+    engine(monkeypatch, SWITCH[switch])
+    proto = make()
+    off = snapshot(proto)
+    assert proto.sim.engine_paths.count(path) == 0
+    engine(monkeypatch)
     return on, off, taken
 
 
@@ -151,12 +161,8 @@ def test_vector_draws_equal_scalar_draws() -> None:
 
 
 def _eager_mailbox(monkeypatch) -> None:
-    real = primitives.Mailbox.__init__
-
-    def eager(self, env):
-        real(self, env)
-        self._lazy = False                       # one SimPy event per pair, env.all_of per wait (the old Mailbox)
-    monkeypatch.setattr(primitives.Mailbox, "__init__", eager)
+    """One SimPy event per pair, env.all_of per wait (the mailbox backend disallowed)."""
+    engine(monkeypatch, ("mailbox",))
 
 
 @pytest.mark.parametrize("name", ["lightsecagg_bundled_full", "lightsecagg_bundled_timing",
@@ -228,10 +234,10 @@ def test_fast_path_timing_key(drop_slowest: int, dropout: float, monkeypatch) ->
 
     class Keyed(ConventionalFL):
         def round(self, epoch: int):
-            replies = yield from self.gather(self.devices, self.local_gradient, kind="gradient",
-                                             first=len([d for d in self.devices if self.available(d)]) - drop_slowest,
+            replies = yield from self.net.gather(self.devices, self.local_gradient, kind="gradient",
+                                             first=len([d for d in self.devices if self.net.available(d)]) - drop_slowest,
                                              download=self.theta.astype(np.float32), timing_key="probe")
-            G = yield from self.server_compute(conventional.sum_gradients, replies.values)
+            G = yield from self.net.server_compute(conventional.sum_gradients, replies.values)
             self.used = [dev.index for dev in replies.nodes]
             self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in self.used))
 

@@ -38,7 +38,7 @@ def _stacked_host_gradient(self, i: int) -> np.ndarray:
         theta = self.theta.astype(np.float32).astype(np.float64)
         out: dict[int, np.ndarray] = {}
         shapes: dict[tuple[int, int], list] = {}
-        for dev in (dev for dev in self.devices if self.available(dev)):
+        for dev in (dev for dev in self.devices if self.net.available(dev)):
             shapes.setdefault((self.task.X[dev.index].shape[0], dev.state.batch), []).append(dev)
         for (n, bsz), group in shapes.items():
             for start in range(0, len(group), 32):

@@ -1,6 +1,6 @@
 """``Primitives.gather_groups``: the groups' gathers replayed without processes equal the SimPy processes, bit for bit.
 
-Every scenario runs with :data:`fednet.protocol.primitives.GROUPS_REPLAY` on and off and must give the same trace
+Every scenario runs with the ``groups`` backend allowed and disallowed and must give the same trace
 (floats by ``repr``), the same messages in every node's view (kind, ends, sizes, send and delivery times, hops) and
 the same keyed-draw counters; the replay must really be taken.  Ties (identical devices, no loss, deterministic
 compute) check that SimPy's order across groups is reproduced: the server's view and the order in which it decodes
@@ -11,34 +11,34 @@ from __future__ import annotations
 
 import pytest
 
-import fednet.protocol.primitives as primitives
+import fednet.sim.engine.backends.groups as groups_backend
 from fednet.sim.compute import Deterministic, ShiftedExponential
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
-from test_fast_path import Recorder, snapshot
+from test_fast_path import Recorder, engine, snapshot
 from test_pinned_traces import SECRET_SEED, digits_task
 
 
 def count_replays(monkeypatch) -> list[int]:
-    """``[n]``: how often ``Primitives._fast_groups`` has run since (it keeps counting)."""
+    """``[n]``: how often the groups backend has run since (it keeps counting)."""
     calls = [0]
-    real = primitives.Primitives._fast_groups
+    real = groups_backend.fast_groups
 
-    def counting(self, *a, **k):
+    def counting(*a, **k):
         calls[0] += 1
-        return real(self, *a, **k)
-    monkeypatch.setattr(primitives.Primitives, "_fast_groups", counting)
+        return real(*a, **k)
+    monkeypatch.setattr(groups_backend, "fast_groups", counting)
     return calls
 
 
 def run_both(make, monkeypatch) -> tuple[tuple, tuple, int]:
     """Snapshots of ``make()`` with ``GROUPS_REPLAY`` on and off, and how often the replay ran with it on."""
     calls = count_replays(monkeypatch)
-    monkeypatch.setattr(primitives, "GROUPS_REPLAY", True)
+    engine(monkeypatch)
     on = snapshot(make())
     taken = calls[0]
-    monkeypatch.setattr(primitives, "GROUPS_REPLAY", False)
+    engine(monkeypatch, ("groups",))
     off = snapshot(make())
     assert calls[0] == taken
     return on, off, taken
@@ -81,12 +81,12 @@ def test_groups_resume_in_simpy_order(monkeypatch) -> None:
 
         def then(g, result):
             order.append((g, repr(proto.env.now), [n.index for n in result.nodes]))
-            yield from proto.server_compute(None, macs=10**6 * (g + 1))
+            yield from proto.net.server_compute(None, macs=10**6 * (g + 1))
             order.append((g, repr(proto.env.now)))
 
         def step():
             groups = [[proto.devices[i] for i in group] for group in proto.groups]
-            yield from proto.gather_groups(groups, proto._device_epoch, kind="coded_gradient", first=[2, 2, 2],
+            yield from proto.net.gather_groups(groups, proto._device_epoch, kind="coded_gradient", first=[2, 2, 2],
                                            then=then, download=proto.theta, download_kind="epsilon")
         proto.env.process(step())
         proto.env.run()
@@ -95,7 +95,7 @@ def test_groups_resume_in_simpy_order(monkeypatch) -> None:
     calls = count_replays(monkeypatch)
     on = make_order()
     assert calls[0] == 2                                   # the run's round and this step
-    monkeypatch.setattr(primitives, "GROUPS_REPLAY", False)
+    engine(monkeypatch, ("groups",))
     off = make_order()
     assert on == off
     assert len({t for _, t, *_ in on[:3]}) == 1           # the three groups' arrivals tie
@@ -127,6 +127,6 @@ def test_arguments_are_checked() -> None:
         proto.env.run()
 
     with pytest.raises(ValueError, match="first gives 1 counts for 2 groups"):
-        drive(proto.gather_groups([nodes[:3], nodes[3:]], None, kind="x", first=[1], then=None))
+        drive(proto.net.gather_groups([nodes[:3], nodes[3:]], None, kind="x", first=[1], then=None))
     with pytest.raises(ValueError, match="disjoint"):
-        drive(proto.gather_groups([nodes[:3], nodes[2:]], None, kind="x", first=[1, 1], then=None))
+        drive(proto.net.gather_groups([nodes[:3], nodes[2:]], None, kind="x", first=[1, 1], then=None))

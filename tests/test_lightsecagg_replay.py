@@ -1,7 +1,7 @@
-"""LightSecAgg's timing-mode round without per-user processes (:mod:`fednet.protocols.lightsecagg_replay`) equals the
+"""LightSecAgg's timing-mode round without per-user processes (the engine's ``masked`` backend, :mod:`fednet.sim.engine.backends.masked`) equals the
 process path bit for bit.
 
-Each scenario runs with :data:`ROUND_REPLAY` on and off: the traces (times, bits, messages' retransmissions, MACs,
+Each scenario runs with the ``masked`` backend allowed and disallowed: the traces (times, bits, messages' retransmissions, MACs,
 survivors, accuracy and loss) and every keyed-draw counter must be equal, and the replay must really have been
 taken (or, where SimPy's order of simultaneous events decides, really refused).  The scenarios cover the two orders
 of the forwards and the survivor lists on the downlinks (the last bundle in before or after the U-th masked
@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import pytest
 
-import fednet.protocols.lightsecagg_replay as lsa_replay
+import fednet.sim.engine.backends.masked as lsa_replay
 from fednet.protocol import registry
 from fednet.sim.compute import Deterministic, ShiftedExponential
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
-from test_fast_path import snapshot  # noqa: E402
+from test_fast_path import engine, snapshot  # noqa: E402
 from test_pinned_traces import digits_task  # noqa: E402
 
 import fednet.protocols.lightsecagg  # noqa: F401,E402  (registers the protocol)
@@ -40,13 +40,13 @@ def _both(monkeypatch, *args, **kwargs) -> tuple[tuple, tuple, int, int]:
 
     def counting(*a, **k):
         out = real(*a, **k)
-        (taken if out is not None else refused)[0] += 1
+        (taken if not isinstance(out, str) else refused)[0] += 1
         return out
-    monkeypatch.setattr(fednet.protocols.lightsecagg, "replay_round", counting)
-    monkeypatch.setattr(lsa_replay, "ROUND_REPLAY", True)
+    monkeypatch.setattr(lsa_replay, "replay_round", counting)
+    engine(monkeypatch)
     on = snapshot(_run(*args, **kwargs))
     counts = taken[0], refused[0]
-    monkeypatch.setattr(lsa_replay, "ROUND_REPLAY", False)
+    engine(monkeypatch, ("masked",))
     off = snapshot(_run(*args, **kwargs))
     assert taken[0] == counts[0]                        # never taken with the switch off
     return on, off, *counts

@@ -51,7 +51,7 @@ def run(body, sim=None, rounds=1) -> Probe:
 
 
 def test_gather_returns_results_and_cancelled() -> None:
-    p = run(lambda self: self.gather(self.devices, work, kind="g", first=2))
+    p = run(lambda self: self.net.gather(self.devices, work, kind="g", first=2))
     res = p.out
     assert isinstance(res, GatherResult)
     assert [n.index for n in res.nodes] == [5, 4]                 # fastest first
@@ -62,7 +62,7 @@ def test_gather_returns_results_and_cancelled() -> None:
 
 def test_gather_reports_dropped_devices_in_result_and_trace() -> None:
     sim = sim_of(dropout=0.5, seed=3)
-    p = run(lambda self: self.gather(self.devices, work, kind="g"), sim=sim, rounds=2)
+    p = run(lambda self: self.net.gather(self.devices, work, kind="g"), sim=sim, rounds=2)
     absent = sorted(n.index for n in p.out.dropped)
     present = sorted(n.index for n in p.out.nodes)
     assert absent and present and sorted(absent + present) == list(range(D))
@@ -73,7 +73,7 @@ def test_gather_reports_dropped_devices_in_result_and_trace() -> None:
 
 def test_gather_deadline_marks_missed() -> None:
     # device i needs 1000 / (1000 (i + 1)) s of compute plus transfers; a 0.3 s deadline keeps the fast ones
-    p = run(lambda self: self.gather(self.devices, work, kind="g", deadline=0.3))
+    p = run(lambda self: self.net.gather(self.devices, work, kind="g", deadline=0.3))
     got = sorted(n.index for n in p.out.nodes)
     missed = sorted(n.index for n in p.out.missed_deadline)
     assert got and missed and sorted(got + missed) == list(range(D)) and max(missed) < min(got)
@@ -82,7 +82,7 @@ def test_gather_deadline_marks_missed() -> None:
 
 def test_gather_without_cancel_leaves_work_pending() -> None:
     def body(self):
-        res = yield from self.gather(self.devices, work, kind="g", first=1, cancel=False)
+        res = yield from self.net.gather(self.devices, work, kind="g", first=1, cancel=False)
         assert [n.index for n, _ in res.pending] == [0, 1, 2, 3, 4]
         yield self.env.timeout(10.0)                               # the others finish meanwhile
         assert not any(proc.is_alive for _, proc in res.pending)
@@ -93,12 +93,12 @@ def test_gather_without_cancel_leaves_work_pending() -> None:
 
 def test_uncharged_compute_raises_naming_the_step() -> None:
     with pytest.raises(UnchargedCompute, match="'plain'.*0 MACs"):
-        run(lambda self: self.compute_each(self.devices, lambda dev: np.ones(3) @ np.ones(3), step="plain"))
+        run(lambda self: self.net.compute_each(self.devices, lambda dev: np.ones(3) @ np.ones(3), step="plain"))
     with pytest.raises(UnchargedCompute, match="gather 'g'"):
-        run(lambda self: self.gather(self.devices, lambda dev: np.zeros(2), kind="g"))
+        run(lambda self: self.net.gather(self.devices, lambda dev: np.zeros(2), kind="g"))
     with pytest.raises(UnchargedCompute, match="server_compute|<lambda>"):
-        run(lambda self: self.server_compute(lambda: 1.0))
-    p = run(lambda self: self.compute_each(self.devices, lambda dev: dev.index, free=True))
+        run(lambda self: self.net.server_compute(lambda: 1.0))
+    p = run(lambda self: self.net.compute_each(self.devices, lambda dev: dev.index, free=True))
     assert p.out == {i: i for i in range(D)}
 
 
@@ -109,7 +109,7 @@ def test_exchange_delivers_every_share_with_the_schedule_traffic(schedule) -> No
     def body(self):
         box = Mailbox(self.env)
         nodes = [[self.devices[i] for i in g] for g in groups]
-        out = yield from self.exchange(cyclic_steps(nodes), lambda s, d: np.full(4, 10 * s.index + d.index),
+        out = yield from self.net.exchange(cyclic_steps(nodes), lambda s, d: np.full(4, 10 * s.index + d.index),
                                        kind="share", schedule=schedule, n_elements=4, element_bits=8, mailbox=box)
         return out, box
     cls = type("P", (Probe,), {"body": staticmethod(body)})
@@ -147,10 +147,10 @@ def test_tree_aggregate_sums_children_into_roots() -> None:
     def add(acc, part):
         return matmul(np.ones((1, 1)), acc + part)
 
-    p = run(lambda self: self.tree_aggregate(tree, own, add, kind="t", root_kind="root", n_elements=1))
+    p = run(lambda self: self.net.tree_aggregate(tree, own, add, kind="t", root_kind="root", n_elements=1))
     sums = {n.index: float(v[0, 0]) for n, v in p.out}
     assert sums == {0: 1 + 3 + 5, 1: 2 + 4 + 6}
-    q = run(lambda self: self.tree_aggregate(tree, own, add, kind="t", root_kind="root", first=1, n_elements=1))
+    q = run(lambda self: self.net.tree_aggregate(tree, own, add, kind="t", root_kind="root", first=1, n_elements=1))
     assert len(q.out) == 1 and len(q.out.cancelled) == 1
 
 
@@ -181,9 +181,9 @@ def test_trace_keeps_the_old_columns_first() -> None:
 
 def test_record_update_rows_split_the_round_counters() -> None:
     def body(self):
-        yield from self.gather(self.devices[:2], work, kind="g")
+        yield from self.net.gather(self.devices[:2], work, kind="g")
         self.record("update")
-        yield from self.gather(self.devices[2:], work, kind="g")
+        yield from self.net.gather(self.devices[2:], work, kind="g")
         return None
     p = run(body)
     events = [r["event"] for r in p.trace]

@@ -21,8 +21,8 @@ Comparisons, each of the whole trace (every column, floats by ``repr``, in the r
 
 * serial (:func:`fednet.study.runner.run_study`) == Dask (:func:`simulate_parallel` on a shared
   two-worker :class:`~distributed.LocalCluster`), which is what ``fednet run --jobs 2`` runs;
-* engine shortcuts on == off (:data:`SWITCHES`: the event-free gather path, the lazy mailbox, the groups replay,
-  the tree replay, LightSecAgg's round replay);
+* engine backends on == off (``FEDNET_ENGINE=reference``: every backend of :mod:`fednet.sim.engine.backends`
+  disallowed, the lazy mailbox too);
 * one thread == three threads lent to the sliced kernels (:mod:`fednet.algebra.slices`: the devices'
   gradients, the test evaluation's rows, the features' rows), the data prepared again under them;
 * timing == full mode, for every run whose protocol has both (the run's mode flipped): every
@@ -58,10 +58,7 @@ EPOCHS = 2
 SEEDS = 1
 #: Random features of the reduced data (the studies use 2000).
 N_COMPONENTS = 24
-#: Engine switches that must not change a trace: (module, attribute), all turned off together (add new ones here).
-SWITCHES = [("fednet.protocol.primitives", "FAST_PATH"), ("fednet.protocol.primitives", "LAZY_MAILBOX"),
-            ("fednet.protocol.primitives", "GROUPS_REPLAY"), ("fednet.protocol.primitives", "TREE_REPLAY"),
-            ("fednet.protocols.lightsecagg_replay", "ROUND_REPLAY")]
+#: The engine configuration that must not change a trace: every backend off (the reference semantics).
 #: Columns only full mode fills (observers of the exact math; not part of the simulated trajectory).
 FULL_ONLY = {"decode_error", "decode_bound", "max_abs_error", "checked_rounds"}
 #: Timing mode replays the plain float64 trajectory; full mode decodes the fixed-point (Q<48,24>) gradient exactly,
@@ -287,10 +284,7 @@ def test_jobs_2_equals_serial(name: str, client, serial_traces: dict[str, Any]) 
 @pytest.mark.parametrize("name", NAMES)
 def test_engine_shortcuts_off_equals_on(name: str, serial_traces: dict[str, Any], monkeypatch) -> None:
     study, serial = _baseline(name, serial_traces, twin_ok=True)
-    for module, attr in SWITCHES:
-        mod = importlib.import_module(module)
-        assert getattr(mod, attr) is True, f"{module}.{attr} is on by default"
-        monkeypatch.setattr(mod, attr, False)
+    monkeypatch.setenv("FEDNET_ENGINE", "reference")       # every backend off: the reference semantics
     assert _dumps(_serial(study)) == serial
 
 

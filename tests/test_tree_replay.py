@@ -1,7 +1,7 @@
-"""``Primitives.tree_aggregate``'s replay (:mod:`fednet.protocol.tree_replay`) equals the SimPy processes, bit for bit.
+"""``Net.tree_aggregate``'s replay (:mod:`fednet.sim.engine.backends.tree`) equals the SimPy processes, bit for bit.
 
 CodedSecAgg in timing mode (the tree of Sec. VI-D, eqs. 14-15, with a batch for eq. 13) runs with
-:data:`fednet.protocol.primitives.TREE_REPLAY` on and off and must give the same trace (floats by ``repr``), the
+the ``tree`` backend allowed and disallowed and must give the same trace (floats by ``repr``), the
 same keyed-draw counters, the same counters and the same ``received`` on every device; the replay must really be
 taken where no simultaneous events decide, and must refuse (and leave the step to the processes, with the same
 results) where they do: identical devices without loss and with deterministic compute make every time tie.
@@ -13,7 +13,8 @@ import dataclasses
 
 import pytest
 
-import fednet.protocol.primitives as primitives
+import fednet.sim.engine.backends.tree as tree_backend
+from test_fast_path import engine
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
@@ -50,18 +51,18 @@ def _snapshot(proto) -> tuple:
 def run_both(make, monkeypatch) -> tuple[tuple, tuple, int, int]:
     """Snapshots with the replay on and off; how often it was tried, and how often it was taken, with it on."""
     tried, taken = [0], [0]
-    real = primitives.replay_tree
+    real = tree_backend.replay_tree
 
     def counting(*a, **k):
         tried[0] += 1
         got = real(*a, **k)
-        taken[0] += got is not None
+        taken[0] += not isinstance(got, str)
         return got
-    monkeypatch.setattr(primitives, "replay_tree", counting)
-    monkeypatch.setattr(primitives, "TREE_REPLAY", True)
+    monkeypatch.setattr(tree_backend, "replay_tree", counting)
+    engine(monkeypatch)
     on = _snapshot(make())
     n_tried, n_taken = tried[0], taken[0]
-    monkeypatch.setattr(primitives, "TREE_REPLAY", False)
+    engine(monkeypatch, ("tree",))
     off = _snapshot(make())
     assert tried[0] == n_tried
     return on, off, n_tried, n_taken
@@ -97,12 +98,12 @@ def test_full_mode_and_views_keep_the_processes(monkeypatch) -> None:
     from fednet.protocols.codedsecagg import CodedSecAgg
 
     tried = [0]
-    real = primitives.replay_tree
+    real = tree_backend.replay_tree
 
     def counting(*a, **k):
         tried[0] += 1
         return real(*a, **k)
-    monkeypatch.setattr(primitives, "replay_tree", counting)
+    monkeypatch.setattr(tree_backend, "replay_tree", counting)
     for mode, views in (("full", False), ("timing", True)):
         g = lte_star(16, loss=0.1, device_mac_rates=[2e6] * 16)
         sim = Simulation(g, 1, device_compute=ShiftedExponential(0.5), secret_seed=SECRET_SEED, record_views=views)

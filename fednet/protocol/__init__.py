@@ -16,9 +16,9 @@ and ``round(epoch)``, both generators that read like the paper's algorithm box::
         State = MyState
 
         def round(self, epoch):
-            replies = yield from self.gather(self.devices, self.local_gradient, kind="gradient",
+            replies = yield from self.net.gather(self.devices, self.local_gradient, kind="gradient",
                                              first=self.sim.n_devices - 2, download=self.theta)
-            G = yield from self.server_compute(sum_gradients, replies.values)      # eq. (3)
+            G = yield from self.net.server_compute(sum_gradients, replies.values)      # eq. (3)
             self.used = [dev.index for dev in replies.nodes]
             self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in self.used))
 
@@ -42,7 +42,7 @@ gradient sets ``exact_trajectory = True`` and timing mode follows the task's cac
 
 Failures are results.  ``gather``/``first_k``/``tree_aggregate`` return a :class:`GatherResult`
 (``results`` in arrival order, ``dropped``, ``cancelled``, ``missed_deadline``, ``pending``); the
-round's unavailable devices reach the trace's ``dropped`` column.  ``self.available(node)`` asks
+round's unavailable devices reach the trace's ``dropped`` column.  ``self.net.available(node)`` asks
 the engine, which draws each device's availability once per round (and once per setup attempt).
 
 Setup-phase dropouts.  A protocol declares its reaction to devices absent in the setup phase in

@@ -66,8 +66,8 @@ from . import registry
 from .modes import Mode, SharedTrajectory, make_mode
 from .primitives import (
     GatherResult,
+    Net,
     Outgoing,
-    Primitives,
     StragglerShortfall,
     UnchargedCompute,
     payload_size,
@@ -126,7 +126,7 @@ class ServerState:
     """Private state of the server (a protocol may subclass it)."""
 
 
-class Protocol(Primitives):
+class Protocol:
     """Base class of every protocol (module docstring for the primitives).
 
     Subclasses set ``name`` (registry key) and ``Config`` (a :class:`ProtocolConfig`
@@ -212,6 +212,8 @@ class Protocol(Primitives):
         if not isinstance(config, self.Config):
             raise TypeError(f"config must be a {self.Config.__name__} or a dict, got {type(config).__name__}")
         self.sim = sim
+        #: The primitives (:class:`~fednet.protocol.primitives.Net`): ``yield from self.net.gather(...)``.
+        self.net = Net(self)
         self.task = task
         self.config = config
         self.label = label or self.name

@@ -31,7 +31,6 @@ before this module existed).
 
 from __future__ import annotations
 
-import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,57 +39,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fednet.algebra.meter import MacMeter, charge, macs_of
+from fednet.algebra.shape import Shape
 
 __all__ = ["Mode", "Full", "Timing", "Shape", "Opaque", "SharedTrajectory", "make_mode", "MODES"]
-
-
-@dataclass(frozen=True, eq=False)
-class Shape:
-    """Stand-in for an array in timing mode: its shape and dtype, and optionally a stand-in value.
-
-    Attributes
-    ----------
-    shape : tuple of int
-    dtype : numpy.dtype
-    value : Any
-        The host's stand-in value (``stand_in=`` of :meth:`Mode.run`), or None.
-    """
-
-    shape: tuple
-    dtype: Any
-    value: Any = None
-
-    @property
-    def size(self) -> int:
-        """Number of elements (what a message carrying it costs)."""
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    @property
-    def ndim(self) -> int:
-        """Number of axes."""
-        return len(self.shape)
-
-    @classmethod
-    def like(cls, a: Any, value: Any = None) -> "Shape":
-        """The stand-in of array ``a``."""
-        a = np.asarray(a)
-        return cls(tuple(a.shape), a.dtype, value)
-
-    def __getitem__(self, i: int) -> "Shape":
-        """The stand-in of ``a[i]`` for an integer ``i`` (the first axis dropped)."""
-        if not isinstance(i, (int, np.integer)) or not self.shape or not -self.shape[0] <= i < self.shape[0]:
-            raise IndexError(f"a Shape{self.shape} stand-in supports an integer index on its first axis, got {i!r}")
-        return _row_stub(self.shape[1:], np.dtype(self.dtype))
-
-    def zeros(self) -> np.ndarray:
-        """Zero operand of this shape and dtype (to meter a kernel)."""
-        return np.zeros(self.shape, dtype=self.dtype)
-
-
-@functools.lru_cache(maxsize=256)
-def _row_stub(shape: tuple, dtype: np.dtype) -> Shape:
-    """One shared stand-in per row shape (rows of stand-ins are looked up N^2 times a round)."""
-    return Shape(shape, dtype)
 
 
 class Opaque:

@@ -41,6 +41,8 @@ import simpy
 from fednet.algebra.meter import MacMeter
 from fednet.errors import ConfigError
 
+from .engine.config import EngineConfig
+from .engine.paths import EnginePaths
 from .compute import AlwaysAvailable, Availability, BernoulliDropout, ComputeModel, Deterministic, ShiftedExponential
 from .network import Link, Message, transmission_time
 from .rng import Streams
@@ -174,11 +176,14 @@ class Slot(simpy.Resource):
 
     def __init__(self, env: Environment) -> None:
         super().__init__(env, capacity=1)
+        #: How many requests this slot has granted (a backend that stood for processes checks it did not change).
+        self.grants = 0
 
     def _do_put(self, event: Any) -> None:
         if not self.users:                       # granted (capacity 1); otherwise it stays queued, as in SimPy
             super()._do_put(event)
             self._env.held += 1
+            self.grants += 1
 
     def _do_get(self, event: Any) -> None:
         held = bool(self.users)
@@ -225,6 +230,9 @@ class Simulation:
         Dropout model of devices (every device always available).
     record_views : bool, optional
         Keep every received message in the receiver's ``view``.
+    engine : EngineConfig, optional
+        Which engine backends may run and whether their paths are recorded (default: ``$FEDNET_ENGINE``,
+        :mod:`fednet.sim.engine.config`).
     secret_seed : int, optional
         Root of the secret streams (:meth:`secret_rng`: pads, masks, Shamir coefficients) for a
         reproducible experiment; must differ from ``seed``.  Default: OS entropy
@@ -239,10 +247,17 @@ class Simulation:
 
     def __init__(self, graph: nx.Graph, seed: int, *, device_compute: ComputeModel | None = None,
                  server_compute: ComputeModel | None = None, availability: Availability | None = None,
-                 record_views: bool = True, secret_seed: int | None = None) -> None:
+                 record_views: bool = True, secret_seed: int | None = None,
+                 engine: EngineConfig | None = None) -> None:
         self.env = Environment()
         self.graph = graph
         self.record_views = record_views
+        #: Which engine backends may run (:class:`~fednet.sim.engine.config.EngineConfig`; default ``$FEDNET_ENGINE``).
+        self.engine = EngineConfig.from_env() if engine is None else engine
+        if not isinstance(self.engine, EngineConfig):
+            raise TypeError(f"engine must be an EngineConfig, got {type(engine).__name__}")
+        #: Which backend ran each step, or why the reference did (:class:`~fednet.sim.engine.paths.EnginePaths`).
+        self.engine_paths = EnginePaths()
         self.availability = availability or AlwaysAvailable()
         self.overhead = float(graph.graph.get("header_overhead", 0.0))
         if not (self.overhead >= 0 and math.isfinite(self.overhead)):
@@ -352,7 +367,7 @@ class Simulation:
         """Whether every processor and link of ``nodes`` is free: no holder, nobody queued.
 
         ``settled``: the caller knows that no release whose resource has a queue is pending
-        (:meth:`fednet.protocol.primitives.Primitives._alone`). A request waits only behind a holder, or at a
+        (:func:`fednet.sim.engine.events.alone`). A request waits only behind a holder, or at a
         resource just released whose release event has yet to run; so then, when no :class:`Slot` of this
         simulation is held (``env.held``) and the nodes' resources are all its slots, every one is free, and
         none is looked at.

@@ -50,6 +50,7 @@ except ImportError as e:  # pragma: no cover - dask is a dependency
     raise ImportError("parallel runs (--jobs, --scheduler) need dask.distributed: "
                       "pip install 'dask[distributed]'") from e
 
+from fednet.sim.engine.paths import EnginePaths
 from fednet.algebra.slices import compute_threads
 
 from .config import Study
@@ -270,7 +271,7 @@ def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLik
     """
     from fednet.protocol import registry
 
-    from .runner import _run_one
+    from .runner import ENGINE_PATHS, _run_one
 
     run = study.runs[run_index]
     fs = study.data.feature_seed_for(seed)
@@ -278,9 +279,11 @@ def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLik
     with _environment(env), limit_threads(blas_threads), compute_threads(threads):
         task, data_s = cached_task(study, fs, data_dir)
         t0 = time.perf_counter()
+        ENGINE_PATHS.pop(run.name, None)
         rows = _run_one(study, run, seed, task, _round_reporter(progress_topic, f"{run_index}:{seed}"))
         wall = time.perf_counter() - t0
-    return {"rows": rows, "wall_s": wall, "data_s": data_s, "feature_seed": fs}
+    return {"rows": rows, "wall_s": wall, "data_s": data_s, "feature_seed": fs,
+            "engine": ENGINE_PATHS.pop(run.name).as_dict()}
 
 
 def run_tasks(study: Study, run_indices: Sequence[int], seed: int, *args: Any) -> list[dict[str, Any]]:
@@ -536,6 +539,9 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                     unit, records = futures[fut], fut.result()
                     for (i, seed), res in zip(unit, records if len(unit) > 1 else [records]):
                         results[(i, seed)] = res
+                        if "engine" in res:                # the worker's engine paths, for timing.json
+                            from .runner import ENGINE_PATHS
+                            ENGINE_PATHS.setdefault(study.runs[i].name, EnginePaths()).merge(res["engine"])
                         if on_done is not None:
                             on_done(i, seed, res)
                         with lock:

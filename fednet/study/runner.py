@@ -52,6 +52,7 @@ from fednet.protocol import registry
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
 from fednet.sim.dropout import ExtremeDropout
 from fednet.sim.rng import Streams, secret_seed_from_env
+from fednet.sim.engine.paths import EnginePaths
 from fednet.sim.simulation import Simulation
 from fednet.topologies import builder
 from fednet.topologies.distributions import per_device
@@ -343,10 +344,18 @@ def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -
         raise ConfigError(f"runs[{i}] ({run.name}).params: {e}") from e
 
 
+#: Which engine backend ran each step of the runs this process made (label -> paths), for ``timing.json`` and
+#: ``fednet run --explain-engine``: host facts like the host seconds beside them (the backend never changes a number).
+ENGINE_PATHS: dict[str, EnginePaths] = {}
+
+
 def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
              on_round: Callable[[dict[str, Any]], None] | None) -> list[dict[str, Any]]:
     proto = _build_protocol(study, run, seed, task)
-    return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round, strict=study.strict)
+    try:
+        return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round, strict=study.strict)
+    finally:
+        ENGINE_PATHS.setdefault(run.name, EnginePaths()).merge(proto.sim.engine_paths)
 
 
 def _write_trace(path: Path, by_seed: dict[int, list[dict[str, Any]]], seeds: Sequence[int]) -> None:
@@ -462,7 +471,8 @@ def _assemble(study: Study, traces: dict[str, dict[int, list[dict[str, Any]]]], 
         summary["runs"][run.name]["trace_csv"] = f"{slug(run.name)}/trace.csv"
     timing = {"unit": "host seconds (wall clock; not reproducible)", "data_s": data_s,
               "runs": {label: {str(s): v for s, v in by.items()} for label, by in wall.items()},
-              **extra_timing, "total_s": time.perf_counter() - t_start}
+              **extra_timing, "total_s": time.perf_counter() - t_start,
+              "engine": {label: ENGINE_PATHS.pop(label).as_dict() for label in wall if label in ENGINE_PATHS}}
     return StudyResult(None, summary, traces, wall, timing, provenance(command), study)
 
 

@@ -1,6 +1,7 @@
-"""LightSecAgg's timing-mode round without a SimPy process per user (issue 12): the same times, draws and counts.
+"""The ``masked`` backend: a masked secure sum (LightSecAgg's round) without a SimPy process per user.
 
-:meth:`fednet.protocols.lightsecagg.LightSecAgg.round` runs, per user, a background mask phase (encoding on the
+The reference (:func:`fednet.sim.engine.reference.masked`, the step of :meth:`fednet.protocol.primitives.Net.masked_sum`)
+runs, per user, a background mask phase (encoding on the
 processor, one bundled upload, the server's forward once every bundle is in) beside the online phase (model
 download, training on the same processor after the encoding, masked upload on the same uplink after the bundle),
 then a second gather over the survivors U1 (survivor list download on the downlink the forward uses, the
@@ -15,50 +16,70 @@ vectors, with the floats SimPy's timeouts give (``now + seconds``), and commits 
 done by ``T2``: a transfer is counted, a computation charged and a keyed draw consumed iff its event comes before
 ``T2`` (an interrupted transfer is not counted; a computation is charged when it starts).  Where SimPy's order of
 events at one instant would decide (the U-th and the next arrival at one time, the forwards starting at ``T1``,
-another user's event at ``T2``) or the round is not the plain one (full mode, a user absent, views recorded, an
-engine method overridden, another process running), it returns None before any simulated effect (no draw taken,
+another user's event at ``T2``) or the round is not the plain one (values that need their inputs -- full mode --, a user absent, views recorded, an
+engine method overridden, another process running), it declines before any simulated effect (no draw taken,
 nothing counted, no time passed; only the users' timing-mode mask stand-ins are set, as the processes set them
-again), and the processes run.
+again), and the processes run.  The step's ``precomputed`` says whether its values may be computed before their
+inputs arrive (timing mode's stand-ins: LightSecAgg passes ``type(self.mode) is Timing``).
 
 ``tests/test_lightsecagg_replay.py`` runs rounds both ways: traces and draw counters are equal.
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
 
-import fednet.protocol.primitives as primitives
 from fednet.algebra.meter import MacMeter
-from fednet.protocol.modes import Timing
-from fednet.protocol.primitives import Mailbox, Primitives, _draws_plain, payload_size
 from fednet.sim.compute import compute_seconds
 from fednet.sim.network import transmission_times
 
-__all__ = ["ROUND_REPLAY", "replay_round"]
+from ..events import draws_plain, event_at, fast_reason
+from ..mailbox import Mailbox
+from ..results import payload_size
+from ..step import Backend, Declined, Step
 
-#: Replay LightSecAgg's timing-mode rounds without per-user processes where :func:`replay_round` applies.
-ROUND_REPLAY = True
-
-#: Engine methods the replay stands for: an override must see every message and computation.
-_ENGINE = ("gather", "exchange", "_bulk_bundled", "compute", "send", "_message", "first_k", "_first_k",
-           "background", "cancel")
+__all__ = ["MaskedReplay", "replay_round"]
 
 
-def _applies(proto: Any, nodes: list) -> bool:
-    """Whether the round of ``proto`` over ``nodes`` (every user, in index order) is the plain one the replay knows."""
-    sim, cfg = proto.sim, proto.config
-    if not (ROUND_REPLAY and primitives.BULK_EXCHANGE and type(proto.mode) is Timing and cfg.offline_parallel
-            and cfg.mask_relay == "bundled" and not sim.record_views and not sim.d2d):
-        return False
-    if len(nodes) != sim.n_devices or len(nodes) < 2 or any(n.index != p for p, n in enumerate(nodes)):
-        return False
-    if any(getattr(type(proto), name) is not getattr(Primitives, name) for name in _ENGINE):
-        return False
-    if not _draws_plain(sim.streams) or not proto._fast_ok(nodes):    # engine, queue, idle processors and links
-        return False
-    return sim.node_table(nodes) is not None              # devices, shifted-exponential or deterministic compute
+class MaskedReplay(Backend):
+    """A masked secure sum's round without a process per user (module docstring)."""
+
+    name = "masked"
+    kind = "masked"
+
+    def can_run(self, net: Any, step: Step) -> bool | str:
+        sim, nodes = net.sim, step.nodes
+        if not step.precomputed:
+            return "the values need their inputs (full mode): computed as the processes reach them"
+        if not (step.parallel and step.relay == "bundled"):
+            return "the masks are not relayed bundled, in parallel with training"
+        if not sim.engine.allows("bundled"):
+            return "the bundled backend is not allowed (the replay stands for a bundled exchange)"
+        if sim.record_views:
+            return "views are recorded (Simulation(record_views=True)); the replay does not file messages in views"
+        if sim.d2d:
+            return "the network has direct device-to-device links"
+        if len(nodes) != sim.n_devices or len(nodes) < 2 or any(n.index != p for p, n in enumerate(nodes)):
+            return "not every user takes part (a user is absent)"
+        if not draws_plain(sim.streams):
+            return "the keyed draws are overridden"
+        ok = fast_reason(net, nodes)                    # engine, queue, idle processors and links
+        if ok is not True:
+            return ok
+        if sim.node_table(nodes) is None:
+            return "a compute model other than shifted-exponential or deterministic"
+        return True
+
+    def run(self, net: Any, step: Step) -> Generator:
+        got = replay_round(net, step)
+        if isinstance(got, str):
+            return Declined(got)
+        U1, online, replies, t_end = got
+        yield event_at(net.sim.env, t_end)
+        return U1, online, replies
 
 
 def _metered(fn: Any, *args: Any) -> tuple[Any, int]:
@@ -95,17 +116,14 @@ def _after(t: np.ndarray, seconds: np.ndarray) -> np.ndarray:
     return np.where(seconds > 0, t + seconds, t)
 
 
-def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int], list, list, float] | None:
-    """Replay round ``epoch`` of a timing-mode LightSecAgg over ``nodes`` (module docstring), or None (processes run).
+def replay_round(net: Any, step: Step) -> tuple[list[int], list, list, float] | str:
+    """Replay a ``masked`` step over ``step.nodes`` (module docstring), or the reason it cannot (nothing changed).
 
     Parameters
     ----------
-    proto : LightSecAgg
-    epoch : int
-    nodes : list of Node
-        The users available this round (every user, in index order, or the replay does not apply).
-    L : int
-        Piece length of the encoded masks.
+    net : Net
+    step : Step
+        The step (:meth:`fednet.protocol.primitives.Net.masked_sum`); ``nodes`` must be every user, in index order.
 
     Returns
     -------
@@ -118,10 +136,8 @@ def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int]
     t_end : float
         Simulated seconds at which the last aggregated mask arrives; the caller resumes there.
     """
-    if not _applies(proto, nodes):
-        return None
-    sim, N, U = proto.sim, len(nodes), proto.U
-    d, c, bits = proto.task.d, proto.task.c, proto.element_bits
+    sim, nodes, L, U = net.sim, step.nodes, step.piece_length, step.first
+    N, bits = len(nodes), net.element_bits
     t0 = float(sim.env.now)
     idx = np.arange(N, dtype=np.intp)
     rate_d, loss_d, rate_u, loss_u, mac_rate, frac = sim.node_table(nodes)[:, 1:].T   # frac -1: deterministic
@@ -134,12 +150,12 @@ def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int]
 
     # -- what each user's steps charge (timing mode: no values computed but the stand-ins) -------------------
     for dev in nodes:
-        proto._prepare_mask(dev, epoch)
-    encoded, enc_macs = zip(*(_metered(proto._encode, dev) for dev in nodes))
-    theta32 = proto.theta.astype(np.float32)
-    trained, train_macs = zip(*(_metered(proto._masked_gradient, dev) for dev in nodes))
+        step.prepare(dev)
+    encoded, enc_macs = zip(*(_metered(step.encode, dev) for dev in nodes))
+    theta32 = step.download
+    trained, train_macs = zip(*(_metered(step.local, dev) for dev in nodes))
     if min(enc_macs) == 0 or min(train_macs) == 0:
-        return None                                      # the process path raises UnchargedCompute
+        return "a user's encoding or local step charged 0 MACs (the processes raise UnchargedCompute)"
     # -- the online phase and the mask phase up to the forwards -----------------------------------------------
     n_model = payload_size(theta32)
     s_dm, x_dm = link(n_model * bits, rate_d, loss_d, draws.u("downlink"))
@@ -153,19 +169,20 @@ def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int]
     s_tr, d_tr = _seconds(np.array(train_macs), mac_rate, frac, draws.u("compute"))
     t2 = _after(g, s_tr)
     su = np.maximum(t2, tb)                              # masked upload: the uplink after the bundle
-    s_um, x_um = link(d * c * bits, rate_u, loss_u, draws.u("uplink"))
+    n_up = int(step.upload_elements)
+    s_um, x_um = link(n_up * bits, rate_u, loss_u, draws.u("uplink"))
     t3 = su + s_um
     order = np.argsort(t3, kind="stable")
     t3s = t3[order]
     T1 = t3s[U - 1]
     if U < N and t3s[U] == T1:
-        return None                                      # who is the U-th: SimPy's insertion order decides
+        return "the U-th and the next masked upload arrive at one instant (SimPy's insertion order decides)"
     surv = np.zeros(N, dtype=bool)
     surv[order[:U]] = True
     U1 = np.flatnonzero(surv)
     Tb = tb.max()
     if Tb == T1:
-        return None                                      # forwards and survivor lists requested at one instant
+        return "the forwards and the survivor lists are requested at one instant (SimPy's order decides)"
     # -- forwards (every user) and survivor lists (U1) on the downlinks, first come first served -------------
     n_list = U
     fs = np.maximum(Tb, t1)                              # forward requested at T_b, after the model download
@@ -188,9 +205,9 @@ def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int]
     # -- aggregation of the masks (U1) and its upload --------------------------------------------------------
     U1_at = np.asarray(U1, dtype=np.int64)
     box = Mailbox(sim.env)                               # timing mode charges the closed form: reads no share
-    replies, agg_macs = zip(*(_metered(proto._aggregate_masks, nodes[i], U1_at, box, L) for i in U1.tolist()))
+    replies, agg_macs = zip(*(_metered(step.aggregate, nodes[i], U1_at, box) for i in U1.tolist()))
     if len(U1) > 1 and min(agg_macs) == 0:
-        return None
+        return "a survivor's aggregation charged 0 MACs (the processes raise UnchargedCompute)"
     ca = np.maximum(le[surv], fe[surv])                  # after the list, once the masks are in
     s_ag, d_ag = _seconds(np.array(agg_macs), mac_rate[surv], frac[surv], draws.u("compute-mask", surv, ahead=1))
     ae = _after(ca, s_ag)
@@ -200,7 +217,7 @@ def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int]
     # -- what happened before T2 (the round process cancels the rest at T2) ----------------------------------
     others = ~surv
     if any((x[others] == T2).any() for x in (t1, g, su, t3, fs, fe)) or not (tb < T2).all():
-        return None                                      # an event at T2 beside the last arrival: order decides
+        return "another event at the last aggregated mask's arrival (SimPy's order decides)"
     # -- from here on, the round happens --------------------------------------------------------------------
     counters = sim.counters
     draws.take("downlink", np.ones(N, dtype=bool))
@@ -221,7 +238,7 @@ def replay_round(proto: Any, epoch: int, nodes: list, L: int) -> tuple[list[int]
     landed, arrived, fwd_in = t1 < T2, t3 < T2, fe < T2
     counters.bits_down += (n_model * bits * int(landed.sum()) + n_bundle * bits * int(fwd_in.sum())
                            + n_list * bits * len(U1))
-    counters.bits_up += n_bundle * bits * N + d * c * bits * int(arrived.sum()) + L * bits * len(U1)
+    counters.bits_up += n_bundle * bits * N + n_up * bits * int(arrived.sum()) + L * bits * len(U1)
     counters.messages += int(landed.sum()) + N + int(arrived.sum()) + int(fwd_in.sum()) + 2 * len(U1)
     counters.retransmissions += int(x_dm[landed].sum() + x_ub.sum() + x_um[arrived].sum() + x_f[fwd_in].sum()
                                     + x_l[surv].sum() + x_ua.sum())

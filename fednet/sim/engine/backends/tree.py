@@ -1,4 +1,7 @@
-"""An aggregation tree's round without a SimPy process per device (:meth:`Primitives.tree_aggregate`).
+"""The ``tree`` backends: an aggregation tree's round without a SimPy process per device.
+
+:class:`EdgelessTree` (the ``gather`` backend) runs a tree without edges as a gather; :class:`TreeReplay` (the
+``tree`` backend) replays a tree with edges, as follows.
 
 CodedSecAgg's shares climb the inter-group tree of Schlegel et al., Sec. VI-D, eqs. (14)-(15) (Fig. 3): every
 device downloads epsilon, computes its share (eq. 13), adds each child's running sum in the order of the tree's
@@ -25,7 +28,7 @@ N = 8; replayed: ~100,000).
    charged accordingly.
 
 Keyed draws are counter-based, so the order in which different keys are consumed does not matter; what could
-depend on SimPy's order of simultaneous events is handled by refusing (returning None, nothing changed): two
+depend on SimPy's order of simultaneous events is handled by declining (returning the reason, nothing changed): two
 root arrivals at one instant up to the ``(k'+1)``-th, any other event at exactly ``t_k``, two children's
 messages requesting one downlink at one instant. Also refused: compute models other than
 :class:`~fednet.sim.compute.ShiftedExponential` / :class:`~fednet.sim.compute.Deterministic`, overridden
@@ -33,38 +36,117 @@ keyed draws, messages kept in views (``record_views``), direct device-to-device 
 payloads (``n_elements`` None). The additions run pair by pair through the metered combine, or, given a
 ``combine_batch`` (CodedSecAgg's timing mode), one call a level and child place. Equality with the process
 path, bit for bit (trace, keyed-draw counters, counters): ``tests/test_tree_replay.py`` and
-``tests/test_study_modes.py`` (the switch :data:`fednet.protocol.primitives.TREE_REPLAY`).
+``tests/test_study_modes.py`` and ``tests/test_engine_property.py``.
+
+Views: with ``record_views`` the replay declines (recorded in the run's engine paths, ``--explain-engine``) and the
+reference runs: a node's view lists its messages in SimPy's delivery order, which the level-by-level pass does not
+establish.  Study runs keep no views (``Simulation(record_views=False)``), so they replay.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from fednet.algebra.meter import MacMeter
+from fednet.algebra.meter import MacMeter, charge
 from fednet.sim.compute import compute_seconds
 from fednet.sim.network import Message, transmission_times
+from fednet.sim.simulation import Node
 
-__all__ = ["replay_tree"]
+from ..events import draws_plain, event_at, fast_reason
+from ..results import GatherResult, payload_size, uploaded_elements
+from ..step import Backend, Declined, Step
+from .gather import fast_rounds, run_batch
+
+__all__ = ["EdgelessTree", "TreeReplay", "replay_tree"]
 
 
-def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | None],
+class EdgelessTree(Backend):
+    """A tree without edges (every node its own root) run as a gather without processes (the ``gather`` backend)."""
+
+    name = "gather"
+    kind = "tree"
+
+    def can_run(self, net: Any, step: Step) -> bool | str:
+        if not step.edgeless:
+            return "the tree has edges"
+        return fast_reason(net, [net.sim.devices[v] for v in step.taking_part])
+
+    def run(self, net: Any, step: Step) -> Generator:
+        devs = net.sim.devices
+        return (yield from fast_rounds(net, [devs[v] for v in step.taking_part], step.first, step.absent,
+                                       step.download, step.download_kind, None, step.download_bits, step.own, None,
+                                       step.root_kind, uploaded_elements(step.n_elements), step.element_bits,
+                                       batch=step.batch, charged=not step.free, step=step.name, step_kind="tree"))
+
+
+class TreeReplay(Backend):
+    """A tree with edges replayed level by level (module docstring)."""
+
+    name = "tree"
+    kind = "tree"
+
+    def can_run(self, net: Any, step: Step) -> bool | str:
+        sim = net.sim
+        if step.edgeless:
+            return "the tree has no edges"
+        if step.batch is None:
+            return "the step gives no batch of the nodes' values"
+        if not sim.engine.allows("batched"):
+            return "the batched backend is not allowed (the replay computes the values in one batch)"
+        need = len(step.complete) if step.first is None else int(step.first)
+        if not 0 < need <= len(step.complete):
+            return "no root to wait for, or fewer complete subtrees than roots awaited (the processes raise)"
+        if sim.record_views:
+            return "views are recorded (Simulation(record_views=True)); the replay does not file messages in views"
+        if sim.d2d:
+            return "the network has direct device-to-device links"
+        if not draws_plain(sim.streams):
+            return "the keyed draws are overridden"
+        return fast_reason(net, [sim.devices[v] for v in step.taking_part])
+
+    def run(self, net: Any, step: Step) -> Generator:
+        sim = net.sim
+        devs = sim.devices
+        need = len(step.complete) if step.first is None else int(step.first)
+        nodes = [devs[v] for v in step.taking_part]
+        values, node_macs = run_batch(net, step.batch, nodes, step.download, not step.free, step.name)
+        got = replay_tree(net, step.kids, step.parent, step.taking_part, need, step.download, step.download_kind,
+                          step.download_bits, values, node_macs, step.add, step.kind_of, step.root_kind,
+                          step.n_elements, step.element_bits, payload_size, step.combine_batch)
+        if isinstance(got, str):
+            at = {v: p for p, v in enumerate(step.taking_part)}
+
+            def own(node: Node) -> Any:
+                """The batched part of ``node``, charging its MACs (the reference then runs with these values)."""
+                charge(node_macs[at[node.index]])
+                return values[at[node.index]]
+            step.args["own"] = own
+            return Declined(got)
+        result = GatherResult(dropped=list(step.absent))
+        tk, result.results, result.cancelled = got
+        yield event_at(sim.env, tk)
+        net._note_failures(result)
+        return result
+
+
+def replay_tree(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | None],
                 taking_part: Sequence[int], need: int, download: Any,
                 download_kind: str, download_bits: int | None, values: Sequence[Any], node_macs: Sequence[int],
                 add: Callable[[Any, Any], Any], kind: str, root_kind: str, n_elements: int | None,
                 element_bits: int | None, payload_size: Callable[[Any], int],
                 combine_batch: Callable[[list, list], tuple[list, list[int]]] | None = None
-                ) -> tuple[float, list[tuple[Any, Any]], list[Any]] | None:
-    """The round of :meth:`Primitives.tree_aggregate` over complete subtrees, without processes (module docstring).
+                ) -> tuple[float, list[tuple[Any, Any]], list[Any]] | str:
+    """The round of :meth:`fednet.protocol.primitives.Net.tree_aggregate` over complete subtrees, without processes (module docstring).
 
     The nodes are walked level by level (a node's height above its deepest leaf), each level as arrays.
 
     Parameters
     ----------
-    prims : Primitives
-        The protocol (its simulation, ``element_bits``).
+    net : Net
+        The protocol's primitives (its simulation, ``element_bits``).
     kids, parent : mappings
         The forest's structure: each node's children in step order, each node's parent (None: a root).
     taking_part : sequence of int
@@ -72,14 +154,14 @@ def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, 
     need : int
         Root arrivals the server waits for, ``1 <= need <=`` the number of roots taking part.
     download, download_kind, download_bits
-        As :meth:`~Primitives.tree_aggregate`'s (``download`` None: no download).
+        As :meth:`~fednet.protocol.primitives.Net.tree_aggregate`'s (``download`` None: no download).
     values, node_macs : sequences, one per node of ``taking_part``
         Every node's own part and its MACs (from the step's batch).
     add : callable(acc, part)
         The metered combine (run here for every addition, unless ``combine_batch``; its MACs time it).
     kind, root_kind, n_elements, element_bits
-        As :meth:`~Primitives.tree_aggregate`'s; ``n_elements`` None (sizes from the payloads) is left to the
-        processes (None returned).
+        As :meth:`~fednet.protocol.primitives.Net.tree_aggregate`'s; ``n_elements`` None (sizes from the payloads) is left to the
+        processes (a reason returned).
     payload_size : callable
         Numbers on the wire of a payload (:func:`fednet.protocol.primitives.payload_size`).
     combine_batch : callable(accs, parts) -> (values, macs), optional
@@ -87,19 +169,19 @@ def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, 
 
     Returns
     -------
-    (t_k, arrived, cancelled) or None
+    (t_k, arrived, cancelled) or str
         The time the server stops waiting (simulated seconds), the first ``need`` ``(root node, aggregate)``
-        in order of arrival, the roots still on their way (in ``taking_part`` order); None, with nothing
+        in order of arrival, the roots still on their way (in ``taking_part`` order); the reason, with nothing
         changed, where SimPy's order of simultaneous events would decide (module docstring).
     """
-    sim = prims.sim
+    sim = net.sim
     devs, rnd, streams, counters = sim.devices, sim.round, sim.streams, sim.counters
     if n_elements is None:
         return None
     nodes = [devs[v] for v in taking_part]
     table = sim.node_table(nodes)                             # rates, losses, MAC rates, setup fractions (-1: none)
     if table is None:
-        return None                                           # a compute model the vector form does not know
+        return "a compute model other than shifted-exponential or deterministic"
     down_rate, down_loss, up_rate, up_loss, mac_rate, frac = table[:, 1:].T
     now0 = sim.env.now
     n = len(taking_part)
@@ -121,14 +203,14 @@ def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, 
     U_down = [streams.uniforms(idx, "downlink", rnd, advance=False, ahead=a) for a in range(first_child + max_k)]
     U_comp = np.stack([streams.uniforms(idx, "compute", rnd, advance=False, ahead=a) for a in range(1 + max_k)])
     u_up = streams.uniforms(idx, "uplink", rnd, advance=False)
-    msg_bits = Message(0, 1, kind, None, int(n_elements), element_bits or prims.element_bits).bits   # every one
+    msg_bits = Message(0, 1, kind, None, int(n_elements), element_bits or net.element_bits).bits   # every one
     overhead, packet_bits = sim.overhead, sim.packet_bits
     own_macs = np.asarray(node_macs, dtype=np.int64)
     times: list[np.ndarray] = []                              # every event's time, for the check at the cut
 
     if download is not None:
         down_bits = Message(0, 1, download_kind, None, payload_size(download),
-                            download_bits or prims.element_bits).bits
+                            download_bits or net.element_bits).bits
         secs, down_extra = transmission_times(down_bits, down_rate, overhead, down_loss, packet_bits, U_down[0],
                                               arrays=True)
         t1 = now0 + secs                                      # the downloads land; the own computations start
@@ -157,7 +239,7 @@ def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, 
             kid_s = np.take_along_axis(KL, order, axis=1)
             live = np.isfinite(req_s)
             if ((req_s[:, 1:] == req_s[:, :-1]) & live[:, 1:]).any():
-                return None                                   # simultaneous requests: SimPy's order decides
+                return "two children's messages request one downlink at one instant (SimPy's order decides)"
             free = t1[L].copy()                               # each downlink once its download has landed
             for k in range(KL.shape[1]):
                 ok = live[:, k]
@@ -212,10 +294,10 @@ def replay_tree(prims: Any, kids: Mapping[int, list[int]], parent: Mapping[int, 
     by_arrival = roots[np.argsort(e_up[roots], kind="stable")]
     head = e_up[by_arrival[:need + 1]]
     if (head[1:] == head[:-1]).any():
-        return None                                           # simultaneous arrivals: SimPy's order decides
+        return "simultaneous root arrivals (SimPy's order decides)"
     tk = float(e_up[by_arrival[need - 1]])
     if not tk > now0 or sum(int((x == tk).sum()) for x in times) != 1:
-        return None                                           # another event at the cut: SimPy's order decides
+        return "another event at the last awaited arrival (SimPy's order decides)"
 
     # -- nothing changed so far; from here on, the step happens --------------------------------------------------
     by_down = np.full(n, 0 if download is None else 1, dtype=np.int64)   # every download started at now0

@@ -1,0 +1,64 @@
+"""Timing mode's stand-in for an array: its shape and dtype (and optionally the host's stand-in value).
+
+It lives with the MAC meter, below the engine and the protocols, because both read it: the engine sizes a message
+carrying one (:func:`fednet.sim.engine.results.payload_size`), the modes (:mod:`fednet.protocol.modes`) make it.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Shape"]
+
+
+@dataclass(frozen=True, eq=False)
+class Shape:
+    """Stand-in for an array in timing mode: its shape and dtype, and optionally a stand-in value.
+
+    Attributes
+    ----------
+    shape : tuple of int
+    dtype : numpy.dtype
+    value : Any
+        The host's stand-in value (``stand_in=`` of :meth:`Mode.run`), or None.
+    """
+
+    shape: tuple
+    dtype: Any
+    value: Any = None
+
+    @property
+    def size(self) -> int:
+        """Number of elements (what a message carrying it costs)."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def ndim(self) -> int:
+        """Number of axes."""
+        return len(self.shape)
+
+    @classmethod
+    def like(cls, a: Any, value: Any = None) -> "Shape":
+        """The stand-in of array ``a``."""
+        a = np.asarray(a)
+        return cls(tuple(a.shape), a.dtype, value)
+
+    def __getitem__(self, i: int) -> "Shape":
+        """The stand-in of ``a[i]`` for an integer ``i`` (the first axis dropped)."""
+        if not isinstance(i, (int, np.integer)) or not self.shape or not -self.shape[0] <= i < self.shape[0]:
+            raise IndexError(f"a Shape{self.shape} stand-in supports an integer index on its first axis, got {i!r}")
+        return _row_stub(self.shape[1:], np.dtype(self.dtype))
+
+    def zeros(self) -> np.ndarray:
+        """Zero operand of this shape and dtype (to meter a kernel)."""
+        return np.zeros(self.shape, dtype=self.dtype)
+
+
+@functools.lru_cache(maxsize=256)
+def _row_stub(shape: tuple, dtype: np.dtype) -> Shape:
+    """One shared stand-in per row shape (rows of stand-ins are looked up N^2 times a round)."""
+    return Shape(shape, dtype)

@@ -1,0 +1,33 @@
+"""The engine's backends, one module per step kind, each tried in the order listed here (:func:`~fednet.sim.engine.step.execute`).
+
+=============  ==========================================================  ================================
+step kind      backends, in order                                          module
+=============  ==========================================================  ================================
+``gather``     ``gather`` (with ``batched`` inside)                        :mod:`.gather`
+``groups``     ``groups``                                                  :mod:`.groups`
+``tree``       ``gather`` (edgeless trees), ``tree``                       :mod:`.tree`
+``exchange``   ``bundled``, ``relays``                                     :mod:`.bundled`, :mod:`.relays`
+``masked``     ``masked``                                                  :mod:`.masked`
+=============  ==========================================================  ================================
+"""
+
+from __future__ import annotations
+
+from ..step import Backend
+from .bundled import BundledArrays
+from .gather import GatherReplay
+from .groups import GroupsReplay
+from .masked import MaskedReplay
+from .relays import RelayReplay
+from .tree import EdgelessTree, TreeReplay
+
+__all__ = ["BY_KIND"]
+
+#: Step kind -> its backends, in the order they are tried.
+BY_KIND: dict[str, list[Backend]] = {
+    "gather": [GatherReplay()],
+    "groups": [GroupsReplay()],
+    "tree": [EdgelessTree(), TreeReplay()],
+    "exchange": [BundledArrays(), RelayReplay()],
+    "masked": [MaskedReplay()],
+}
