@@ -372,7 +372,7 @@ def test_idle_follows_resources() -> None:
 
 def test_held_slots_after_process_runs(monkeypatch) -> None:
     """After runs on SimPy's processes (cancelled work included), the count of held slots is the true one."""
-    monkeypatch.setattr(primitives, "FAST_PATH", False)
+    engine(monkeypatch, SWITCH["FAST_PATH"])
     for name in ("conventional_drop2", "lightsecagg_dropout_timing", "codedpaddedfl_relay_steps_full"):
         sim = Recorder(name)().sim
         assert sim.env.held == sum(len(r.users) for n in sim.nodes

@@ -56,6 +56,12 @@ def test_math_layers_do_not_import_the_engine(path: Path) -> None:
     assert hits(imports(path), LOW) == []
 
 
+@pytest.mark.parametrize("path", modules("fednet/sim/engine"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_engine_imports_no_protocol_layer(path: Path) -> None:
+    """The engine (steps, reference, backends) sits below fednet.protocol: it never imports it, nor a protocol."""
+    assert hits(imports(path), ("protocols", "fednet.protocols", "fednet.protocol", "fednet.study")) == []
+
+
 @pytest.mark.parametrize("path", modules("fednet/sim"), ids=lambda p: str(p.relative_to(ROOT)))
 def test_sim_does_not_import_protocols(path: Path) -> None:
     assert hits(imports(path), ("protocols", "fednet.protocols", "fednet.protocol", "fednet.study")) == []
@@ -95,7 +101,7 @@ def test_protocols_do_not_import_each_other(path: Path) -> None:
 def test_helpers_are_imported_by_their_protocol_only() -> None:
     """A helper module (``<protocol>_<part>.py``, not an entry point) is imported by no other module of protocols/."""
     helpers = {h: p.stem for p in modules("protocols") for h in own_helpers(p)}
-    assert "lightsecagg_replay" in helpers and "fedavg_lightsecagg" not in helpers   # the rule can tell them apart
+    assert "fedavg_lightsecagg" not in helpers          # a protocol is no helper (LightSecAgg's replay is the engine's)
     for path in modules("protocols"):
         for name in imports(path):
             parts = name.split(".")
