@@ -7,7 +7,7 @@ star with the paper's link and compute models, at D = 25, 120 and 1000, ``d = 20
 a round of D devices counts D device-epochs (CodedSecAgg's cancelled devices included).
 
 Each set-up runs its setup phase and one warm-up round once (not timed), then ``E`` rounds on the SimPy
-process path (``FAST_PATH = LAZY_MAILBOX = False`` in :mod:`fednet.protocol.primitives`: one process per
+process path (``FEDNET_ENGINE=reference``, the engine's reference semantics: one process per
 device, one event per mask; the collector left alone), ``E`` further rounds on the event-free path with each
 device's math node by node (``BATCHED = False``, rows ``+unbatched``) and ``E`` more with batched device math
 and the vectorised replay (the default, rows ``+fast``), the last two with :meth:`Protocol.run`'s collector
@@ -41,7 +41,7 @@ from fednet.topologies.lte import lte_star
 from bench_engine import count_events  # benchmarks/ is first on sys.path when run as a file
 
 import fednet.protocol.base as base
-import fednet.protocol.primitives as primitives
+from fednet.sim.engine import EngineConfig
 import fednet.protocols.conventional  # noqa: F401  (registers)
 import fednet.protocols.codedsecagg  # noqa: F401
 
@@ -100,9 +100,9 @@ def more_rounds(proto, epochs: int, first: int = 1, gc_rounds: int = 0) -> list:
     return proto.trace
 
 
-#: (row suffix, FAST_PATH and LAZY_MAILBOX, BATCHED): SimPy processes; the event-free path with the step's
+#: (row suffix, engine configuration): SimPy processes (the reference); the event-free path with the step's
 #: math node by node; the event-free path with batched math and the vectorised replay (the default).
-PATHS = (("", False, False), ("+unbatched", True, False), ("+fast", True, True))
+PATHS = (("", "reference"), ("+unbatched", "-batched"), ("+fast", ""))
 
 
 def bench(name: str, D: int, epochs: int) -> list[dict]:
@@ -113,11 +113,11 @@ def bench(name: str, D: int, epochs: int) -> list[dict]:
     more_rounds(proto, 1, 1)                # warm-up round (default path)
     out = []
     first = 2
-    for suffix, fast, batched in PATHS:
+    for suffix, engine in PATHS:
         if "--paths" in sys.argv and suffix not in sys.argv[sys.argv.index("--paths") + 1].split(","):
             continue
-        primitives.FAST_PATH = primitives.LAZY_MAILBOX = fast
-        primitives.BATCHED = batched
+        proto.sim.engine = EngineConfig.parse(engine)
+        fast = engine != "reference"
         start = counter()
         t0, c0 = time.perf_counter(), time.process_time()
         trace = more_rounds(proto, epochs, first, base.GC_ROUNDS if fast else 0)
@@ -126,7 +126,7 @@ def bench(name: str, D: int, epochs: int) -> list[dict]:
         first += epochs
         proto.trace = proto.trace[:1]
         proto.theta = np.zeros_like(proto.theta)
-    primitives.FAST_PATH = primitives.LAZY_MAILBOX = primitives.BATCHED = True
+    proto.sim.engine = EngineConfig()
     return out
 
 
@@ -149,7 +149,7 @@ def main() -> None:
         name, D = sys.argv[i + 1], int(sys.argv[i + 2])
         proto, _ = build(name, D)
         proto.run(0)
-        primitives.FAST_PATH = primitives.LAZY_MAILBOX = "--slow" not in sys.argv
+        proto.sim.engine = EngineConfig.parse("reference" if "--slow" in sys.argv else "")
         prof = cProfile.Profile()
         prof.enable()
         more_rounds(proto, EPOCHS[D])

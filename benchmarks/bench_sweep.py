@@ -22,23 +22,23 @@ Default (a few minutes on a quiet 2-core host): D = 25 and 120, d = 100, 3 epoch
 protocol and mode. ``--full`` adds D = 1000 (slow: full-mode LightSecAgg and CodedSecAgg at
 D = 1000 take minutes an epoch); ``--devices``, ``--protocols``, ``--modes`` select a grid;
 ``--d 2000`` is the paper's feature size; ``--json FILE`` saves the rows; ``--threads N`` lends each
-simulation N threads (:mod:`fednet.algebra.slices`); ``--off SWITCH ...`` turns engine shortcuts off
-(``TREE_REPLAY``, ``FAST_PATH``, ... of :mod:`fednet.protocol.primitives`, or a dotted
-``fednet.protocols.lightsecagg_replay.ROUND_REPLAY``: the before of an A/B). Messages are not kept in their receivers' views
+simulation N threads (:mod:`fednet.algebra.slices`); ``--off BACKEND ...`` disallows engine backends
+(``tree``, ``gather``, ... of :data:`fednet.sim.engine.BACKENDS`, or ``reference`` for all: the before of an A/B;
+the same as ``FEDNET_ENGINE=-tree,...``). Messages are not kept in their receivers' views
 (``record_views=False``), as in studies; ``--record-views`` measures with them. Each configuration
 runs with one BLAS thread (threadpoolctl), after an untimed warm-up of the same protocol and mode
 at D = 10 (numba compiles LightSecAgg's kernels on first use).
 
 Run: ``.venv/bin/python benchmarks/bench_sweep.py [--full] [--devices 25 120 1000] [--d 100]
 [--epochs 3] [--protocols conventional lightsecagg] [--modes timing] [--no-profile] [--json out.json]
-[--threads 2] [--record-views] [--off TREE_REPLAY]``
+[--threads 2] [--record-views] [--off tree]``
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
-import importlib
+import os
 import json
 import pstats
 import time
@@ -46,7 +46,8 @@ from typing import Any
 
 import numpy as np
 
-import fednet.protocol.primitives as primitives
+from fednet.errors import ConfigError
+from fednet.sim.engine import EngineConfig
 from fednet.algebra.slices import compute_threads
 from fednet.learning.task import LearningTask
 from fednet.protocol import registry
@@ -163,18 +164,19 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", help="write the rows to this JSON file")
     ap.add_argument("--threads", type=int, default=1,
                     help="threads lent to each simulation's sliced kernels (fednet.algebra.slices; default 1)")
-    ap.add_argument("--off", nargs="+", default=[], metavar="SWITCH",
-                    help="engine shortcuts to turn off (an A/B): a switch of fednet.protocol.primitives, e.g. "
-                         "TREE_REPLAY, or MODULE.SWITCH, e.g. fednet.protocols.lightsecagg_replay.ROUND_REPLAY")
+    ap.add_argument("--off", nargs="+", default=[], metavar="BACKEND",
+                    help="engine backends to disallow (an A/B), e.g. tree batched, or 'reference' for all "
+                         "(fednet.sim.engine.BACKENDS)")
     ap.add_argument("--record-views", action="store_true",
                     help="keep every message in its receiver's view (off in studies unless record_views = true)")
     args = ap.parse_args(argv)
-    for switch in args.off:
-        module, _, name = switch.rpartition(".")
-        mod = primitives if not module else importlib.import_module(module)
-        if not isinstance(getattr(mod, name, None), bool):
-            ap.error(f"--off: {switch!r} is not a switch of {mod.__name__}")
-        setattr(mod, name, False)
+    if args.off:
+        value = "reference" if "reference" in args.off else ",".join(f"-{b}" for b in args.off)
+        try:
+            EngineConfig.parse(value)
+        except ConfigError as e:
+            ap.error(f"--off: {e}")
+        os.environ["FEDNET_ENGINE"] = value          # every Simulation made from here on
     devices = args.devices or ([25, 120, 1000] if args.full else [25, 120])
     head = (f"{'protocol':<14} {'mode':<6} {'D':>5} {'setup s':>8} {'ms/epoch':>9} {'dev-ep/s':>9} {'ev/dev-ep':>9}"
             + ("" if args.no_profile else "  " + " ".join(f"{k:>6}" for k in CATEGORIES) + "  (% of epoch time)"))

@@ -256,9 +256,9 @@ class ApproxGC(Protocol):
         """Broadcast ``beta``; present devices send ``f_i`` (eq. 10); sum (eq. 11); SGD step."""
         empty = any(dev.state.X.shape[0] == 0 for dev in self.devices)   # an empty f_i costs nothing
         replies = yield from self.net.gather(self.devices, self.local_sum, kind="weighted gradient",
-                                         download=self.theta.astype(np.float32), free=empty)
+                                             download=self.theta.astype(np.float32), free=empty)
         g_hat = yield from self.net.server_compute(sum_responses, replies.values, self.theta.shape,
-                                               free=not replies.results)                          # eq. (11)
+                                                   free=not replies.results)                          # eq. (11)
         self.used = [dev.index for dev in replies.nodes]
         eta = self.config.learning_rate * self.config.lr_decay ** (epoch - 1)
         m = self.sharing.m

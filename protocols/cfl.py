@@ -170,8 +170,8 @@ class CFL(Protocol):
             AtA += weighted_gram(X, Y, load_weights(X.shape[0], dev.state.rows, p_j))   # offline
         gram = parity_gram(AtA, plan.c_p, self.sim.rng(self.server, "cfl-parity"))
         self.server.state.XtX, self.server.state.XtY = gram[:d, :d], gram[:d, d:]
-        yield from self.net.send_all([[Outgoing(dev, self.server, None, "parity", plan.c_p * (d + c))   # one upload each
-                                   for dev in self.devices]])
+        yield from self.net.send_all([[Outgoing(dev, self.server, None, "parity", plan.c_p * (d + c))
+                                       for dev in self.devices]])        # one upload each
 
     def round_metrics(self, round: int) -> dict:
         """The deadline and how many devices returned their load by it."""
@@ -195,8 +195,8 @@ class CFL(Protocol):
         start = self.sim.now
         server = self.env.process(self.net.server_compute(self.parity_gradient))
         arrived = yield from self.net.gather([dev for dev, l_j in zip(self.devices, self.plan.loads) if l_j > 0],
-                                         self.local_gradient, kind="gradient",
-                                         download=self.theta.astype(np.float32), deadline=self.plan.t_star)
+                                             self.local_gradient, kind="gradient",
+                                             download=self.theta.astype(np.float32), deadline=self.plan.t_star)
         yield self.env.timeout(max(0.0, start + self.plan.t_star - self.sim.now))    # the epoch lasts >= t*
         G = yield server
         for g in arrived.values:

@@ -222,13 +222,14 @@ class CodedPaddedFL(Protocol):
         steps = [[(self.devices[src], self.devices[dst]) for src, dst in step]
                  for step in padded.sharing_steps(cfg.alpha, self.groups, self.codes, groups)]
         delivered = yield from self.net.exchange(steps, lambda src, dst: src.state.share, kind="share",
-                                             schedule=cfg.sharing_schedule, n_elements=padded.share_elements(d, c),
-                                             element_bits=cfg.share_element_bits or cfg.ring_bits,
-                                             exclusive=True)   # nothing else uses these links meanwhile
+                                                 schedule=cfg.sharing_schedule, n_elements=padded.share_elements(d, c),
+                                                 element_bits=cfg.share_element_bits or cfg.ring_bits,
+                                                 exclusive=True)   # nothing else uses these links meanwhile
         for (src, dst), share in delivered.items():
             self.devices[dst].state.received_shares[src] = share
-        yield from self.net.compute_each(nodes, self._encode_device,   # paper's count, alpha = 1: no encoding (Sec. V-D)
-                                     free=cfg.alpha == 1 and cfg.encode_count == "alpha_minus_1")
+        # the paper's count, alpha = 1: no encoding (Sec. V-D)
+        yield from self.net.compute_each(nodes, self._encode_device,
+                                         free=cfg.alpha == 1 and cfg.encode_count == "alpha_minus_1")
 
     def _encode(self, dev: int, term: Callable[[int], tuple]) -> tuple:
         """Eqs. (8)-(9) for device ``dev``: its code row over ``term(j)`` for ``j`` in its support."""
@@ -268,10 +269,10 @@ class CodedPaddedFL(Protocol):
                 mode.observe(self._check, g, local, totals[g], eps)
             used.extend(n.index for n in replies.nodes)
 
-        yield from self.net.gather_groups([[self.devices[i] for i in group] for group in self.groups], self._device_epoch,
-                                      kind="coded_gradient", first=[code.n_responders for code in self.codes],
-                                      then=_decode, download=eps, download_kind="epsilon", download_bits=cfg.k,
-                                      upload_elements=d * c, upload_bits=cfg.k)
+        yield from self.net.gather_groups([[self.devices[i] for i in group] for group in self.groups],
+                                          self._device_epoch, kind="coded_gradient", first=[code.n_responders for code in self.codes],
+                                          then=_decode, download=eps, download_kind="epsilon", download_bits=cfg.k,
+                                          upload_elements=d * c, upload_bits=cfg.k)
         self.used = used
         G = mode.offline(sum, [totals[g] for g in range(len(self.groups))], like=Shape((d, c), np.float64))
         mode.update(self, G, self.task.m)                                              # eq. (5)

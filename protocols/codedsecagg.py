@@ -246,9 +246,9 @@ class CodedSecAgg(Protocol):
         else:                                               # offline: the paper's count (Sec. VI-C)
             list(map(self._encode, devices))
         delivered = yield from self.net.exchange(                # all-to-all in each group, via the server
-            cyclic_steps(groups), lambda src, dst: src.state.out_shares[self.group_of[dst.index][1]],
-            kind="shamir_share", schedule=cfg.sharing_schedule, n_elements=self._size, element_bits=self._bits,
-            exclusive=True)                                  # nothing else uses these links meanwhile
+                cyclic_steps(groups), lambda src, dst: src.state.out_shares[self.group_of[dst.index][1]],
+                kind="shamir_share", schedule=cfg.sharing_schedule, n_elements=self._size, element_bits=self._bits,
+                exclusive=True)                                  # nothing else uses these links meanwhile
         for (_, j), share in delivered.items():
             self.devices[j].state.in_shares.append(share)
         yield from self.net.compute_each(devices, self._combine, free=self.n_prime == 1)   # n' = 1: nothing to add
@@ -275,10 +275,10 @@ class CodedSecAgg(Protocol):
         cfg, mode, kp, (d, c) = self.config, self.mode, self.config.threshold, (self.task.d, self.task.c)
         eps = mode.offline(self.fp.encode, self.theta, like=Shape((d, c), np.int64))   # Theta^(1) = 0 (eq. 10)
         masters = yield from self.net.tree_aggregate(
-            self.column_tree, self._eq13, self._add, kind="tree_share", root_kind="master_share", first=kp,
-            download=eps, download_kind="epsilon", download_bits=cfg.k, n_elements=d * c,
-            element_bits=self._bits, batch=None if mode.exact else self._eq13_many,
-            combine_batch=None if mode.exact else self._add_many)
+                self.column_tree, self._eq13, self._add, kind="tree_share", root_kind="master_share", first=kp,
+                download=eps, download_kind="epsilon", download_bits=cfg.k, n_elements=d * c,
+                element_bits=self._bits, batch=None if mode.exact else self._eq13_many,
+                combine_batch=None if mode.exact else self._add_many)
         cols = [self.group_of[node.index][1] for node in masters.nodes]
         self.used = sorted(m[i] for m in self.groups for i in cols)
         exact, G = yield from self.net.server_compute(self._decode, masters.values, cols)     # Remark 3

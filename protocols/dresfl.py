@@ -215,10 +215,11 @@ class DReSFL(NeuralProtocol):
 
         env = self.sim.env
         forwards = [self.net.background(self._forward(src, dst)) for src, dst in sorted(self._stored)
-                    if dst in present]
+                        if dst in present]
         pairs = [(s, d) for s in senders for d in here if d is not s]
-        delivered = yield from self.net.exchange([pairs], _part, kind="coded_data", schedule=self.config.sharing_schedule,
-                                             prepare=_prepare, element_bits=self.wire_bits)
+        delivered = yield from self.net.exchange([pairs], _part, kind="coded_data",
+                                                 schedule=self.config.sharing_schedule, prepare=_prepare,
+                                                 element_bits=self.wire_bits)
         yield env.all_of(stored_now + forwards)
         self._sent.update(present)
         for (s, d), share in delivered.items():
@@ -243,14 +244,15 @@ class DReSFL(NeuralProtocol):
 
     def _store(self, src: Node, dst: Node, share: "_Share") -> Generator:
         """Upload ``src``'s share for the absent client ``dst`` to the server, which keeps it (encrypted)."""
-        yield from self.net.send(src, self.server, share, kind="coded_data", element_bits=self.wire_bits, encrypted=True)
+        yield from self.net.send(src, self.server, share, kind="coded_data", element_bits=self.wire_bits,
+                                 encrypted=True)
         self._stored[(src.index, dst.index)] = share
 
     def _forward(self, src: int, dst: int) -> Generator:
         """The server forwards the stored share of ``src`` to ``dst``, present again (a reshare attempt)."""
         share = self._stored.pop((src, dst))
         msg = yield from self.net.send(self.server, self.devices[dst], share, kind="coded_data",
-                                   element_bits=self.wire_bits)
+                                       element_bits=self.wire_bits)
         self._inbox[dst][src] = msg.payload
 
     def round_rows(self, epoch: int) -> np.ndarray:
@@ -324,9 +326,9 @@ class DReSFL(NeuralProtocol):
         self.rows_t = self.round_rows(epoch)
         present = [dev for dev in self.devices if self.net.available(dev)]
         replies = yield from self.net.gather(self.devices, self.coded_gradient, kind="coded_gradient",
-                                         first=self.R if len(present) >= self.R else None, download=self.params,
-                                         download_elements=self.n_params, download_bits=self.wire_bits,
-                                         upload_elements=self.n_params, upload_bits=self.wire_bits)
+                                             first=self.R if len(present) >= self.R else None, download=self.params,
+                                             download_elements=self.n_params, download_bits=self.wire_bits,
+                                             upload_elements=self.n_params, upload_bits=self.wire_bits)
         if len(replies) < self.R:                                   # footnote 6: no update this round
             self.decode_failed = self.skipped = True
             self.used = []
@@ -336,11 +338,11 @@ class DReSFL(NeuralProtocol):
         cfg = self.config
         zero = [{k: np.zeros(v.shape, object) for k, v in self.params.items()} for _ in range(self.R)]
         G = yield from self.net.server_compute(
-            lambda: self.mode.run(self.decode, results, alphas,
-                                  macs=lambda: self.decode(zero, self.alphas[:self.R]),
-                                  key=("dresfl-decode", self.R, cfg.K, cfg.T, self.n_params),
-                                  like=Shape((self.n_params,), object),
-                                  stand_in=self.host_gradient))
+                lambda: self.mode.run(self.decode, results, alphas,
+                                      macs=lambda: self.decode(zero, self.alphas[:self.R]),
+                                      key=("dresfl-decode", self.R, cfg.K, cfg.T, self.n_params),
+                                      like=Shape((self.n_params,), object),
+                                      stand_in=self.host_gradient))
         self.mode.observe(self.check_decoded, results, alphas)
         self.params = yield from self.net.server_compute(self.update, self.mode.value(G))
         self.used = sorted(dev.index for dev in replies.nodes)

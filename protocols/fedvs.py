@@ -159,10 +159,10 @@ class FedVS(VerticalProtocol):
             dev.state.model_rng = self.sim.secret_rng(dev, "fedvs_model_secrets")
         width = [d * D for d, D in zip(self.data.sizes, self.model.D)]
         yield from self.net.compute_each(self.devices, None,       # eq. (2) at alpha_1..alpha_N, count of share_data
-                                     macs=lambda dev: N * (c.K + c.T) * self.seg_rows * width[dev.index])
+                                         macs=lambda dev: N * (c.K + c.T) * self.seg_rows * width[dev.index])
         pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
         yield from self.net.exchange(pairs, lambda s, d: _Share(self.seg_rows * width[s.index]), kind="data_share",
-                                 schedule="bundled", element_bits=self.bits)
+                                     schedule="bundled", element_bits=self.bits)
 
     # -- the math of one client / the server (full mode) -------------------------------------------------
     def data_shares(self, n: int, rows: np.ndarray) -> np.ndarray:
@@ -278,7 +278,7 @@ class FedVS(VerticalProtocol):
         self.shared = {}
         pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
         yield from self.net.exchange(pairs, lambda s, d: self.shared[s.index][1][d.index], kind="model_share",
-                                 schedule="bundled", element_bits=self.bits, prepare=_prepare)
+                                     schedule="bundled", element_bits=self.bits, prepare=_prepare)
         self.w_bars = [self.shared[n][0] for n in range(N)]
         self.model_shares = {(n, j): self.shared[n][1][j] for n in range(N) for j in range(N)}
         def _upload(dev) -> Generator:                                                # eq. (5)

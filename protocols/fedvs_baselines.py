@@ -70,7 +70,7 @@ class Wait(VerticalProtocol):
         g_H = yield from self.net.server_compute(self.model.server_step, H, rows)
         yield from self.net.broadcast(g_H.astype(np.float32), kind="embedding_gradient", to=used)
         yield from self.net.compute_each(used, lambda dev: self.model.client_step(dev.index, rows, g_H,
-                                                                             scale=1.0 / len(used)))
+                                                                                 scale=1.0 / len(used)))
 
 
 class Ignore(Wait):
@@ -127,7 +127,7 @@ class VAFL(VerticalProtocol):
         allrows = np.arange(M)
         first = yield from self.net.compute_each(self.devices, lambda dev: self.model.embedding(dev.index, allrows))
         yield self.env.all_of([self.env.process(self.net.send(dev, self.server, first[dev.index], kind="embedding",
-                                                          element_bits=32)) for dev in self.devices])
+                                                              element_bits=32)) for dev in self.devices])
         self.table = np.stack([first[n].astype(np.float32) for n in range(N)], axis=1)   # (M, N, h)
         self.arrivals: simpy.Store = simpy.Store(self.env)
         self.replies = {dev.index: None for dev in self.devices}

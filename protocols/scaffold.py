@@ -89,11 +89,12 @@ class Scaffold(NeuralProtocol):
 
     def round(self, epoch: int) -> Generator:
         """Broadcast (x, c); present clients step; the server averages (Alg. 1, lines 16-17)."""
-        replies = yield from self.net.gather(self.devices, self.local_update, kind="update", download=(self.params, self.c))
+        replies = yield from self.net.gather(self.devices, self.local_update, kind="update",
+                                             download=(self.params, self.c))
         self.used = sorted(dev.index for dev in replies.nodes)
         if not self.used:
             self.skipped = True
             return
         self.params, self.c = yield from self.net.server_compute(
-            scaffold_server, self.params, self.c, [v[0] for v in replies.values], [v[1] for v in replies.values],
-            self.sim.n_devices if self.config.control_average == "all" else len(self.used), self.config.global_lr)
+                scaffold_server, self.params, self.c, [v[0] for v in replies.values], [v[1] for v in replies.values],
+                self.sim.n_devices if self.config.control_average == "all" else len(self.used), self.config.global_lr)

@@ -153,8 +153,9 @@ def test_exchange_returns_the_same_deliveries(dropout: float, monkeypatch) -> No
         tables = {dev.index: np.arange(D * 2, dtype=np.int64).reshape(D, 2) + 100 * dev.index for dev in sim.devices}
         senders = [dev for dev in sim.devices if dev.index != 3]
         box = Mailbox(sim.env)
-        out = sim.env.process(proto.net.exchange(AllToAll(senders, sim.devices[::-1]), None, rows=lambda s: tables[s.index],
-                                             kind="share", schedule="bundled", n_elements=2, mailbox=box))
+        out = sim.env.process(proto.net.exchange(AllToAll(senders, sim.devices[::-1]), None,
+                                                 rows=lambda s: tables[s.index], kind="share", schedule="bundled",
+                                                 n_elements=2, mailbox=box))
         sim.env.run()
         got = [(pair, value.tolist()) for pair, value in out.value.items()]
         dst = got[-1][0][1]

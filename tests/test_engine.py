@@ -256,7 +256,7 @@ class _Deadline(Protocol):
 
     def round(self, epoch: int):
         replies = yield from self.net.gather(self.devices, lambda dev: np.ones(10), kind="g", download=np.ones(10),
-                                         macs=lambda dev: 1_000_000, deadline=self.deadline)
+                                             macs=lambda dev: 1_000_000, deadline=self.deadline)
         self.used = [dev.index for dev, _ in replies]
         self.end = self.sim.now
 

@@ -99,7 +99,7 @@ def test_recorded_views_fall_back_with_a_recorded_reason() -> None:
     assert viewed.sim.now == replayed.sim.now                       # the same times either way
 
 
-# -- exclusivity is checked, not trusted --------------------------------------------------------------------------------
+# -- exclusivity is checked, not trusted -------------------------------------------------------------------------------
 def _exchange_with_background(exclusive: bool):
     def body(self):
         devs = self.devices

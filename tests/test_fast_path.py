@@ -235,8 +235,8 @@ def test_fast_path_timing_key(drop_slowest: int, dropout: float, monkeypatch) ->
     class Keyed(ConventionalFL):
         def round(self, epoch: int):
             replies = yield from self.net.gather(self.devices, self.local_gradient, kind="gradient",
-                                             first=len([d for d in self.devices if self.net.available(d)]) - drop_slowest,
-                                             download=self.theta.astype(np.float32), timing_key="probe")
+                                                 first=sum(map(self.net.available, self.devices)) - drop_slowest,
+                                                 download=self.theta.astype(np.float32), timing_key="probe")
             G = yield from self.net.server_compute(conventional.sum_gradients, replies.values)
             self.used = [dev.index for dev in replies.nodes]
             self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in self.used))

@@ -110,7 +110,7 @@ def test_exchange_delivers_every_share_with_the_schedule_traffic(schedule) -> No
         box = Mailbox(self.env)
         nodes = [[self.devices[i] for i in g] for g in groups]
         out = yield from self.net.exchange(cyclic_steps(nodes), lambda s, d: np.full(4, 10 * s.index + d.index),
-                                       kind="share", schedule=schedule, n_elements=4, element_bits=8, mailbox=box)
+                                           kind="share", schedule=schedule, n_elements=4, element_bits=8, mailbox=box)
         return out, box
     cls = type("P", (Probe,), {"body": staticmethod(body)})
     proto = cls(sim_of(), make_task(D=D))

@@ -1,10 +1,10 @@
 """The primitives a protocol's round is written with: ``yield from self.net.<primitive>(...)``.
 
-:class:`Net` is the protocol's one handle on the engine (``Protocol.net``, composition: no protocol method can
-shadow an engine method).  Each primitive checks its arguments, describes its step (:class:`~fednet.sim.engine.step.Step`)
-and asks the engine to execute it: the reference semantics (:mod:`fednet.sim.engine.reference`, plain SimPy
-processes) or a backend that gives the same results bit for bit (:mod:`fednet.sim.engine.backends`), chosen by the
-simulation's :class:`~fednet.sim.engine.config.EngineConfig` and recorded in ``sim.engine_paths``.
+:class:`Net` is the protocol's one handle on the engine (``Protocol.net``, composition: no protocol method can shadow an
+engine method).  Each primitive checks its arguments, describes its step (:class:`~fednet.sim.engine.step.Step`) and
+asks the engine to execute it: the reference semantics (:mod:`fednet.sim.engine.reference`, plain SimPy processes) or a
+backend that gives the same results bit for bit (:mod:`fednet.sim.engine.backends`), chosen by the simulation's
+:class:`~fednet.sim.engine.config.EngineConfig` and recorded in ``sim.engine_paths``.
 
 ==============================  =========================================================================
 :meth:`~Net.send`               one message (device to server, server to device, or device to device
@@ -234,7 +234,8 @@ class Net:
         return self.sim.env.process(gen)
 
     def cancel(self, *items: Any) -> None:
-        """Interrupt what is still running: processes, or the ``pending`` work of a :class:`GatherResult` (None: skipped)."""
+        """Interrupt what is still running: processes, or the ``pending`` work of a :class:`GatherResult`
+        (None is skipped)."""
         for item in items:
             if item is None:
                 continue
@@ -512,10 +513,11 @@ class Net:
         groups, each decoded by the server as soon as its own gather ends, Sec. V-E); returns when all have ended.
 
         Where no other process can act meanwhile (two groups or more), the ``groups`` backend replays the gathers
-        without a process per device (:mod:`fednet.sim.engine.backends.groups`): every group's download, compute and upload events are walked in the order SimPy
-        would process them (the groups' node-by-node replays of :meth:`_fast_rounds`, interleaved), and each
-        group's ``then`` starts at its ``first[g]``-th arrival, the groups in the order SimPy resumes them.  The
-        same draws, counters, messages and results, bit for bit (``tests/test_gather_groups.py``).
+        without a process per device (:mod:`fednet.sim.engine.backends.groups`): every group's download, compute and
+        upload events are walked in the order SimPy would process them (the groups' node-by-node replays of
+        :meth:`_fast_rounds`, interleaved), and each group's ``then`` starts at its ``first[g]``-th arrival, the groups
+        in the order SimPy resumes them.  The same draws, counters, messages and results, bit for bit
+        (``tests/test_gather_groups.py``).
 
         Parameters
         ----------

@@ -220,7 +220,8 @@ class Mailbox:
             raise
 
     def get_many(self, srcs: Sequence[int] | np.ndarray, dst: int) -> Any:
-        """The payloads ``srcs`` delivered to ``dst`` as one array, row ``k`` from ``srcs[k]`` (KeyError if one is missing).
+        """The payloads ``srcs`` delivered to ``dst`` as one array, row ``k`` from ``srcs[k]`` (KeyError if one is
+        missing).
 
         Returns
         -------

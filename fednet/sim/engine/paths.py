@@ -32,7 +32,8 @@ class EnginePaths:
         self.reasons: Counter[tuple[str, str, str]] = Counter()
 
     def record(self, kind: str, name: str, path: str, reasons: Iterable[str] = ()) -> None:
-        """Count one step of ``kind`` named ``name`` run by ``path``; ``reasons``: why the backends before it declined."""
+        """Count one step of ``kind`` named ``name`` run by ``path``; ``reasons``: why the backends before it
+        declined."""
         self.counts[(kind, name, path)] += 1
         for reason in reasons:
             self.decline(kind, name, reason)
@@ -61,7 +62,8 @@ class EnginePaths:
 
     def as_dict(self) -> dict[str, list[dict[str, Any]]]:
         """The counts as JSON-ready rows, sorted: ``{"steps": [...], "declined": [...]}``."""
-        return {"steps": [{"kind": k, "step": s, "path": p, "count": n} for (k, s, p), n in sorted(self.counts.items())],
+        return {"steps": [{"kind": k, "step": s, "path": p, "count": n}
+                          for (k, s, p), n in sorted(self.counts.items())],
                 "declined": [{"kind": k, "step": s, "reason": r, "count": n}
                              for (k, s, r), n in sorted(self.reasons.items())]}
 

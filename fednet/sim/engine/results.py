@@ -33,7 +33,8 @@ SCHEDULES = ("relay_steps", "relay_asap", "upload_once", "bundled")
 
 
 class StragglerShortfall(DecodeFailure):
-    """Fewer nodes responded than a :meth:`fednet.protocol.primitives.Net.gather` (or ``first_k``, ``tree_aggregate``) needed.
+    """Fewer nodes responded than a :meth:`fednet.protocol.primitives.Net.gather` (or ``first_k``, ``tree_aggregate``)
+    needed.
 
     A :class:`fednet.errors.DecodeFailure` (hence a ``RuntimeError``): in a study the round is
     recorded with ``decode_failed = True`` unless the study sets ``strict = true``.

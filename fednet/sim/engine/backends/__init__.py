@@ -1,4 +1,4 @@
-"""The engine's backends, one module per step kind, each tried in the order listed here (:func:`~fednet.sim.engine.step.execute`).
+"""The engine's backends, one module per step kind, tried in the order listed here (:func:`..step.execute`).
 
 =============  ==========================================================  ================================
 step kind      backends, in order                                          module

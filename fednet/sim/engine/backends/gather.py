@@ -1,10 +1,10 @@
 """The ``gather`` and ``batched`` backends: a download-compute-upload step without a process per node.
 
 :class:`GatherReplay` stands for :func:`fednet.sim.engine.reference.gather` (and for an edgeless tree,
-:class:`fednet.sim.engine.backends.tree.EdgelessTree`) where no other process can act during the step: the nodes'
-events are replayed in SimPy's order (:func:`fast_rounds`), with a batch of every node's values and vectorised times
-where the step gives one (:func:`replay_vectorised`, the ``batched`` backend).  The same draws, counters, messages,
-views and results, bit for bit (``tests/test_fast_path.py``, ``tests/test_batched.py``, ``tests/test_engine_property.py``).
+:class:`fednet.sim.engine.backends.tree.EdgelessTree`) where no other process can act during the step: the nodes' events
+are replayed in SimPy's order (:func:`fast_rounds`), with a batch of every node's values and vectorised times where the
+step gives one (:func:`replay_vectorised`, the ``batched`` backend).  The same draws, counters, messages, views and
+results, bit for bit (``tests/test_fast_path.py``, ``tests/test_batched.py``, ``tests/test_engine_property.py``).
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ class GatherReplay(Backend):
 def replay_start(net, nodes: Sequence[Node], roots: Sequence[Any], download: Any, download_kind: str,
                   download_elements: int | None, download_bits: int | None, upload_bits: int | None,
                   timing_key: str) -> tuple[list, list, int, str, str]:
-    """The start of a replayed download-compute-upload step (:func:`fast_rounds`, :func:`fednet.sim.engine.backends.groups.fast_groups`).
+    """The start of a replayed download-compute-upload step (:func:`fast_rounds`,
+    :func:`fednet.sim.engine.backends.groups.fast_groups`).
 
     Every download starts now, with one vector of keyed draws.  ``roots[p]`` is the key of node ``p``'s
     process start (``(now, 0, rank)``).  Returns ``down`` (per node ``(msg, extra, t1, key of the download's

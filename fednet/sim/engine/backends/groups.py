@@ -76,12 +76,12 @@ def fast_groups(net, nodes: list[list[Node]], need: list[int], results: list[Gat
     ``nodes[g]``: group ``g``'s available nodes; ``need[g]``: the results awaited from it (``1 <= need[g] <=
     len(nodes[g])``); ``results[g]``: its result so far (the unavailable nodes), completed here.
 
-    :func:`~fednet.sim.engine.backends.gather.fast_rounds`'s node-by-node replay over every group at once.  Each node's events are keyed as
-    there, ``(time, priority, key of the event that scheduled it)``, from its process's start ``(now, 0,
-    (g, p))``: the groups' processes start in order and each starts its nodes' in order, so the keys of
-    different groups compare as SimPy's queue orders them.  A group's events from its ``first[g]``-th arrival
-    on never happen (its server stops waiting and cancels the rest).  Mutates as the processes would: draws,
-    counters, views; returns without yielding (the caller resumes each group at its end).
+    :func:`~fednet.sim.engine.backends.gather.fast_rounds`'s node-by-node replay over every group at once.  Each node's
+    events are keyed as there, ``(time, priority, key of the event that scheduled it)``, from its process's start
+    ``(now, 0, (g, p))``: the groups' processes start in order and each starts its nodes' in order, so the keys of
+    different groups compare as SimPy's queue orders them.  A group's events from its ``first[g]``-th arrival on never
+    happen (its server stops waiting and cancels the rest).  Mutates as the processes would: draws, counters, views;
+    returns without yielding (the caller resumes each group at its end).
     """
     sim, env = net.sim, net.sim.env
     now0 = env.now

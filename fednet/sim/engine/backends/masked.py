@@ -1,26 +1,26 @@
 """The ``masked`` backend: a masked secure sum (LightSecAgg's round) without a SimPy process per user.
 
-The reference (:func:`fednet.sim.engine.reference.masked`, the step of :meth:`fednet.protocol.primitives.Net.masked_sum`)
-runs, per user, a background mask phase (encoding on the
-processor, one bundled upload, the server's forward once every bundle is in) beside the online phase (model
-download, training on the same processor after the encoding, masked upload on the same uplink after the bundle),
-then a second gather over the survivors U1 (survivor list download on the downlink the forward uses, the
-aggregation once the masks are in, its upload), and cancels whatever is still running.  At D = 1000 that is ~34
-SimPy events a user-round and most of the host time of a Fig. 8 LightSecAgg run.
+The reference (:func:`fednet.sim.engine.reference.masked`, the step of
+:meth:`fednet.protocol.primitives.Net.masked_sum`) runs, per user, a background mask phase (encoding on the processor,
+one bundled upload, the server's forward once every bundle is in) beside the online phase (model download, training on
+the same processor after the encoding, masked upload on the same uplink after the bundle), then a second gather over the
+survivors U1 (survivor list download on the downlink the forward uses, the aggregation once the masks are in, its
+upload), and cancels whatever is still running.  At D = 1000 that is ~34 SimPy events a user-round and most of the host
+time of a Fig. 8 LightSecAgg run.
 
-Every resource here is one user's processor, uplink or downlink, served first come first served, so each user's
-times follow from its own keyed draws and three instants shared by all: ``T1``, the U-th masked upload's arrival
-(the server stops waiting), ``T_b``, the last bundle's arrival (the forwards start), and ``T2``, the last
-aggregated mask's arrival (the round ends and the rest is cancelled).  :func:`replay_round` computes them as
-vectors, with the floats SimPy's timeouts give (``now + seconds``), and commits what the processes would have
-done by ``T2``: a transfer is counted, a computation charged and a keyed draw consumed iff its event comes before
-``T2`` (an interrupted transfer is not counted; a computation is charged when it starts).  Where SimPy's order of
-events at one instant would decide (the U-th and the next arrival at one time, the forwards starting at ``T1``,
-another user's event at ``T2``) or the round is not the plain one (values that need their inputs -- full mode --, a user absent, views recorded, an
-engine method overridden, another process running), it declines before any simulated effect (no draw taken,
-nothing counted, no time passed; only the users' timing-mode mask stand-ins are set, as the processes set them
-again), and the processes run.  The step's ``precomputed`` says whether its values may be computed before their
-inputs arrive (timing mode's stand-ins: LightSecAgg passes ``type(self.mode) is Timing``).
+Every resource here is one user's processor, uplink or downlink, served first come first served, so each user's times
+follow from its own keyed draws and three instants shared by all: ``T1``, the U-th masked upload's arrival (the server
+stops waiting), ``T_b``, the last bundle's arrival (the forwards start), and ``T2``, the last aggregated mask's arrival
+(the round ends and the rest is cancelled).  :func:`replay_round` computes them as vectors, with the floats SimPy's
+timeouts give (``now + seconds``), and commits what the processes would have done by ``T2``: a transfer is counted, a
+computation charged and a keyed draw consumed iff its event comes before ``T2`` (an interrupted transfer is not counted;
+a computation is charged when it starts).  Where SimPy's order of events at one instant would decide (the U-th and the
+next arrival at one time, the forwards starting at ``T1``, another user's event at ``T2``) or the round is not the plain
+one (values that need their inputs -- full mode --, a user absent, views recorded, an engine method overridden, another
+process running), it declines before any simulated effect (no draw taken, nothing counted, no time passed; only the
+users' timing-mode mask stand-ins are set, as the processes set them again), and the processes run.  The step's
+``precomputed`` says whether its values may be computed before their inputs arrive (timing mode's stand-ins: LightSecAgg
+passes ``type(self.mode) is Timing``).
 
 ``tests/test_lightsecagg_replay.py`` runs rounds both ways: traces and draw counters are equal.
 """

@@ -87,18 +87,18 @@ def replay_relays(net, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Ca
                   verify: bool = False) -> Generator:
     """An exchange on ``relay_asap`` or ``relay_steps`` without its per-message processes.
 
-    Replays what the processes do, with array arithmetic: every message of a batch (``relay_asap``: all of
-    them; ``relay_steps``: one step, starting when the previous one is delivered) requests its sender's uplink
-    at the batch's start, in launch order; each uplink serves its queue first come, first served
-    (:func:`~fednet.sim.engine.events.fifo_links`), the keyed uplink draws taken in that order; an upload's end puts the message in
-    its receiver's downlink queue, which is served the same way.  Upload ends at one instant are processed in
-    SimPy's order (:func:`~fednet.sim.engine.events.event_order`: an uplink's next grant is scheduled by processing its previous upload's
-    end, the first ones at the start in launch order), which decides the order of a downlink's queue and so
-    its draws.  The same draws, times (the same float operations), counters, messages in the server's relay
-    list and the receivers' views (when recorded) and returned mapping, bit for bit
-    (``tests/test_codedsecagg_setup.py``); the caller resumes at the last delivery, with ``O(n' log n')``
-    array work per batch of ``n'`` messages instead of a SimPy process each.  ``ends``: the senders' and
-    receivers' indices of the pairs of ``steps`` in order (:meth:`RelayReplay.can_run`).
+    Replays what the processes do, with array arithmetic: every message of a batch (``relay_asap``: all of them;
+    ``relay_steps``: one step, starting when the previous one is delivered) requests its sender's uplink at the batch's
+    start, in launch order; each uplink serves its queue first come, first served
+    (:func:`~fednet.sim.engine.events.fifo_links`), the keyed uplink draws taken in that order; an upload's end puts the
+    message in its receiver's downlink queue, which is served the same way.  Upload ends at one instant are processed in
+    SimPy's order (:func:`~fednet.sim.engine.events.event_order`: an uplink's next grant is scheduled by processing its
+    previous upload's end, the first ones at the start in launch order), which decides the order of a downlink's queue
+    and so its draws.  The same draws, times (the same float operations), counters, messages in the server's relay list
+    and the receivers' views (when recorded) and returned mapping, bit for bit (``tests/test_codedsecagg_setup.py``);
+    the caller resumes at the last delivery, with ``O(n' log n')`` array work per batch of ``n'`` messages instead of a
+    SimPy process each.  ``ends``: the senders' and receivers' indices of the pairs of ``steps`` in order
+    (:meth:`RelayReplay.can_run`).
 
     ``verify``: other processes were scheduled at the start (the caller's ``exclusive=True``), so once the replay
     has ended it checks that none of them was granted one of the exchange's links meanwhile (the links' grant

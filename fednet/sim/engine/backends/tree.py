@@ -139,7 +139,8 @@ def replay_tree(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, in
                 element_bits: int | None, payload_size: Callable[[Any], int],
                 combine_batch: Callable[[list, list], tuple[list, list[int]]] | None = None
                 ) -> tuple[float, list[tuple[Any, Any]], list[Any]] | str:
-    """The round of :meth:`fednet.protocol.primitives.Net.tree_aggregate` over complete subtrees, without processes (module docstring).
+    """The round of :meth:`fednet.protocol.primitives.Net.tree_aggregate` over complete subtrees, without processes
+    (module docstring).
 
     The nodes are walked level by level (a node's height above its deepest leaf), each level as arrays.
 
@@ -160,8 +161,8 @@ def replay_tree(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, in
     add : callable(acc, part)
         The metered combine (run here for every addition, unless ``combine_batch``; its MACs time it).
     kind, root_kind, n_elements, element_bits
-        As :meth:`~fednet.protocol.primitives.Net.tree_aggregate`'s; ``n_elements`` None (sizes from the payloads) is left to the
-        processes (a reason returned).
+        As :meth:`~fednet.protocol.primitives.Net.tree_aggregate`'s; ``n_elements`` None (sizes from the payloads) is
+        left to the processes (a reason returned).
     payload_size : callable
         Numbers on the wire of a payload (:func:`fednet.protocol.primitives.payload_size`).
     combine_batch : callable(accs, parts) -> (values, macs), optional
