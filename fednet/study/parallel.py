@@ -315,8 +315,8 @@ def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_t
             raise ValueError(f"jobs must be >= 1, got {jobs!r}")
         import dask
 
-        # worker processes as fast as the serial run: no MALLOC_TRIM_THRESHOLD_ (see
-        # _undo_malloc_trim), no statistical profiler sampling the simulation's deep stacks every
+        # worker processes as fast as the serial run: no MALLOC_TRIM_THRESHOLD_ (BlasLimits.setup
+        # applies fednet.runtime.MALLOC_SETTINGS anyway), no statistical profiler sampling the simulation's deep stacks every
         # 10 ms; the client owns this cluster: closing the client closes it
         environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
                    if k != "MALLOC_TRIM_THRESHOLD_"}
