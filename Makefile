@@ -6,7 +6,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # The original MNIST / Fashion-MNIST files (tests read them from here; never copied into the repo).
 export FEDNET_DATA ?= $(abspath ../shared/data)
-# The same floating-point kernels on every x86-64 host (AVX2; fednet/__init__.py: PORTABLE_KERNELS), set here too
+# The same floating-point kernels on every x86-64 host (AVX2; fednet/runtime.py: PORTABLE_KERNELS, which
+# fednet.configure_host() sets where unset: the fednet command, run_study, the Dask workers, conftest.py), set here too
 # so that they hold from the first import of NumPy in any process the tests start.
 export OPENBLAS_CORETYPE ?= Haswell
 export NPY_DISABLE_CPU_FEATURES ?= X86_V4 AVX512_ICL AVX512_SPR

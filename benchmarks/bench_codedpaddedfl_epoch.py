@@ -16,6 +16,10 @@ from __future__ import annotations
 import argparse
 import time
 
+import fednet
+
+fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
+
 import numpy as np
 
 from fednet.algebra.fixed_point import FixedPoint, prepare, prepared_from_limbs, random_ring_limbs

@@ -28,6 +28,10 @@ import multiprocessing as mp
 import resource
 import time
 
+import fednet
+
+fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
+
 import numpy as np
 
 

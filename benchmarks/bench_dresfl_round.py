@@ -28,6 +28,10 @@ from __future__ import annotations
 import sys
 import time
 
+import fednet
+
+fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
+
 import numpy as np
 
 from fednet.learning.task import LearningTask

@@ -13,6 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import fednet
+
+fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
+
 import numpy as np
 
 from fednet.learning.task import LearningTask

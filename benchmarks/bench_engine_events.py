@@ -31,6 +31,10 @@ import pstats
 import sys
 import time
 
+import fednet
+
+fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
+
 import numpy as np
 
 from fednet.learning.task import LearningTask

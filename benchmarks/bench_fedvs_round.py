@@ -30,6 +30,9 @@ def main() -> None:
     ap.add_argument("--max-test", type=int, default=2000)
     ap.add_argument("--mode", choices=["full", "timing"], default="full")
     args = ap.parse_args()
+    import fednet
+
+    fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
     from fednet.learning.vertical import as_learning_task, load_vertical
     from fednet.sim import Deterministic, Simulation
     from protocols.fedvs import FedVS

@@ -12,6 +12,10 @@ import argparse
 import statistics
 import time
 
+import fednet
+
+fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
+
 import numpy as np
 
 from fednet.algebra.fixed_point import FixedPoint

@@ -15,9 +15,12 @@ from __future__ import annotations
 import argparse
 import time
 
+import fednet
+
+fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
+
 import numpy as np
 
-import fednet
 from fednet.algebra.meter import MacMeter
 from fednet.algebra.slices import compute_threads
 from fednet.protocols.conventional import minibatch_gradients
@@ -39,7 +42,7 @@ def main() -> None:
     Y = [rng.standard_normal((n, c)) for _ in range(D)]
     theta = rng.standard_normal((d, c))
     rows = np.stack([rng.choice(n, b, replace=False) for _ in range(D)])
-    print(f"malloc tuned: {fednet.MALLOC_TUNED}")
+    print(f"malloc tuned: {fednet.configure_host().malloc}")
     with limit_threads(1):
         for t in (1, 2):
             with compute_threads(t):

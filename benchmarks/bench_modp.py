@@ -18,6 +18,10 @@ from __future__ import annotations
 import argparse
 import time
 
+import fednet
+
+fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
+
 import numpy as np
 
 from fednet.algebra.fields import fixed_point_field, prime_field, to_field, uniform

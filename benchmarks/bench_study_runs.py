@@ -31,6 +31,10 @@ import os
 import pstats
 import time
 
+import fednet
+
+fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
+
 from fednet.protocol import registry
 from fednet.study.config import load_study
 from fednet.study.runner import _build_protocol, prepare_task

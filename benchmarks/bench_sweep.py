@@ -44,6 +44,10 @@ import pstats
 import time
 from typing import Any
 
+import fednet
+
+fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
+
 import numpy as np
 
 from fednet.errors import ConfigError

@@ -284,7 +284,16 @@ def main(argv: list[str] | None = None) -> int:
     int
         0 on success; 2 for any :class:`fednet.errors.FednetError` (printed as ``fednet: <message>``
         on stderr, without a traceback). Argument errors exit 2 through argparse.
+
+    Notes
+    -----
+    Applies fednet's host configuration first (:func:`fednet.runtime.configure_host`: portable kernels, malloc
+    thresholds, the garbage-collector policy), before anything imports NumPy: this module and ``fednet`` itself
+    import none.
     """
+    from fednet.runtime import configure_host
+
+    configure_host()
     from fednet.errors import FednetError
     from fednet import __version__
 

@@ -11,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-import fednet  # noqa: F401  (first: sets fednet.PORTABLE_KERNELS before any test module loads NumPy)
+import fednet
+
+# First, before any test module loads NumPy: the host settings the fednet command runs with (fednet.runtime) --
+# the portable kernels (fednet.PORTABLE_KERNELS, where the Makefile has not exported them), glibc's malloc
+# thresholds and Protocol.run's garbage-collector policy. Importing fednet alone changes none of them.
+fednet.configure_host()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -160,15 +160,34 @@ def test_prepared_features_are_cached_per_feature_draw(tmp_path: Path) -> None:
     assert t1 is not t0 and not (t1.X[0] == t0.X[0]).all()
 
 
-def test_malloc_trim_from_the_nanny_is_undone(monkeypatch) -> None:
-    from fednet.study.parallel import _undo_malloc_trim
-
-    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
-    assert _undo_malloc_trim() is False
-    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")
+def test_malloc_trim_from_the_nanny_is_undone() -> None:
+    """Under the nanny's ``MALLOC_TRIM_THRESHOLD_`` the worker plugin's set-up still applies glibc's thresholds
+    (:func:`fednet.configure_host`; a fresh interpreter, as a worker is)."""
+    import platform
+    import subprocess
     import sys
 
-    assert _undo_malloc_trim() is sys.platform.startswith("linux")
+    code = ("from fednet.study.parallel import BlasLimits; import fednet.runtime as r; BlasLimits(1).setup(None); "
+            "print(r.host_config().malloc, r.host_config().gc_policy)")
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": "65536", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("FEDNET_DEFAULT_MALLOC", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    glibc = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+    assert out.stdout.split() == [str(glibc), "True"]
+
+
+def test_workers_have_the_host_configuration(client) -> None:
+    """Every worker ran :func:`fednet.configure_host` (the plugin): malloc thresholds and Protocol.run's GC policy."""
+    def config() -> tuple[bool, bool]:
+        import fednet.runtime
+
+        return fednet.runtime.host_config().malloc, fednet.runtime.host_config().gc_policy
+
+    import platform
+    import sys
+
+    glibc = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
+    assert client.run(config) and set(client.run(config).values()) == {(glibc, True)}
 
 
 def test_local_cluster_workers_run_without_malloc_trim(client) -> None:

@@ -1,9 +1,10 @@
-"""``import fednet`` pins the AVX2 floating-point kernels (``fednet.PORTABLE_KERNELS``) before NumPy loads.
+"""``fednet.configure_host()`` pins the AVX2 floating-point kernels (``fednet.PORTABLE_KERNELS``) before NumPy loads.
 
 Checked in fresh interpreters (the variables matter only before NumPy, SciPy or torch load): every unset variable
 is set, a variable the user set is kept, ``FEDNET_NATIVE_KERNELS=1`` sets none, and NumPy then runs without its
 AVX-512 loops and OpenBLAS with its Haswell (AVX2) kernels.  It also applies glibc's malloc settings
-(``fednet.MALLOC_SETTINGS``), with their own opt-out.
+(``fednet.MALLOC_SETTINGS``), with their own opt-out.  ``import fednet`` alone does neither
+(``tests/test_host_config.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 import fednet
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE = ("import json, os, fednet, numpy as np, threadpoolctl; "
+PROBE = ("import json, os, fednet; fednet.configure_host(); import numpy as np, threadpoolctl; "
          "print(json.dumps({'env': {k: os.environ.get(k) for k in fednet.PORTABLE_KERNELS}, "
          "'blas': [d.get('architecture') for d in threadpoolctl.threadpool_info() if d['internal_api'] == 'openblas']}))")
 
@@ -48,9 +49,9 @@ def test_a_users_value_is_kept_and_native_opts_out() -> None:
 
 @pytest.mark.skipif(sys.platform != "linux" or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt only")
 def test_malloc_settings_apply_and_opt_out() -> None:
-    """``import fednet`` applies :data:`fednet.MALLOC_SETTINGS` (glibc accepts both), ``FEDNET_DEFAULT_MALLOC=1``
-    leaves glibc's defaults."""
-    code = "import fednet; print(fednet.MALLOC_TUNED)"
+    """``fednet.configure_host()`` applies :data:`fednet.MALLOC_SETTINGS` (glibc accepts both),
+    ``FEDNET_DEFAULT_MALLOC=1`` leaves glibc's defaults."""
+    code = "import fednet; print(fednet.configure_host().malloc)"
     env = {**{k: v for k, v in os.environ.items() if k != "FEDNET_DEFAULT_MALLOC"}, "PYTHONPATH": str(ROOT)}
     on = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=ROOT)
     off = subprocess.run([sys.executable, "-c", code], env={**env, "FEDNET_DEFAULT_MALLOC": "1"},

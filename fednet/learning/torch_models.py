@@ -27,9 +27,9 @@ that autograd dispatches for that graph, with the same operand layouts, so the g
 bit-identical (``tests/test_learning_torch_models.py`` checks it over random shapes and batches);
 every other module, loss or uncached call runs autograd. The constructor imports ``torch._dynamo``
 (with sympy, ~120,000 objects), which :class:`FlopCounterMode` would otherwise import at the first
-metered call: a protocol's run freezes the objects alive after its set-up and collects the oldest
-generation every few rounds (:data:`fednet.protocol.base.GC_ROUNDS`), and objects imported
-mid-run made each such collection take ~0.1 s of host time.
+metered call: a protocol's run (under :func:`fednet.configure_host`) freezes the objects alive after its
+set-up and collects the oldest generation every few rounds (:data:`fednet.protocol.base.GC_ROUNDS`), and
+objects imported mid-run made each such collection take ~0.1 s of host time.
 
 Determinism: :meth:`TorchModel.init_params` resets the module's layers under
 ``torch.manual_seed(seed)`` inside :func:`torch.random.fork_rng`, so the initial parameters are a

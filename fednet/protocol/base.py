@@ -56,6 +56,7 @@ import numpy as np
 import simpy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from fednet import runtime
 from fednet.errors import ConfigError, FednetError, SetupFailure
 from fednet.learning.task import LearningTask
 from fednet.sim.compute import AlwaysAvailable
@@ -87,7 +88,9 @@ SETUP_DROPOUT_REACTIONS = ("none", "offline", "reshare", "fail")
 #: first round imports, long-lived caches: a full collection then looks at what is new only; conventional
 #: FL, D = 1000: ~8 ms a full collection before); the previous state is restored at the end (frozen
 #: objects still die by reference counting; a cycle among them waits for the end of the run).
-#: 0 leaves the collector alone. (LightSecAgg, D = 120: 2x less host time; issue 12.)
+#: 0 leaves the collector alone. (LightSecAgg, D = 120: 2x less host time; issue 12.) Only in a process whose host
+#: configuration enabled it (:func:`fednet.runtime.configure_host`: the ``fednet`` command, the study runner, the
+#: Dask workers); otherwise a run leaves the interpreter's collector alone.
 GC_ROUNDS = 16
 
 
@@ -568,6 +571,8 @@ class Protocol:
             raise ConfigError(f"epochs must be >= 0, got {epochs}")
         self.trajectory = self._shared_trajectory()
 
+        gc_rounds = GC_ROUNDS if runtime.host_config().gc_policy else 0   # off unless the host configuration set it
+
         def main() -> Generator:
             """The run's process: set-up (with its attempts), then the rounds."""
             self.sim.round = self.epoch = 0
@@ -575,12 +580,12 @@ class Protocol:
             row = self._record(0)
             if on_round:
                 on_round(row)
-            if GC_ROUNDS:                       # the set-up's objects stay: keep the collector off them
+            if gc_rounds:                       # the set-up's objects stay: keep the collector off them
                 gc.freeze()
                 gc.disable()
             for e in range(1, epochs + 1):
-                if GC_ROUNDS and e > 1:        # a round's cyclic garbage is dead at its end
-                    if (e - 1) % GC_ROUNDS:
+                if gc_rounds and e > 1:        # a round's cyclic garbage is dead at its end
+                    if (e - 1) % gc_rounds:
                         gc.collect(1)
                     else:
                         gc.collect(2)
@@ -608,7 +613,7 @@ class Protocol:
         try:
             self.sim.run(main())
         finally:
-            if GC_ROUNDS:
+            if gc_rounds:
                 gc.unfreeze()
                 if enabled:
                     gc.enable()

@@ -17,8 +17,9 @@ with NumPy array arithmetic, so the draws are the same numbers:
   same bounded integers.
 
 128-bit products are formed from 32-bit limbs in uint64 arrays (wrapping arithmetic).
-``tests/test_batched.py`` compares every function with NumPy's on many keys; the callers use it only
-where it applies (:func:`supported`) and fall back to NumPy's objects otherwise.
+``tests/test_batched.py`` compares every function with the installed NumPy's on many keys (verified with NumPy 2.4,
+the range pyproject.toml pins); the callers use it only where it applies (:func:`supported`) and fall back to
+NumPy's objects otherwise.
 """
 
 from __future__ import annotations

@@ -48,7 +48,8 @@ from .network import Link, Message, transmission_time
 from .rng import Streams
 from .stamp import STAMP, Stamped
 
-__all__ = ["Node", "Simulation", "Counters", "Environment", "Slot"]
+__all__ = ["Node", "Simulation", "Counters", "Environment", "Slot", "SIMPY_VERIFIED", "SIMPY_CODE",
+           "SIMPY_ATTRIBUTES"]
 
 #: Link parameters a device's node may carry instead of its edge to the server.
 _LINK_KEYS = ("uplink_bps", "downlink_bps", "loss", "uplink_loss", "downlink_loss")
@@ -134,13 +135,63 @@ class Node(Stamped):
         return f"Node({self.index}, {self.role}, name={self.name!r})"
 
 
+#: The SimPy release whose internals :data:`SIMPY_CODE` and :data:`SIMPY_ATTRIBUTES` describe (pyproject.toml pins it).
+SIMPY_VERIFIED = "4.1.2"
+
+#: SimPy's code that fednet copies or reproduces -- the one list of it; ``tests/test_simpy_contract.py`` compares each
+#: function of the installed SimPy with its digest here (SHA-256 of ``ast.unparse`` of its source without comments
+#: or docstrings, first 16 hex digits). A different digest means SimPy changed that code: compare the new source
+#: with fednet's copy named in the comment, carry the change over, then record the new digest (the failing test
+#: prints it). SimPy 4.1.0 and 4.1.1 differ in ``step`` (no ``StopSimulation`` handling), hence the pin.
+SIMPY_CODE = {
+    "simpy.core.Environment.step": "17d877492f5a4e60",             # copied: Environment.step below (+ current)
+    "simpy.core.Environment.schedule": "8a8a880d33f176dc",         # its queue entry, written directly: primitives'
+    #                                                                _event_at and Mailbox._materialise
+    "simpy.core.Environment.__init__": "4d7c9cc4a1e4e7b1",         # _now, _queue, _eid (SIMPY_ATTRIBUTES)
+    "simpy.events.Event.__init__": "e1d27b4f7f6cc266",             # callbacks a list; _value PENDING (class attribute)
+    "simpy.events.Event.succeed": "3abade844d00efa8",              # reproduced: _ok, _value = True, None, then queued
+    "simpy.events.Event.defused": "8b50b51eecbd4eb5",              # step's hasattr(event, "_defused")
+    "simpy.events.Timeout.__init__": "ce83e5677e81e424",           # _event_at: a timeout at an absolute time, NORMAL
+    "simpy.events.Interruption.__init__": "ef5ba08dfa58a477",      # an interrupt is an URGENT event: the stand-in
+    "simpy.events.Interruption._interrupt": "310a8d107d6ecee3",    # of Primitives._replay_forwards reproduces both
+    "simpy.resources.base.BaseResource.__init__": "0169823b34458287",   # _env, put_queue
+    "simpy.resources.resource.Resource._do_put": "5a1cce7c8f84c4fb",    # Slot wraps it: granted iff no user
+    "simpy.resources.resource.Resource._do_get": "55a2bdb830ff037b",    # Slot wraps it: the release of the user
+    "simpy.resources.resource.Request.__exit__": "10f961b7c0ebb951",    # Primitives._replay_forwards releases by it
+}
+
+#: SimPy's internal names fednet reads or writes and what it assumes of them (``tests/test_simpy_contract.py`` checks
+#: each on live objects of the installed SimPy). Users: this module (Environment.step, Slot, Simulation.idle),
+#: fednet.protocol.primitives (Mailbox, _event_at, the vectorised replays and their ``_alone`` checks).
+SIMPY_ATTRIBUTES = {
+    "simpy.core.Environment._queue": "a heapq list of (time, priority, event id, event) entries, the next one first",
+    "simpy.core.Environment._now": "the simulated time; step sets it to the time of the event it pops",
+    "simpy.core.Environment._eid": "an itertools.count whose next() is the id of the next scheduled event; "
+                                   "replaced by a later count to skip ids (Mailbox.put_many)",
+    "simpy.core.EventPriority": "the type of an entry's priority; EventPriority(-1) comes before URGENT",
+    "simpy.core.EmptySchedule": "raised by step on an empty queue",
+    "simpy.core.StopSimulation": "raised through step by run(until=...)",
+    "simpy.events.URGENT": "0: before NORMAL at the same time (a process's start, an interrupt)",
+    "simpy.events.NORMAL": "1: timeouts and succeeded events",
+    "simpy.events.Event._ok": "True for a succeeded event, False for a failed one",
+    "simpy.events.Event._value": "the value; PENDING until triggered",
+    "simpy.events.Event.callbacks": "a list of callables taking the event; None once processed",
+    "simpy.events.Event._defused": "present (hasattr) once a failure is defused",
+    "simpy.resources.base.BaseResource._env": "the resource's environment",
+    "simpy.resources.base.BaseResource.put_queue": "the pending requests of a resource",
+    "simpy.resources.resource.Resource.users": "the granted requests (a list)",
+    "simpy.resources.resource.Resource.queue": "the requests waiting (the put queue)",
+    "simpy.resources.resource.Release": "the release event; .resource is its resource",
+}
+
+
 class Environment(simpy.Environment):
     """A :class:`simpy.Environment` that remembers the place of the event it is processing.
 
     ``current`` is ``(time, priority, id)`` of that event -- SimPy's heap key -- so that lazily
     materialised events (:class:`fednet.protocol.primitives.Mailbox`) can tell whether an event
-    scheduled at a known key would already have been processed. :meth:`step` is SimPy 4's, plus
-    that one assignment.
+    scheduled at a known key would already have been processed. :meth:`step` is SimPy 4.1.2's, plus
+    that one assignment (:data:`SIMPY_CODE` lists it with every other SimPy internal fednet relies on).
     """
 
     #: Key of the event being processed (``(time, priority, id)``); before the first step, one below any.

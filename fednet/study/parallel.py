@@ -37,7 +37,6 @@ import contextlib
 import json
 import logging
 import os
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -80,34 +79,8 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-#: glibc ``mallopt`` parameters (malloc.h) and the values a long-running process reaches by itself.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-_MMAP_THRESHOLD, _TRIM_THRESHOLD = 32 * 2**20, 64 * 2**20
-
-
-def _undo_malloc_trim() -> bool:
-    """Give glibc malloc back its large-array reuse when ``MALLOC_TRIM_THRESHOLD_`` is set.
-
-    Dask's nanny starts workers with ``MALLOC_TRIM_THRESHOLD_=65536``; any such variable fixes
-    glibc's mmap threshold at 128 KiB, so every array above it is a fresh ``mmap`` whose pages
-    fault in on first touch: measured here, 1.8 M page faults and 2-3x the host time of a
-    quickstart run. Setting the thresholds to the values glibc's dynamic adjustment reaches
-    (32 MiB mmap, 64 MiB trim) restores the serial speed. Returns whether it changed anything.
-    """
-    if "MALLOC_TRIM_THRESHOLD_" not in os.environ or not sys.platform.startswith("linux"):
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-        return bool(libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD)
-                    and libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD))
-    except (OSError, AttributeError):  # not glibc
-        return False
-
-
 class BlasLimits(WorkerPlugin):
-    """A ``dask.distributed`` worker plugin: one BLAS/OpenMP pool size and serial-speed malloc.
+    """A ``dask.distributed`` worker plugin: fednet's host configuration and one BLAS/OpenMP pool size.
 
     Parameters
     ----------
@@ -129,17 +102,23 @@ class BlasLimits(WorkerPlugin):
         self._limits: Any = None
 
     def setup(self, worker: Any) -> None:
-        """Load numpy and scipy's BLAS, limit every loaded pool to ``n`` threads, undo the malloc trim.
+        """Apply the host configuration, load numpy and scipy's BLAS, limit every loaded pool to ``n`` threads.
 
-        BLAS pools are process-wide; OpenMP's thread count is a per-thread setting, which
-        :func:`run_task` sets again in the thread that runs the task. See :func:`_undo_malloc_trim`
-        for the allocator.
+        :func:`fednet.runtime.configure_host` gives the worker the serial runner's settings: glibc's malloc
+        thresholds (:data:`fednet.runtime.MALLOC_SETTINGS`, which also undo the ``MALLOC_TRIM_THRESHOLD_=65536``
+        that Dask's nanny sets: with it every array above 128 KiB is a fresh ``mmap``, 2-3x the host time of a
+        quickstart run), the garbage-collector policy of :meth:`fednet.protocol.base.Protocol.run`, and the
+        portable-kernel variables where unset (workers a ``--jobs`` client starts inherit its environment, where
+        they are set already). BLAS pools are process-wide; OpenMP's thread count is a per-thread setting, which
+        :func:`run_task` sets again in the thread that runs the task.
         """
+        from fednet.runtime import configure_host
+
+        configure_host()
         import numpy  # noqa: F401
         import scipy.linalg  # noqa: F401
         from threadpoolctl import threadpool_limits
 
-        _undo_malloc_trim()
         self._limits = threadpool_limits(limits=self.n)  # stays in effect for the worker's life
 
     def teardown(self, worker: Any) -> None:
@@ -339,8 +318,8 @@ def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_t
             raise ValueError(f"jobs must be >= 1, got {jobs!r}")
         import dask
 
-        # worker processes as fast as the serial run: no MALLOC_TRIM_THRESHOLD_ (see
-        # _undo_malloc_trim), no statistical profiler sampling the simulation's deep stacks every
+        # worker processes as fast as the serial run: no MALLOC_TRIM_THRESHOLD_ (BlasLimits.setup
+        # applies fednet.runtime.MALLOC_SETTINGS anyway), no statistical profiler sampling the simulation's deep stacks every
         # 10 ms; the client owns this cluster: closing the client closes it
         environ = {k: v for k, v in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items()
                    if k != "MALLOC_TRIM_THRESHOLD_"}

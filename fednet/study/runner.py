@@ -43,6 +43,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from fednet.errors import ConfigError, FednetError
+from fednet.runtime import configure_host
 from fednet.learning.datasets import load_dataset
 from fednet.learning.features import rbf_features
 from fednet.learning.models import one_hot
@@ -557,7 +558,14 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
     ``out_dir`` is replaced only if fednet wrote it (:class:`~fednet.study.output.StagedOutput`).
     Meanwhile each finished (run, seed) is kept in a checkpoint beside ``out_dir``, removed once
     ``out_dir`` is in place (:mod:`fednet.study.checkpoint`).
+
+    Applies fednet's host configuration (:func:`fednet.runtime.configure_host`) in this process: the malloc
+    thresholds, the garbage-collector policy of the runs and, where still unset, the portable-kernel variables
+    (effective only for libraries loaded afterwards: call :func:`~fednet.runtime.configure_host` before importing
+    NumPy for those).
     """
+    configure_host()
+
     def _run(finished: Mapping[tuple[int, int], Record] | None = None,
              on_done: Callable[[int, int, Record], None] | None = None) -> StudyResult:
         pending = len(study.runs) * len(study.seeds) - len(finished or {})
