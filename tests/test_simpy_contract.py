@@ -1,7 +1,7 @@
 """The installed SimPy and NumPy are the ones fednet's copies of their internals were written against.
 
 fednet copies ``simpy.core.Environment.step`` (:class:`fednet.sim.simulation.Environment`) and writes SimPy's event
-queue and event fields directly (:mod:`fednet.protocol.primitives`); the one list of those internals is
+queue and event fields directly (:mod:`fednet.sim.engine`); the one list of those internals is
 :data:`fednet.sim.simulation.SIMPY_CODE` (functions copied or reproduced, with a digest of their source) and
 :data:`~fednet.sim.simulation.SIMPY_ATTRIBUTES` (fields and constants, with what fednet assumes of them). Here:
 

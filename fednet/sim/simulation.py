@@ -145,24 +145,21 @@ SIMPY_VERIFIED = "4.1.2"
 #: prints it). SimPy 4.1.0 and 4.1.1 differ in ``step`` (no ``StopSimulation`` handling), hence the pin.
 SIMPY_CODE = {
     "simpy.core.Environment.step": "17d877492f5a4e60",             # copied: Environment.step below (+ current)
-    "simpy.core.Environment.schedule": "8a8a880d33f176dc",         # its queue entry, written directly: primitives'
-    #                                                                _event_at and Mailbox._materialise
+    "simpy.core.Environment.schedule": "8a8a880d33f176dc",         # its queue entry, written directly: the engine's
+    #                                                                events.event_at and mailbox.Mailbox._materialise
     "simpy.core.Environment.__init__": "4d7c9cc4a1e4e7b1",         # _now, _queue, _eid (SIMPY_ATTRIBUTES)
     "simpy.events.Event.__init__": "e1d27b4f7f6cc266",             # callbacks a list; _value PENDING (class attribute)
     "simpy.events.Event.succeed": "3abade844d00efa8",              # reproduced: _ok, _value = True, None, then queued
     "simpy.events.Event.defused": "8b50b51eecbd4eb5",              # step's hasattr(event, "_defused")
-    "simpy.events.Timeout.__init__": "ce83e5677e81e424",           # _event_at: a timeout at an absolute time, NORMAL
-    "simpy.events.Interruption.__init__": "ef5ba08dfa58a477",      # an interrupt is an URGENT event: the stand-in
-    "simpy.events.Interruption._interrupt": "310a8d107d6ecee3",    # of Primitives._replay_forwards reproduces both
+    "simpy.events.Timeout.__init__": "ce83e5677e81e424",           # event_at: a timeout at an absolute time, NORMAL
     "simpy.resources.base.BaseResource.__init__": "0169823b34458287",   # _env, put_queue
     "simpy.resources.resource.Resource._do_put": "5a1cce7c8f84c4fb",    # Slot wraps it: granted iff no user
     "simpy.resources.resource.Resource._do_get": "55a2bdb830ff037b",    # Slot wraps it: the release of the user
-    "simpy.resources.resource.Request.__exit__": "10f961b7c0ebb951",    # Primitives._replay_forwards releases by it
 }
 
 #: SimPy's internal names fednet reads or writes and what it assumes of them (``tests/test_simpy_contract.py`` checks
-#: each on live objects of the installed SimPy). Users: this module (Environment.step, Slot, Simulation.idle),
-#: fednet.protocol.primitives (Mailbox, _event_at, the vectorised replays and their ``_alone`` checks).
+#: each on live objects of the installed SimPy). Users: this module (Environment.step, Slot, Simulation.idle) and
+#: the engine, :mod:`fednet.sim.engine` (the Mailbox, ``events.event_at``, the backends and ``events.alone``).
 SIMPY_ATTRIBUTES = {
     "simpy.core.Environment._queue": "a heapq list of (time, priority, event id, event) entries, the next one first",
     "simpy.core.Environment._now": "the simulated time; step sets it to the time of the event it pops",
@@ -189,7 +186,7 @@ class Environment(simpy.Environment):
     """A :class:`simpy.Environment` that remembers the place of the event it is processing.
 
     ``current`` is ``(time, priority, id)`` of that event -- SimPy's heap key -- so that lazily
-    materialised events (:class:`fednet.protocol.primitives.Mailbox`) can tell whether an event
+    materialised events (:class:`fednet.sim.engine.mailbox.Mailbox`) can tell whether an event
     scheduled at a known key would already have been processed. :meth:`step` is SimPy 4.1.2's, plus
     that one assignment (:data:`SIMPY_CODE` lists it with every other SimPy internal fednet relies on).
     """

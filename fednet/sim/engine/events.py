@@ -6,8 +6,8 @@ and :func:`idle_reason` tell, each returning ``True`` or the reason it does not 
 :func:`fifo_links` and :func:`event_order` are the arithmetic the replays share.
 
 SimPy internals read here (``Environment._queue`` entries ``(time, priority, id, event)``, ``_eid``, ``NORMAL``,
-``Release``, ``Resource.users/queue/put_queue``) are listed in :data:`fednet.sim.simulation.SIMPY_INTERNALS` and
-checked against the installed SimPy by ``tests/test_simpy_contract.py``.
+``Release``, ``Resource.users/queue/put_queue``) are listed in :data:`fednet.sim.simulation.SIMPY_CODE` and
+``SIMPY_ATTRIBUTES`` and checked against the installed SimPy by ``tests/test_simpy_contract.py``.
 """
 
 from __future__ import annotations
