@@ -151,3 +151,184 @@ def test_a_diverging_study_is_recorded_and_strict_is_exit_2(tmp_path, capsys) ->
     expect_cli_error(capsys, ["run", str(write(tmp_path, "strict = true\n" + text, "t.toml")), "--out",
                               str(tmp_path / "o2"), "--quiet"], "training failed at round")
     assert not (tmp_path / "o2").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. fednet's own paths never follow links; 3. checkpoints are data with a digest
+# ---------------------------------------------------------------------------------------------
+from fednet.errors import ConfigError, OutputError  # noqa: E402
+from fednet.study import runner  # noqa: E402
+from fednet.study.checkpoint import CHECKPOINT, decode, encode  # noqa: E402
+from fednet.study.output import MARKER, StagedOutput, check_output_target  # noqa: E402
+
+from test_resume import _counting, _interrupt_after_two, _study  # noqa: E402
+
+
+def _lock(out: Path) -> Path:
+    return out.parent / f".{out.name}.fednet-lock"
+
+
+def _ckpt(out: Path) -> Path:
+    return out.parent / f".{out.name}{CHECKPOINT}"
+
+
+def test_a_link_planted_at_the_lock_is_refused_and_its_target_untouched(tmp_path, capsys) -> None:
+    victim = tmp_path / "precious.txt"
+    victim.write_text("user data\n")
+    out = tmp_path / "o"
+    _lock(out).symlink_to(victim)
+    with pytest.raises(OutputError, match="symbolic link"):
+        with StagedOutput(out):
+            pass
+    assert victim.read_text() == "user data\n" and _lock(out).is_symlink() and not out.exists()
+    text = study_text(epochs=1)
+    expect_cli_error(capsys, ["run", str(write(tmp_path, text)), "--out", str(out), "--quiet"], "symbolic link")
+    assert victim.read_text() == "user data\n"
+
+
+def test_a_dangling_link_or_a_hard_link_or_a_user_file_at_the_lock_is_refused(tmp_path) -> None:
+    out = tmp_path / "o"
+    _lock(out).symlink_to(tmp_path / "would-be-created")
+    with pytest.raises(OutputError, match="symbolic link"):
+        StagedOutput(out).__enter__()
+    assert not (tmp_path / "would-be-created").exists()
+    _lock(out).unlink()
+    victim = tmp_path / "precious.txt"
+    victim.write_text("1234\n")
+    os.link(victim, _lock(out))                         # a hard link: its content looks like a pid
+    with pytest.raises(OutputError, match="hard links"):
+        StagedOutput(out).__enter__()
+    assert victim.read_text() == "1234\n"
+    _lock(out).unlink()
+    _lock(out).write_text("my notes, not a pid\n")
+    with pytest.raises(OutputError, match="process id"):
+        StagedOutput(out).__enter__()
+    assert _lock(out).read_text() == "my notes, not a pid\n"
+
+
+def test_a_marker_that_is_a_link_does_not_make_a_folder_fednets(tmp_path) -> None:
+    real = tmp_path / "real-marker"
+    real.write_text(json.dumps({"fednet": "output", "files": ["mine.txt"]}))
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "mine.txt").write_text("user data")
+    (out / MARKER).symlink_to(real)
+    with pytest.raises(OutputError, match="did not write"):
+        check_output_target(out)
+    assert (out / "mine.txt").read_text() == "user data"
+
+
+def test_a_link_at_the_checkpoint_path_is_refused_and_its_target_kept(tmp_path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (elsewhere / MARKER).write_text(json.dumps({"fednet": "checkpoint"}) + "\n")
+    (elsewhere / "study.json").write_text("{}")
+    out = tmp_path / "o"
+    _ckpt(out).symlink_to(elsewhere)
+    with pytest.raises(OutputError, match="symbolic link"):
+        runner.run_study(_study(tmp_path), out, progress=False, plot=False)
+    assert sorted(p.name for p in elsewhere.iterdir()) == [MARKER, "study.json"]
+
+
+def test_a_planted_checkpoint_with_the_public_marker_and_foreign_files_is_not_emptied(tmp_path) -> None:
+    out = tmp_path / "o"
+    ck = _ckpt(out)
+    ck.mkdir(mode=0o700)
+    (ck / MARKER).write_text(json.dumps({"fednet": "checkpoint"}) + "\n")
+    (ck / "thesis.tex").write_text("user data")
+    with pytest.raises(OutputError, match="thesis.tex"):
+        runner.run_study(_study(tmp_path), out, progress=False, plot=False)
+    assert (ck / "thesis.tex").read_text() == "user data"
+
+
+def test_a_checkpoint_open_to_other_users_is_refused(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "o"
+    _interrupt_after_two(tmp_path, monkeypatch, out)
+    os.chmod(_ckpt(out), 0o777)
+    with pytest.raises(OutputError, match="open to other users"):
+        runner.run_study(_study(tmp_path), out, progress=False, plot=False, resume=True)
+
+
+def test_checkpoint_records_are_json_with_a_key_and_never_pickles(tmp_path, monkeypatch) -> None:
+    out = tmp_path / "o"
+    _interrupt_after_two(tmp_path, monkeypatch, out)
+    ck = _ckpt(out)
+    assert stat_mode(ck) == 0o700 and stat_mode(ck / "key") == 0o600
+    doc = json.loads((ck / "run0-seed0.json").read_text())
+    assert set(doc) == {"format", "digest", "record"} and doc["record"]["rows"][0]["round"] == 0
+
+
+def stat_mode(p: Path) -> int:
+    return os.stat(p).st_mode & 0o777
+
+
+class _Boom:
+    """Pickling this runs code on load: it would create a file named ``PWNED`` in the working folder."""
+
+    def __reduce__(self):
+        return (open, ("PWNED", "w"))
+
+
+@pytest.mark.parametrize("tamper", ["pickle", "forged", "swapped", "truncated", "link", "foreign_pair", "garbage"])
+def test_a_tampered_checkpoint_is_refused_on_resume_by_name(tmp_path, monkeypatch, capsys, tamper) -> None:
+    import pickle
+
+    out = tmp_path / "o"
+    _interrupt_after_two(tmp_path, monkeypatch, out)
+    ck = _ckpt(out)
+    a, b = ck / "run0-seed0.json", ck / "run1-seed0.json"
+    if tamper == "pickle":
+        (ck / "run0-seed1.pkl").write_bytes(pickle.dumps(_Boom()))
+        needle = "pickle"
+    elif tamper == "forged":
+        doc = json.loads(a.read_text())
+        doc["record"]["rows"][-1]["accuracy"] = 0.999
+        a.write_text(json.dumps(doc))
+        needle = "digest"
+    elif tamper == "swapped":
+        ta, tb = a.read_bytes(), b.read_bytes()
+        a.write_bytes(tb)
+        b.write_bytes(ta)
+        needle = "digest"
+    elif tamper == "truncated":
+        a.write_bytes(a.read_bytes()[:100])
+        needle = "not valid JSON"
+    elif tamper == "link":
+        target = tmp_path / "target.json"
+        target.write_bytes(a.read_bytes())
+        a.unlink()
+        a.symlink_to(target)
+        needle = "not a regular file"
+    elif tamper == "foreign_pair":
+        (ck / "run7-seed0.json").write_bytes(a.read_bytes())
+        needle = "does not have"
+    else:
+        a.write_text(json.dumps({"format": "fednet-checkpoint-record/1", "digest": "0" * 64,
+                                 "record": {"rows": [{"$np": "|O", "b64": ""}]}}))
+        needle = "digest"
+    monkeypatch.chdir(tmp_path)
+    calls = _counting(monkeypatch)
+    expect_cli_error(capsys, ["run", str(tmp_path / "small4.toml"), "--out", str(out), "--quiet", "--resume"],
+                     needle)
+    assert calls == [] and not out.exists() and not (tmp_path / "PWNED").exists()
+    # without --resume the checkpoint (fednet's own, even tampered) is discarded and the study runs
+    if tamper not in ("link",):
+        assert main(["run", str(tmp_path / "small4.toml"), "--out", str(out), "--quiet"]) == 0
+        assert not ck.exists() and not (tmp_path / "PWNED").exists()
+
+
+def test_the_record_encoding_keeps_every_type_and_bit() -> None:
+    row = {"a": 1, "b": 0.1, "c": float("nan"), "d": float("-inf"), "e": np.float32(0.1), "f": np.int64(7),
+           "g": True, "h": None, "i": "x", "j": (1, 2.5), "k": [np.float64(1e-300)], "$l": 3,
+           "m": np.arange(3, dtype=np.int16), "n": {1: "one"}}
+    back = decode(json.loads(json.dumps(encode([row]), allow_nan=False)))[0]
+    assert list(back) == list(row)
+    for k in row:
+        if k == "m":
+            assert back[k].dtype == row[k].dtype and np.array_equal(back[k], row[k])
+            continue
+        assert type(back[k]) is type(row[k]) and repr(back[k]) == repr(row[k]) and str(back[k]) == str(row[k]), k
+    with pytest.raises(TypeError):
+        encode({"x": object()})
+    with pytest.raises(ValueError):
+        decode({"$np": "|O", "b64": ""})
