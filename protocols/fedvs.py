@@ -58,7 +58,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from fednet.algebra.capacity import check_resolution
 from fednet.codes import fedvs as fv
+from fednet.errors import ConfigError, FednetError
 from fednet.learning.model import unmetered
 from fednet.protocol.base import NodeState
 from fednet.protocol.modes import Shape
@@ -133,6 +135,33 @@ class FedVS(VerticalProtocol):
     name = "fedvs"
     Config = FedVSConfig
     State = FedVSState
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.check_against_data()
+
+    def check_against_data(self) -> None:
+        """Refuse, before anything runs, a field or resolution that does not fit the data (issue 33).
+
+        ``p`` must be a prime below ``2**62`` above twice the embedding bound
+        (:func:`fednet.codes.fedvs.check_modulus`, also called by :meth:`setup`); ``l_x`` and ``l_w`` must
+        not round most nonzero features or initial weights to zero
+        (:func:`fednet.algebra.capacity.check_resolution`).
+
+        Raises
+        ------
+        fednet.errors.ConfigError, fednet.errors.CapacityError
+            Naming the parameter and its value.
+        """
+        c = self.config
+        try:
+            fv.check_modulus(c.p, c.l_x, c.l_w, self.data.x_max, c.w_max, self.data.sizes, self.model.D)
+        except ValueError as e:
+            if isinstance(e, FednetError):
+                raise
+            raise ConfigError(f"p = {c.p}: {e}") from None
+        check_resolution(list(self.data.x_train), c.l_x, "l_x", "the clients' features")
+        check_resolution(list(self.model.W), c.l_w, "l_w", "the clients' initial weights")
 
     @classmethod
     def check(cls, config: FedVSConfig, n_devices: int) -> None:

@@ -332,3 +332,66 @@ def test_the_record_encoding_keeps_every_type_and_bit() -> None:
         encode({"x": object()})
     with pytest.raises(ValueError):
         decode({"$np": "|O", "b64": ""})
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. Parameters validated against the data and the field before anything runs
+# ---------------------------------------------------------------------------------------------
+from fednet.errors import DataError  # noqa: E402
+from fednet.learning.task import LearningTask  # noqa: E402
+
+
+def vertical_text(protocol: str, params: str, epochs: int = 2) -> str:
+    return (f'name = "tiny"\nseeds = [0]\ntargets = [0.5]\nepochs = {epochs}\nrun_to_end = true\n'
+            f'[data]\nsplit = "vertical"\ndataset = "mnist"\nmax_train = 600\nmax_test = 200\n'
+            f'[network]\nn_devices = 4\ncompute = "deterministic"\nloss = 0.0\n'
+            f'[[runs]]\nprotocol = "{protocol}"\nparams = {params}\n')
+
+
+LOAD_TIME = [
+    (study_text(protocol="dresfl", params='{ p = 65537, hidden = [4], batch_size = 8 }'), "p = 65537 (17 bits) is too small"),
+    (study_text(protocol="dresfl", params='{ hidden = [4], batch_size = 8, weight_bits = -3 }'), "weight_bits = -3 rounds 100.0%"),
+    (study_text(protocol="dresfl", params='{ hidden = [4], batch_size = 8, data_bits = -2 }'), "data_bits = -2 rounds"),
+    (study_text(protocol="dresfl", params='{ hidden = [4], batch_size = 100000 }'), "batch_size = 100000 exceeds"),
+    (study_text(protocol="dresfl", params='{ hidden = [4], batch_size = 8, element_bits = 8 }'), "element_bits = 8 is below the 200 bits"),
+    (study_text(protocol="dresfl", params='{ hidden = [4], batch_size = 8, weight_bits = 60 }'), "integer gradient of the initial model"),
+    (study_text(protocol="codedsecagg", params='{ z = 1, groups = 2, element_bits = 4 }'), "element_bits = 4 is below the k = 48"),
+    (study_text(protocol="codedsecagg", params='{ z = 1, groups = 2, share_element_bits = 8 }'), "share_element_bits = 8"),
+    (study_text(protocol="codedpaddedfl", params='{ alpha = 2, element_bits = 4 }'), "element_bits = 4 is below"),
+    (vertical_text("fedvs", "{ p = 1000001 }"), "p = 1000001: q must be a prime"),
+    (vertical_text("fedvs", "{ p = 7 }"), "p = 7 (3 bits) is too small"),
+    (vertical_text("fedvs", "{ p = 618970019642690137449562111 }"), "must be below 2**62"),
+    (vertical_text("fedvs", "{ l_w = 0 }"), "l_w = 0 rounds"),
+    (vertical_text("fedvs", "{ batch_size = 100000 }"), "batch_size = 100000 exceeds the 600"),
+    (vertical_text("fedvs_wait", "{ batch_size = 601 }"), "batch_size = 601 exceeds the 600"),
+    (vertical_text("fedvs_ignore", '{ dataset = "fashion-mnist" }'), "would silently replace the study's vertical [data]"),
+]
+
+
+@pytest.mark.parametrize("text,needle", LOAD_TIME, ids=[f"load{i}" for i in range(len(LOAD_TIME))])
+def test_parameters_that_do_not_fit_the_data_or_field_are_named_before_anything_runs(tmp_path, capsys, text,
+                                                                                   needle) -> None:
+    expect_cli_error(capsys, ["run", str(write(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet"], needle)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
+
+
+@pytest.mark.parametrize("where", ["X", "Y", "x_test", "y_test_high", "y_test_negative", "y_test_float"])
+def test_data_no_model_can_train_on_is_a_data_error(where) -> None:
+    rng = np.random.default_rng(0)
+    X = [rng.uniform(size=(5, 3)) for _ in range(2)]
+    Y = [np.eye(3)[rng.integers(0, 3, 5)] for _ in range(2)]
+    x_test, y_test = rng.uniform(size=(4, 3)), np.array([0, 1, 2, 1])
+    if where == "X":
+        X[1][2, 1] = np.nan
+    elif where == "Y":
+        Y[0][0, 0] = np.inf
+    elif where == "x_test":
+        x_test[0, 0] = -np.inf
+    elif where == "y_test_high":
+        y_test = np.array([0, 1, 3, 1])
+    elif where == "y_test_negative":
+        y_test = np.array([0, -1, 2, 1])
+    else:
+        y_test = np.array([0.0, 1.0, 2.0, 1.0])
+    with pytest.raises(DataError, match="x_test|y_test|X holds|Y holds"):
+        LearningTask(X, Y, x_test, y_test)

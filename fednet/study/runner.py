@@ -42,7 +42,7 @@ import networkx as nx
 import numpy as np
 from tqdm.auto import tqdm
 
-from fednet.errors import ConfigError, FednetError
+from fednet.errors import CapacityError, ConfigError, FednetError
 from fednet.learning.datasets import load_dataset
 from fednet.learning.features import rbf_features
 from fednet.learning.models import one_hot
@@ -335,7 +335,12 @@ def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -
         return cls(sim, task, study.run_params(run), label=run.name)
     except ConfigError as e:
         i = study.runs.index(run)
-        raise type(e)(f"runs[{i}] ({run.name}).params: {e}") from e
+        message = f"runs[{i}] ({run.name}).params: {e}"
+        try:
+            named = type(e)(message)
+        except TypeError:                   # a subclass with its own constructor (fednet.codes.fedvs.FieldTooSmall)
+            named = (CapacityError if isinstance(e, CapacityError) else ConfigError)(message)
+        raise named from e
     except FednetError:
         raise
     except ValueError as e:
