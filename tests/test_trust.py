@@ -395,3 +395,84 @@ def test_data_no_model_can_train_on_is_a_data_error(where) -> None:
         y_test = np.array([0.0, 1.0, 2.0, 1.0])
     with pytest.raises(DataError, match="x_test|y_test|X holds|Y holds"):
         LearningTask(X, Y, x_test, y_test)
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. Environment faults and broken plugins: one named message
+# ---------------------------------------------------------------------------------------------
+import errno  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+
+import fednet.study.output as output_mod  # noqa: E402
+from fednet.protocol import registry  # noqa: E402
+
+
+def test_an_unreachable_scheduler_is_a_named_error_within_the_stated_timeout(tmp_path, capsys, monkeypatch) -> None:
+    import fednet.study.parallel as parallel
+
+    monkeypatch.setattr(parallel, "SCHEDULER_TIMEOUT_S", 1.0)
+    t0 = time.monotonic()
+    expect_cli_error(capsys, ["run", str(write(tmp_path, study_text(epochs=1))), "--out", str(tmp_path / "o"),
+                              "--quiet", "--scheduler", "tcp://127.0.0.1:9"], "no Dask scheduler answered within 1 s")
+    assert time.monotonic() - t0 < 30 and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS])
+def test_a_full_or_read_only_target_is_a_named_error_and_leaves_nothing(tmp_path, capsys, monkeypatch, code) -> None:
+    def fail(*args, **kwargs):
+        raise OSError(code, os.strerror(code), str(tmp_path / "o" / "summary.json"))
+
+    monkeypatch.setattr(runner, "write_results", fail)
+    expect_cli_error(capsys, ["run", str(write(tmp_path, study_text(epochs=1))), "--out", str(tmp_path / "o"),
+                              "--quiet"], os.strerror(code))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"] or not (tmp_path / "o").exists()
+
+
+def test_a_rename_refused_by_the_file_system_is_a_named_error(tmp_path, capsys, monkeypatch) -> None:
+    def fail(self):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self.out))
+
+    monkeypatch.setattr(output_mod.StagedOutput, "commit", fail)
+    expect_cli_error(capsys, ["run", str(write(tmp_path, study_text(epochs=1))), "--out", str(tmp_path / "o"),
+                              "--quiet"], "cannot put the results in place")
+    assert not (tmp_path / "o").exists()
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name]
+
+
+def test_a_checkpoint_that_cannot_be_written_does_not_stop_the_study(tmp_path, monkeypatch, caplog) -> None:
+    import fednet.study.checkpoint as ck
+
+    def fail(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ck, "write_own", fail)
+    runner.run_study(_study(tmp_path), tmp_path / "o", progress=False, plot=False)
+    assert (tmp_path / "o" / "summary.json").exists() and "cannot keep finished" in caplog.text
+
+
+class _BrokenEntryPoint:
+    name, value, dist = "broken_plugin", "broken_pkg.mod:Proto", None
+
+    def load(self):
+        raise RuntimeError("the plugin's own bug")
+
+
+def test_fednet_list_reports_and_skips_a_broken_plugin(capsys, monkeypatch) -> None:
+    eps = dict(registry.entry_points())
+    monkeypatch.setattr(registry, "entry_points", lambda: {**eps, "broken_plugin": [_BrokenEntryPoint()]})
+    assert main(["list"]) == 0
+    out, err = capsys.readouterr()
+    assert "conventional" in out and "broken_plugin" in out and "Traceback" not in err
+    assert "the plugin's own bug" in err
+    with pytest.raises(ImportError, match="failed to load: RuntimeError"):
+        registry.get("broken_plugin")
+
+
+def test_a_plugin_that_exits_at_import_is_a_named_error(tmp_path, capsys, monkeypatch) -> None:
+    (tmp_path / "exiting_plugin.py").write_text("import sys\nsys.exit(0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = study_text(epochs=1).replace('protocol = "conventional"', 'protocol = "exiting_plugin:Proto"')
+    expect_cli_error(capsys, ["run", str(write(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet"],
+                     "called sys.exit(0)")
+    sys.modules.pop("exiting_plugin", None)

@@ -360,6 +360,16 @@ class Checkpoint:
         if self._disabled:
             return
         try:
+            self._save(run_index, seed, record)
+        except OutputError:
+            raise
+        except OSError as e:                   # a full disk, a read-only folder: the study goes on without it
+            self._disabled = True
+            log.warning("%s: cannot keep finished (run, seed) pairs in %s (%s); --resume will not find them",
+                        self.study.name, self.folder, e.strerror or e)
+
+    def _save(self, run_index: int, seed: int, record: Record) -> None:
+        try:
             encoded = encode(record)
         except TypeError as e:
             log.warning("%s: (run %d, seed %d) is not kept for --resume: %s", self.study.name, run_index, seed, e)

@@ -590,6 +590,14 @@ class StagedOutput:
         if exc_type is None:
             try:
                 self.commit()
+            except OutputError:
+                self._abort()
+                raise
+            except OSError as e:                # a read-only or full file system, a vanished folder
+                self._abort()
+                raise OutputError(f"cannot put the results in place at --out {str(self.given)!r}: "
+                                  f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}; nothing was "
+                                  f"changed there") from None
             except BaseException:
                 self._abort()
                 raise

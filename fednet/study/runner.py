@@ -42,7 +42,7 @@ import networkx as nx
 import numpy as np
 from tqdm.auto import tqdm
 
-from fednet.errors import CapacityError, ConfigError, FednetError
+from fednet.errors import CapacityError, ConfigError, FednetError, OutputError
 from fednet.learning.datasets import load_dataset
 from fednet.learning.features import rbf_features
 from fednet.learning.models import one_hot
@@ -585,7 +585,12 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
         checkpoint = Checkpoint(out_dir, study)
         finished = checkpoint.open(resume)
         result = _run(finished, checkpoint.save)
-        write_results(result, study, tmp, plot=plot)
+        try:
+            write_results(result, study, tmp, plot=plot)
+        except OSError as e:            # a full disk, a read-only file system: one named error, nothing left
+            raise OutputError(f"cannot write the results for --out {str(out_dir)!r}: {e.strerror or e}"
+                              f"{f' ({e.filename})' if e.filename else ''}; the finished (run, seed) pairs are "
+                              f"kept in {checkpoint.folder} for --resume") from None
     checkpoint.discard()
     result.out_dir = out_dir
     return result
