@@ -53,13 +53,22 @@ def guarded_import(module: str, what: str) -> Any:
     Raises
     ------
     ImportError
-        When importing raises ``SystemExit``; other import errors propagate unchanged.
+        When importing raises ``SystemExit`` or any other exception (the plugin's; named with the file
+        and line); import errors propagate unchanged.
     """
     try:
         return importlib.import_module(module)
     except SystemExit as e:
         raise ImportError(f"{what}: importing module {module!r} called sys.exit({e.code!r}); a plugin may not end "
                           f"the process when it is imported") from None
+    except ImportError:
+        raise
+    except Exception as e:          # the plugin's own bug: named with where it happened (kept as the cause)
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
+        raise ImportError(f"{what}: importing module {module!r} failed{where}: {type(e).__name__}: {e}") from e
 
 
 def import_object(spec: str, what: str = "object") -> object:

@@ -129,6 +129,11 @@ class FedVSState(NodeState):
     model_rng: np.random.Generator | None = None
 
 
+class WeightsOutgrowField(OverflowError, ValueError):
+    """A client's PN weights grew past ``w_max``, for which the field was sized (a run-time overflow: the round
+    ends the training as a recorded failure, :mod:`fednet.protocol.finite`)."""
+
+
 class FedVS(VerticalProtocol):
     """FedVS (Alg. 1) on the engine's primitives (module docstring)."""
 
@@ -224,7 +229,7 @@ class FedVS(VerticalProtocol):
         """
         c, W = self.config, self.model.W[dev.index]
         if np.abs(W).max() > c.w_max:
-            raise ValueError(f"client {dev.index}'s PN weights reach {np.abs(W).max():.3g} > w_max = {c.w_max}: "
+            raise WeightsOutgrowField(f"client {dev.index}'s PN weights reach {np.abs(W).max():.3g} > w_max = {c.w_max}: "
                              "the field was sized for w_max; raise w_max (and p)")
         w_bar = fv.quantize_model(W, c.l_w, self.p, dev.state.model_rng)
         masks = fv.draw_masks(dev.state.model_rng, self.p, c.T, w_bar.shape)

@@ -109,7 +109,7 @@ def test_a_run_time_overflow_is_a_recorded_failure_with_its_round() -> None:
     assert [r["round"] for r in rows] == [0, 1, 2]
     assert "overflowed" in rows[-1]["failure"] and "200-bit prime" in rows[-1]["failure"]
     assert rows[-1]["accuracy"] == rows[-2]["accuracy"]                 # the model before the round
-    with pytest.raises(TrainingFailure, match="round 2: values overflowed"):
+    with pytest.raises(TrainingFailure, match="round 2: values overflowed"):  # FieldOverflowError: not yet named
         _Overflowing(make_sim(6, deterministic=True), make_task(D=6)).run(5, strict=True)
 
 
@@ -476,3 +476,31 @@ def test_a_plugin_that_exits_at_import_is_a_named_error(tmp_path, capsys, monkey
     expect_cli_error(capsys, ["run", str(write(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet"],
                      "called sys.exit(0)")
     sys.modules.pop("exiting_plugin", None)
+
+
+def test_a_plugin_that_raises_at_import_is_a_named_error_with_its_location(tmp_path, capsys, monkeypatch) -> None:
+    (tmp_path / "raising_plugin.py").write_text("x = 1\nraise RuntimeError('plugin bug')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    text = study_text(epochs=1).replace('protocol = "conventional"', 'protocol = "raising_plugin:Proto"')
+    expect_cli_error(capsys, ["run", str(write(tmp_path, text)), "--out", str(tmp_path / "o"), "--quiet"],
+                     "raising_plugin.py:2: RuntimeError: plugin bug")
+    sys.modules.pop("raising_plugin", None)
+
+
+@pytest.mark.parametrize("protocol,params,training", [
+    ("codedpaddedfl", "{ alpha = 2 }", "learning_rate = 1e6"),                 # Q<48,24> outgrown at run time
+])
+def test_a_format_outgrown_at_run_time_is_a_recorded_failure(tmp_path, protocol, params, training) -> None:
+    text = study_text(protocol=protocol, params=params, training=training, epochs=12)
+    out = tmp_path / "o"
+    assert main(["run", str(write(tmp_path, text)), "--out", str(out), "--quiet"]) == 0
+    failed = json.loads((out / "summary.json").read_text())["runs"][protocol]["failed"]["0"]
+    assert "out of range for Q<48,24>" in failed["reason"] or "non-finite" in failed["reason"]
+
+
+def test_fedvs_weights_outgrowing_w_max_are_a_recorded_failure(tmp_path) -> None:
+    text = vertical_text("fedvs", '{ lr_client = 1e6, lr_server = 1e6, mode = "timing" }', epochs=3)
+    out = tmp_path / "o"
+    assert main(["run", str(write(tmp_path, text)), "--out", str(out), "--quiet"]) == 0
+    failed = json.loads((out / "summary.json").read_text())["runs"]["fedvs"]["failed"]["0"]
+    assert "w_max" in failed["reason"] or "non-finite" in failed["reason"]

@@ -616,6 +616,8 @@ class Protocol(Primitives):
         enabled = gc.isenabled()
         try:
             self.sim.run(main())
+        except finite.RUNTIME_OVERFLOW as overflow:     # raised in a step's own process, outside round()
+            finite.overflowed(self, self.epoch, overflow, strict)
         finally:
             if GC_ROUNDS:
                 gc.unfreeze()

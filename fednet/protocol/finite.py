@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from fednet.algebra.rns import RnsCapacityError
-from fednet.errors import CapacityError, TrainingFailure
+from fednet.errors import CapacityError, FednetError, TrainingFailure
 from fednet.learning.field_models import FieldOverflowError
 
 from .trace import FAILURE_COLUMN, ends_training
@@ -154,10 +154,14 @@ def overflowed(protocol: Any, round: int, error: BaseException, strict: bool) ->
     Raises
     ------
     fednet.errors.TrainingFailure
-        Under ``strict``, or for the set-up phase (round 0), which always raises.
+        Under ``strict``, or for the set-up phase (round 0), which always raises; an error that is
+        already a :class:`~fednet.errors.FednetError` (a :class:`~fednet.errors.CapacityError` naming
+        the smallest setting that works) is raised as it is.
     """
     reason = f"values overflowed the ring or field: {error}"
     if strict or round == 0:
+        if isinstance(error, FednetError):      # already named (a CapacityError naming the setting that works)
+            raise error
         raise TrainingFailure(_message(protocol, round, reason)) from error
     protocol.used = None
     row = protocol._record(round, failure=reason)
