@@ -210,7 +210,12 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
     print("protocols:")
     for name in registry.names():
-        doc = (registry.get(name).__doc__ or "").strip().splitlines()[0]
+        try:
+            doc = ((registry.get(name).__doc__ or "").strip().splitlines() or [""])[0]
+        except (ImportError, ValueError, TypeError, KeyError) as e:   # one broken plugin: reported, skipped
+            print(f"fednet: protocol {name!r} skipped: {e}", file=sys.stderr)
+            print(f"  {name:<20} (broken plugin, skipped: see stderr)")
+            continue
         print(f"  {name:<20} {doc}")
     print("topologies:")
     for name, fn in TOPOLOGIES.items():

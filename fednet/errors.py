@@ -27,6 +27,11 @@ class                        built-in base                       raised for
 :class:`SetupFailure`        ``RuntimeError`` (via               a setup phase that cannot
                              DecodeFailure)                      complete (devices absent under
                                                                  the protocol's reaction)
+:class:`TrainingFailure`     ``RuntimeError``                    training that cannot go on: a
+                                                                 non-finite loss or parameter,
+                                                                 or values overflowing the field
+                                                                 at run time (``strict`` runs;
+                                                                 otherwise recorded in the trace)
 ==========================  =================================  =============================
 
 This module imports nothing from fednet, so every layer may use it.
@@ -35,7 +40,7 @@ This module imports nothing from fednet, so every layer may use it.
 from __future__ import annotations
 
 __all__ = ["FednetError", "ConfigError", "CapacityError", "DataError", "OutputError", "OutputLocked",
-           "DecodeFailure", "SetupFailure"]
+           "DecodeFailure", "SetupFailure", "TrainingFailure"]
 
 
 class FednetError(Exception):
@@ -78,4 +83,14 @@ class SetupFailure(DecodeFailure):
     (``Protocol.setup_dropouts``: ``"fail"``, or ``"reshare"`` beyond ``max_setup_attempts``) gives up.
 
     The message names the protocol, the absent devices and the number of attempts.
+    """
+
+
+class TrainingFailure(FednetError, RuntimeError):
+    """Training that cannot go on: the loss or a model parameter is no longer finite (the model diverged),
+    or the values of an exact computation overflowed its ring or field during a round.
+
+    Raised only under ``strict = true``; otherwise the run ends at that round as a recorded failure (the
+    trace's ``failure`` column, the summary's ``failed``; :mod:`fednet.protocol.finite`). The message
+    names the run, the round and the reason.
     """

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import sys
+from typing import Any
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,6 +44,33 @@ def _missing_is_target(e: ModuleNotFoundError, module: str) -> bool:
     return e.name is not None and (module == e.name or module.startswith(e.name + "."))
 
 
+def guarded_import(module: str, what: str) -> Any:
+    """``importlib.import_module(module)``, where a module that ends the process at import is an error.
+
+    A plugin that calls ``sys.exit`` (or raises ``SystemExit``) while it is imported would end a run
+    with that status and no output; here it is an :class:`ImportError` naming ``what`` and the status.
+
+    Raises
+    ------
+    ImportError
+        When importing raises ``SystemExit`` or any other exception (the plugin's; named with the file
+        and line); import errors propagate unchanged.
+    """
+    try:
+        return importlib.import_module(module)
+    except SystemExit as e:
+        raise ImportError(f"{what}: importing module {module!r} called sys.exit({e.code!r}); a plugin may not end "
+                          f"the process when it is imported") from None
+    except ImportError:
+        raise
+    except Exception as e:          # the plugin's own bug: named with where it happened (kept as the cause)
+        tb = e.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
+        raise ImportError(f"{what}: importing module {module!r} failed{where}: {type(e).__name__}: {e}") from e
+
+
 def import_object(spec: str, what: str = "object") -> object:
     """Import ``"package.module:Name"`` (``Name`` may be dotted).
 
@@ -68,14 +96,14 @@ def import_object(spec: str, what: str = "object") -> object:
         raise ValueError(f"{what} {spec!r} is not of the form 'package.module:Name'")
     module, _, attr = spec.partition(":")
     try:
-        mod = importlib.import_module(module)
+        mod = guarded_import(module, f"{what} {spec!r}")
     except ModuleNotFoundError as e:
         if not _missing_is_target(e, module):
             raise
         extra = [str(p) for p in dict.fromkeys([*_SEARCH, Path.cwd().resolve()]) if str(p) not in sys.path]
         sys.path[:0] = extra
         try:
-            mod = importlib.import_module(module)
+            mod = guarded_import(module, f"{what} {spec!r}")
         except ModuleNotFoundError as e2:
             if not _missing_is_target(e2, module):
                 raise

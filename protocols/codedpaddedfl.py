@@ -171,7 +171,8 @@ class CodedPaddedFL(Protocol):
 
     @classmethod
     def check(cls, config: CodedPaddedFLConfig, n_devices: int) -> None:
-        """Refuse more groups than devices, or alpha above the smallest group (Sec. V-E)."""
+        """Refuse more groups than devices, alpha above the smallest group (Sec. V-E), or a wire width below k."""
+        padded.check_wire_bits(config, "CodedPaddedFL")
         if config.groups > n_devices:
             raise ValueError(f"groups must be at most the number of devices ({n_devices}), got {config.groups}")
         padded.check_groups(config.alpha, group_sizes(n_devices, config.groups))

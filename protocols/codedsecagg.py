@@ -45,7 +45,7 @@ from fednet.algebra.capacity import check_statistics_capacity
 from fednet.algebra.meter import MacMeter, charge
 from fednet.algebra.fields import field_dtype
 from fednet.algebra.fixed_point import FixedPoint
-from fednet.codes import secagg
+from fednet.codes import padded, secagg
 from fednet.codes.gram import local_statistics
 from fednet.algebra.capacity import devices_statistics_bounds  # noqa: I001 (own line: merges beside other branches)
 from fednet.codes.secagg import decode_aggregate, device_share, shamir_share_macs, share_secrets  # re-exported
@@ -193,7 +193,8 @@ class CodedSecAgg(Protocol):
 
     @classmethod
     def check(cls, config: CodedSecAggConfig, n_devices: int) -> None:
-        """Refuse N not dividing D, groups smaller than k', or k' <= z (Sec. VI-D)."""
+        """Refuse N not dividing D, groups smaller than k', or k' <= z (Sec. VI-D), or a wire width below k."""
+        padded.check_wire_bits(config, "CodedSecAgg")
         secagg.check_groups(n_devices, config.groups, config.threshold, config.q, config.z)
 
     @classmethod

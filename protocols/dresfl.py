@@ -52,6 +52,8 @@ from pydantic import Field, field_validator
 
 from fednet.codes.dresfl import (DRESFL_PRIME_200, concat_rows, decode_gradients, default_points, global_shards,
                                  psi, recovery_threshold, share_dataset)
+from fednet.algebra.capacity import check_resolution
+from fednet.errors import CapacityError, ConfigError
 from fednet.learning.field_models import FieldPolyMLP, FieldSGD
 from fednet.learning.federated import dresfl_schedule
 from fednet.learning.model import Params, flatten, unflatten, unmetered
@@ -162,6 +164,66 @@ class DReSFL(NeuralProtocol):
                              f"hold {[self.task.X[i].shape[0] for i in bad]} rows")
         self.shard_rows = [x.shape[0] // cfg.K for x in self.task.X]
         self.m_coded = sum(self.shard_rows)
+        self.check_against_data()
+
+    def check_against_data(self) -> None:
+        """Refuse, before anything runs, parameters that do not fit the data and the field (issue 33).
+
+        - ``element_bits`` below ``ceil(log2 p)`` (the wire would carry field elements too short);
+        - ``batch_size`` above the ``m~`` coded rows it is drawn from (without replacement);
+        - ``data_bits`` (``weight_bits``) that round most nonzero features (initial weights) to zero
+          (:func:`fednet.algebra.capacity.check_resolution`);
+        - a prime whose signed range ``(p-1)/2`` cannot hold the transformed data, the labels times
+          ``c_y``, the bias multipliers ``c_i`` or the initial integer weights.
+
+        A gradient that outgrows the field during training is a recorded failure at its round
+        (:mod:`fednet.protocol.finite`).
+
+        Raises
+        ------
+        fednet.errors.ConfigError, fednet.errors.CapacityError
+            Naming the parameter, its value and a setting that works.
+        """
+        cfg, model = self.config, self.model
+        field_bits = math.ceil(math.log2(cfg.p))
+        if cfg.element_bits is not None and cfg.element_bits < field_bits:
+            raise ConfigError(f"element_bits = {cfg.element_bits} is below the {field_bits} bits of an element of "
+                              f"GF(p), p = {cfg.p}: every coded message would be counted too short; leave it unset "
+                              f"(ceil(log2 p) = {field_bits}) or raise it")
+        if cfg.batch_size > self.m_coded:
+            raise ConfigError(f"batch_size = {cfg.batch_size} exceeds the m~ = {self.m_coded} coded rows the "
+                              f"minibatch is drawn from without replacement (K = {cfg.K}); use batch_size <= "
+                              f"{self.m_coded}")
+        shift = cfg.data_shift
+        check_resolution([x + shift for x in self.task.X] if shift else list(self.task.X), cfg.data_bits,
+                         "data_bits", "the training features" + (" plus data_shift" if shift else ""))
+        sizes = model.sizes
+        if cfg.weight_bits is not None:         # the initial weights' magnitudes (a draw of their law, not the model's)
+            rng = np.random.default_rng(0)
+            check_resolution([rng.uniform(-1.0, 1.0, min(4096, a * b)) * cfg.init_scale / math.sqrt(a)
+                              for a, b in zip(sizes[:-1], sizes[1:])], cfg.weight_bits, "weight_bits",
+                             "the initial weights")
+        half = (cfg.p - 1) // 2
+        x_max = max(max(abs(float(x.max()) + shift), abs(float(x.min()) + shift)) if x.size else 0.0
+                    for x in self.task.X)
+        y_max = max(float(np.abs(y).max()) if y.size else 0.0 for y in self.task.Y)
+        w_max = max((int(np.abs(np.asarray(v, dtype=object)).max()) for v in self.params.values() if v.size),
+                    default=0)
+        needs = {"the transformed features Round(2^l (x + c))": round(2.0 ** model.l * x_max),
+                 "the transformed labels times c_y": round(2.0 ** model.l * y_max) * model.label_mult,
+                 "the bias multipliers c_i": max(model.bias_mult, default=1),
+                 "the initial integer weights": w_max}
+        x0, y0 = self.task.X[0][:cfg.batch_size], self.task.Y[0][:cfg.batch_size]
+        with unmetered(), np.errstate(all="ignore"):    # the initial gradient of one real minibatch
+            needs["the integer gradient of the initial model on a minibatch of client 0"] = \
+                model.gradient_bound(self.params, *model.transform(x0, y0))
+        for what, need in needs.items():
+            if not need <= half:
+                bits = "more than 1024" if not math.isfinite(need) else f"{math.log2(max(need, 1)):.1f}"
+                need_bits = "1024" if not math.isfinite(need) else f"{math.ceil(math.log2(2 * need + 1))}"
+                raise CapacityError(f"p = {cfg.p} ({cfg.p.bit_length()} bits) is too small for {what} (up to "
+                                    f"2^{bits}, above (p-1)/2): use a prime above 2^{need_bits} or fewer "
+                                    f"data_bits / weight_bits")
 
     @classmethod
     def check(cls, config: DReSFLConfig, n_devices: int) -> None:

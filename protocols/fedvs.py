@@ -58,7 +58,9 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
+from fednet.algebra.capacity import check_resolution
 from fednet.codes import fedvs as fv
+from fednet.errors import ConfigError, FednetError
 from fednet.learning.model import unmetered
 from fednet.protocol.base import NodeState
 from fednet.protocol.modes import Shape
@@ -127,12 +129,44 @@ class FedVSState(NodeState):
     model_rng: np.random.Generator | None = None
 
 
+class WeightsOutgrowField(OverflowError, ValueError):
+    """A client's PN weights grew past ``w_max``, for which the field was sized (a run-time overflow: the round
+    ends the training as a recorded failure, :mod:`fednet.protocol.finite`)."""
+
+
 class FedVS(VerticalProtocol):
     """FedVS (Alg. 1) on the engine's primitives (module docstring)."""
 
     name = "fedvs"
     Config = FedVSConfig
     State = FedVSState
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.check_against_data()
+
+    def check_against_data(self) -> None:
+        """Refuse, before anything runs, a field or resolution that does not fit the data (issue 33).
+
+        ``p`` must be a prime below ``2**62`` above twice the embedding bound
+        (:func:`fednet.codes.fedvs.check_modulus`, also called by :meth:`setup`); ``l_x`` and ``l_w`` must
+        not round most nonzero features or initial weights to zero
+        (:func:`fednet.algebra.capacity.check_resolution`).
+
+        Raises
+        ------
+        fednet.errors.ConfigError, fednet.errors.CapacityError
+            Naming the parameter and its value.
+        """
+        c = self.config
+        try:
+            fv.check_modulus(c.p, c.l_x, c.l_w, self.data.x_max, c.w_max, self.data.sizes, self.model.D)
+        except ValueError as e:
+            if isinstance(e, FednetError):
+                raise
+            raise ConfigError(f"p = {c.p}: {e}") from None
+        check_resolution(list(self.data.x_train), c.l_x, "l_x", "the clients' features")
+        check_resolution(list(self.model.W), c.l_w, "l_w", "the clients' initial weights")
 
     @classmethod
     def check(cls, config: FedVSConfig, n_devices: int) -> None:
@@ -195,7 +229,7 @@ class FedVS(VerticalProtocol):
         """
         c, W = self.config, self.model.W[dev.index]
         if np.abs(W).max() > c.w_max:
-            raise ValueError(f"client {dev.index}'s PN weights reach {np.abs(W).max():.3g} > w_max = {c.w_max}: "
+            raise WeightsOutgrowField(f"client {dev.index}'s PN weights reach {np.abs(W).max():.3g} > w_max = {c.w_max}: "
                              "the field was sized for w_max; raise w_max (and p)")
         w_bar = fv.quantize_model(W, c.l_w, self.p, dev.state.model_rng)
         masks = fv.draw_masks(dev.state.model_rng, self.p, c.T, w_bar.shape)

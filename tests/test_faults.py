@@ -914,7 +914,7 @@ def test_sigint_and_sighup_clean_like_sigterm(tmp_path, tiny, sig) -> None:
     assert code == 128 + sig
     assert _debris(tmp_path) == [] and not (tmp_path / "out").exists()
     kept = tmp_path / (".out" + CHECKPOINT)                # every pair had finished: all kept for --resume
-    assert sorted(p.name for p in kept.glob("*.pkl")) == ["run0-seed0.pkl"]
+    assert sorted(p.name for p in kept.glob("run*.json")) == ["run0-seed0.json"]
 
 
 def test_second_writer_in_the_same_process_is_refused(tmp_path) -> None:

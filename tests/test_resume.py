@@ -51,7 +51,7 @@ def _interrupt_after_two(tmp_path: Path, monkeypatch, out: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         runner.run_study(_study(tmp_path), out, progress=False, plot=False)
     assert not out.exists()                                              # no half-written output
-    assert sorted(p.name for p in _checkpoint(out).glob("*.pkl")) == ["run0-seed0.pkl", "run1-seed0.pkl"]
+    assert sorted(p.name for p in _checkpoint(out).glob("run*.json")) == ["run0-seed0.json", "run1-seed0.json"]
 
 
 def test_resume_runs_only_the_rest_and_writes_the_uninterrupted_outputs(tmp_path, monkeypatch) -> None:

@@ -35,7 +35,12 @@ __all__ = [
     "devices_statistics_bounds",
     "check_statistics_capacity",
     "check_round_capacity",
+    "check_resolution",
+    "UNDERFLOW_LIMIT",
 ]
+
+#: Largest share of a quantity's nonzero values that :func:`check_resolution` lets round to zero.
+UNDERFLOW_LIMIT = 0.5
 
 
 def smallest_k(max_abs: float, f: int) -> int:
@@ -242,3 +247,46 @@ def check_round_capacity(q: FixedPoint, parts: Sequence[np.ndarray], B: np.ndarr
         if coded > worst[0]:
             worst = (coded, f"a coded gradient (bound sum_j |B_ij| max|G_j|) in {what}")
     check_fixed_point_holds(q, worst[0], worst[1], param=param)
+
+
+def check_resolution(values: Any, bits: int, param: str, what: str, *, low: int = -64, high: int = 64) -> None:
+    """Refuse a fixed-point resolution ``2^-bits`` that rounds most of the values it must carry to zero.
+
+    ``Round(2^bits v)`` is zero exactly when ``|v| < 2^-(bits+1)``; a setting that does this to more
+    than :data:`UNDERFLOW_LIMIT` of the nonzero values (the overflow checks above do not look at it)
+    silently stops learning: negative or tiny fractional bits on data or weights of magnitude below one.
+
+    Parameters
+    ----------
+    values : array_like or sequence of array_like
+        The real values (data, initial weights) before quantisation.
+    bits : int
+        The fractional bits (``l``, ``f``, ``l_x``, ...).
+    param : str
+        The parameter's name in messages (``"data_bits"``).
+    what : str
+        What the values are (``"the training features"``).
+    low, high : int
+        The range searched for the smallest sufficient setting.
+
+    Raises
+    ------
+    fednet.errors.CapacityError
+        Naming ``param``, its value, the share rounded to zero and the smallest sufficient setting.
+    """
+    arrays = values if isinstance(values, (list, tuple)) else [values]
+    mags = [np.abs(np.asarray(a, dtype=np.float64)).ravel() for a in arrays]
+    mags = [m[(m > 0) & np.isfinite(m)] for m in mags]
+    nz = np.concatenate(mags) if mags else np.zeros(0)
+    if nz.size == 0:
+        return
+    zero = float(np.count_nonzero(nz < 2.0 ** (-(int(bits) + 1)))) / nz.size
+    if zero <= UNDERFLOW_LIMIT:
+        return
+    # smallest b with share(|v| < 2^-(b+1)) <= limit: from the quantile of the magnitudes
+    q = float(np.quantile(nz, UNDERFLOW_LIMIT, method="higher"))
+    need = min(max(math.ceil(-math.log2(q) - 1), low), high)
+    while need < high and float(np.count_nonzero(nz < 2.0 ** (-(need + 1)))) / nz.size > UNDERFLOW_LIMIT:
+        need += 1
+    raise CapacityError(f"{param} = {bits} rounds {zero:.1%} of the nonzero values of {what} to zero (resolution "
+                        f"2^{-int(bits)}; at most {UNDERFLOW_LIMIT:.0%} may vanish): use {param} >= {need}")

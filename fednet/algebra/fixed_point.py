@@ -60,6 +60,7 @@ import numpy as np
 from fednet.algebra.meter import charge
 
 __all__ = [
+    "FixedPointOverflow",
     "LIMB_BITS",
     "MAX_INNER",
     "FixedPoint",
@@ -382,6 +383,14 @@ def random_ring_limbs(shape, bits: int, rng: np.random.Generator) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- Q<k,f>
+
+class FixedPointOverflow(OverflowError, ValueError):
+    """A real value that ``Q<k,f>`` cannot hold (out of range, or not finite).
+
+    A ``ValueError`` as before; also an ``OverflowError``, so that a round whose values outgrow the
+    format at run time ends as a recorded failure (:mod:`fednet.protocol.finite`).
+    """
+
 class FixedPoint:
     """The fixed-point format ``Q<k,f>`` (paper Sec. II-B, Sec. IV).
 
@@ -446,14 +455,14 @@ class FixedPoint:
         """
         x = np.asarray(x, dtype=np.float64)
         if not np.all(np.isfinite(x)):
-            raise ValueError("x must be finite")
+            raise FixedPointOverflow(f"x must be finite to enter Q<{self.k},{self.f}>")
         scaled = np.rint(np.ldexp(x, self.f))
         if not wrap:
             # compare with exact float64 powers of two: self.hi = 2^(k-1) - 1 rounds up to 2^(k-1) as a
             # float64 for k >= 54, which would let 2^(k-1) through (and wrap)
             bound = math.ldexp(1.0, self.k - 1)
             if x.size and (scaled.max() >= bound or scaled.min() < -bound):
-                raise ValueError(
+                raise FixedPointOverflow(
                     f"x out of range for Q<{self.k},{self.f}>: values in "
                     f"[{x.min()!r}, {x.max()!r}] exceed [-2^{self.k - self.f - 1}, "
                     f"2^{self.k - self.f - 1})"

@@ -68,6 +68,7 @@ from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
 
 __all__ = [
     "ring_bits",
+    "check_wire_bits",
     "share_elements",
     "pack_upper",
     "unpack_upper",
@@ -601,3 +602,14 @@ def check_decoding(q: FixedPoint, code: CyclicGradientCode, responders: Sequence
     """
     check_round_capacity(q, plain_gradients(q, eps, stats), code.B, what=what)
     return decode_error(q, code, responders, G, eps, stats)
+
+
+def check_wire_bits(config, name: str) -> None:
+    """Refuse a wire width set below the ``k`` bits of the ``Q<k,f>`` numbers it carries (the traffic would be
+    counted too short; issue 33). Only widths the configuration sets itself are checked (the defaults are the
+    papers' 48 bits whatever ``k``). ``name`` is the protocol's, for the message."""
+    for key in ("element_bits", "share_element_bits"):
+        bits = getattr(config, key, None)
+        if key in getattr(config, "model_fields_set", ()) and bits is not None and bits < config.k:
+            raise ValueError(f"{key} = {bits} is below the k = {config.k} bits of a Q<{config.k},{config.f}> number "
+                             f"that {name} sends: its traffic would be counted too short; use {key} >= {config.k}")

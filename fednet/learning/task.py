@@ -14,10 +14,46 @@ from typing import Any
 
 import numpy as np
 
+from fednet.errors import DataError
 from fednet.learning.model import SGD, RidgeModel, StepSchedule
 from fednet.learning.trajectory import FullBatchTrajectory
 
-__all__ = ["LearningTask"]
+__all__ = ["LearningTask", "check_finite_data"]
+
+
+def _nonfinite(a: np.ndarray) -> int:
+    """How many entries of ``a`` are not finite (0 quickly when the sum is finite)."""
+    a = np.asarray(a)
+    if a.dtype.kind not in "fc" or a.size == 0:
+        return 0
+    with np.errstate(all="ignore"):
+        if np.isfinite(a.sum()):
+            return 0
+    return int(a.size - np.count_nonzero(np.isfinite(a)))
+
+
+def check_finite_data(task: "LearningTask") -> None:
+    """Refuse data no model can train on: non-finite features or targets, test labels outside the classes.
+
+    Raises
+    ------
+    fednet.errors.DataError
+        Naming the array (device ``i``'s ``X`` or ``Y``, ``x_test``, ``y_test``) and what is wrong with it.
+    """
+    for name, arrays in (("X", task.X), ("Y", task.Y)):
+        for i, a in enumerate(arrays):
+            bad = _nonfinite(a)
+            if bad:
+                raise DataError(f"device {i}'s {name} holds {bad} non-finite values (nan or inf); fednet trains on "
+                                f"finite data only")
+    bad = _nonfinite(task.x_test)
+    if bad:
+        raise DataError(f"x_test holds {bad} non-finite values (nan or inf); fednet evaluates on finite data only")
+    y = np.asarray(task.y_test)
+    c = task.Y[0].shape[1]
+    if y.size and (y.dtype.kind not in "iu" or int(y.min()) < 0 or int(y.max()) >= c):
+        shown = y.dtype if y.dtype.kind not in "iu" else f"values in [{int(y.min())}, {int(y.max())}]"
+        raise DataError(f"y_test must hold class indices in [0, {c}) for the {c} classes of Y; got {shown}")
 
 
 @dataclass
@@ -61,6 +97,7 @@ class LearningTask:
                 raise ValueError(f"device {i}: X {x.shape} and Y {y.shape} must be (n_i, d) and (n_i, c)")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be positive, got {self.learning_rate}")
+        check_finite_data(self)
 
     @property
     def n_devices(self) -> int:

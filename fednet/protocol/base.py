@@ -63,7 +63,7 @@ from fednet.sim.compute import AlwaysAvailable
 from fednet.sim import pcg
 from fednet.sim.simulation import Node, Simulation
 
-from . import registry
+from . import finite, registry
 from .modes import Mode, SharedTrajectory, make_mode
 from .primitives import (
     GatherResult,
@@ -564,6 +564,10 @@ class Protocol:
         ------
         StragglerShortfall
             With ``strict=True``, from the first round that cannot complete.
+        fednet.errors.TrainingFailure
+            With ``strict=True``, from the first round whose loss or model is not finite or whose values
+            overflow their ring or field; without it that round ends the training as a recorded failure
+            (the trace's ``failure`` column; :mod:`fednet.protocol.finite`). Always for a set-up that overflows.
         fednet.errors.SetupFailure
             If the setup phase cannot complete under the protocol's :attr:`setup_dropouts`.
         """
@@ -576,10 +580,15 @@ class Protocol:
         def main() -> Generator:
             """The run's process: set-up (with its attempts), then the rounds."""
             self.sim.round = self.epoch = 0
-            yield from self._setup_phase()
-            row = self._record(0)
+            try:
+                yield from self._setup_phase()
+            except finite.RUNTIME_OVERFLOW as overflow:
+                finite.overflowed(self, 0, overflow, strict)     # raises: a set-up that overflows is an error
+            row = finite.checked(self, self._record(0), strict)
             if on_round:
                 on_round(row)
+            if finite.failed(row):               # a non-finite model from the start: no round runs
+                return
             if gc_rounds:                       # the set-up's objects stay: keep the collector off them
                 gc.freeze()
                 gc.disable()
@@ -602,16 +611,20 @@ class Protocol:
                     self.used = None
                     self.decode_failed = True
                     row = self._record(e, failure=str(failure))
+                except finite.RUNTIME_OVERFLOW as overflow:    # a recorded failure (fednet.protocol.finite)
+                    row = finite.overflowed(self, e, overflow, strict)
                 else:
-                    row = self._record(e)
+                    row = finite.checked(self, self._record(e), strict)
                 if on_round:
                     on_round(row)
-                if stop_at is not None and row["accuracy"] >= stop_at:
+                if finite.failed(row) or (stop_at is not None and row["accuracy"] >= stop_at):
                     break
 
         enabled = gc.isenabled()
         try:
             self.sim.run(main())
+        except finite.RUNTIME_OVERFLOW as overflow:     # raised in a step's own process, outside round()
+            finite.overflowed(self, self.epoch, overflow, strict)
         finally:
             if gc_rounds:
                 gc.unfreeze()

@@ -177,7 +177,12 @@ def _load_entry_point(name: str) -> type["Protocol"] | None:
     if not eps:
         return None
     ep = eps[0]
-    cls = _check_protocol(ep.load(), f"entry point {name!r} = {ep.value!r}")
+    try:
+        obj = ep.load()
+    except (Exception, SystemExit) as e:          # a third-party plugin that cannot be imported
+        raise ImportError(f"protocol {name!r}: its entry point {_describe(ep)} failed to load: "
+                          f"{type(e).__name__}: {e}") from None
+    cls = _check_protocol(obj, f"entry point {name!r} = {ep.value!r}")
     if getattr(cls, "name", "") not in ("", name):
         raise ValueError(f"entry point {name!r} = {ep.value!r} points at a protocol named {cls.name!r}; "
                          "the entry point's name must be the class's name")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
-__all__ = ["TraceRow", "COLUMNS", "TEXT_COLUMNS", "EVENTS"]
+__all__ = ["TraceRow", "COLUMNS", "TEXT_COLUMNS", "EVENTS", "FAILURE_COLUMN", "ends_training"]
 
 #: The kinds of trace events.
 EVENTS = ("phase", "round", "update")
@@ -81,3 +81,17 @@ COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRow))
 #: The standard columns that hold text (an empty string is a value, not a missing one).
 TEXT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRow)
                                       if f.type == "str" or str(f.type).startswith("Literal"))
+
+#: The extra column that holds the reason on the row where a run's training ended (a non-finite model or a
+#: run-time overflow; :mod:`fednet.protocol.finite`); absent from the other rows (empty in ``trace.csv``).
+FAILURE_COLUMN = "failure"
+
+
+def ends_training(row: Any) -> bool:
+    """Whether a trace row (a dict, or a row read back from ``trace.csv``) ends its run's training.
+
+    True when its :data:`FAILURE_COLUMN` holds a non-empty reason (a missing value read back by pandas is a
+    float NaN: not a reason).
+    """
+    v = row.get(FAILURE_COLUMN) if hasattr(row, "get") else None
+    return isinstance(v, str) and v != ""

@@ -21,6 +21,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import Field
 
+from fednet.errors import ConfigError
+from fednet.learning.task import LearningTask
 from fednet.learning.vertical import SplitPN, VerticalData, load_vertical, vertical_from_task
 from fednet.sim.delays import FedVSDelays
 from fednet.sim.simulation import Node
@@ -30,6 +32,15 @@ from .base import Protocol, ProtocolConfig
 __all__ = ["VerticalConfig", "VerticalProtocol"]
 
 _DATA_CACHE: dict[tuple, VerticalData] = {}
+
+
+def _is_vertical(task: LearningTask) -> bool:
+    """Whether ``task`` is a vertical task (:func:`~fednet.learning.vertical.vertical_from_task` accepts it)."""
+    try:
+        vertical_from_task(task)
+    except ValueError:
+        return False
+    return True
 
 
 class VerticalConfig(ProtocolConfig):
@@ -112,6 +123,10 @@ class VerticalProtocol(Protocol):
     def __init__(self, sim, task, config=None, *, label=None) -> None:
         super().__init__(sim, task, config, label=label)
         c = self.config
+        if c.dataset is not None and _is_vertical(task):
+            raise ConfigError(f"dataset = {c.dataset!r} would silently replace the study's vertical [data] (the task "
+                              f"this run was given); set [data] dataset (and max_train, max_test) instead, or drop "
+                              f"the parameter")
         if c.dataset is None:
             data = vertical_from_task(task)
         else:
@@ -123,6 +138,10 @@ class VerticalProtocol(Protocol):
         if data.n_clients != sim.n_devices:
             raise ValueError(f"the data set has {data.n_clients} clients but the network has {sim.n_devices}")
         self.data = data
+        rows = len(data.y_train)
+        if c.batch_size > rows:
+            raise ConfigError(f"batch_size = {c.batch_size} exceeds the {rows} training examples of the data set; use "
+                              f"batch_size <= {rows}")
         if c.device_mac_rate is not None:
             for dev in sim.devices:
                 dev.mac_rate = float(c.device_mac_rate)

@@ -32,6 +32,7 @@ import os
 import secrets
 import shutil
 import signal
+import stat
 import threading
 import time
 from pathlib import Path
@@ -45,7 +46,8 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["MARKER", "StagedOutput", "check_output_target", "pid_alive"]
+__all__ = ["MARKER", "StagedOutput", "check_output_target", "pid_alive", "open_own", "read_own", "write_own",
+           "read_marker", "is_plain_dir"]
 
 #: Name of the marker file in every folder fednet writes (JSON: ``{"fednet": "output", "files": [...]}``).
 MARKER = ".fednet-output"
@@ -58,6 +60,92 @@ _LOCK = ".fednet-lock"
 # raise SystemExit so the context manager's own clean-up normally runs first).
 _pending: set[Path] = set()
 _pending_lock = threading.Lock()
+
+
+#: ``O_NOFOLLOW`` where the platform has it: fednet's own files are never opened through a link.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def is_plain_dir(p: Path) -> bool:
+    """Whether ``p`` is a folder itself, not a link to one (``lstat``)."""
+    try:
+        return stat.S_ISDIR(os.lstat(p).st_mode)
+    except OSError:
+        return False
+
+
+def _foreign(path: Path, why: str) -> OutputError:
+    return OutputError(f"{path} {why}; fednet keeps its own bookkeeping file there and did not write this one: "
+                       f"move it away")
+
+
+def open_own(path: Path, flags: int, mode: int = 0o644) -> int:
+    """Open one of fednet's bookkeeping files (lock, marker, checkpoint record) without following links.
+
+    The file is opened with ``O_NOFOLLOW`` and must then be a regular file with a single link (a hard
+    link planted there would let fednet write someone else's file).
+
+    Parameters
+    ----------
+    path : Path
+    flags : int
+        ``os.open`` flags (``O_NOFOLLOW`` and ``O_CLOEXEC`` are added).
+    mode : int
+
+    Returns
+    -------
+    int
+        The file descriptor.
+
+    Raises
+    ------
+    OutputError
+        If ``path`` is a symbolic link, not a regular file, or a file with other hard links (named).
+    FileNotFoundError
+        If it does not exist and ``flags`` do not create it.
+    """
+    try:
+        fd = os.open(path, flags | _NOFOLLOW | _CLOEXEC, mode)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.EMLINK) or os.path.islink(path):
+            raise _foreign(path, "is a symbolic link") from None
+        if e.errno in (errno.EISDIR, errno.ENXIO):
+            raise _foreign(path, "is not a regular file") from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        raise _foreign(path, "is not a regular file" if not stat.S_ISREG(st.st_mode) else
+                       f"has {st.st_nlink} hard links")
+    return fd
+
+
+def read_own(path: Path, limit: int = 1 << 26) -> bytes | None:
+    """The bytes of one of fednet's bookkeeping files, read without following links (None if it is
+    missing, a link, not a regular file, or larger than ``limit`` bytes)."""
+    try:
+        fd = open_own(path, os.O_RDONLY)
+    except (OSError, OutputError):
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        data = fh.read(limit + 1)
+    return None if len(data) > limit else data
+
+
+def write_own(path: Path, data: bytes | str) -> None:
+    """Write (create or replace) one of fednet's bookkeeping files without following links.
+
+    Raises
+    ------
+    OutputError
+        If ``path`` is a symbolic link or not a plain, singly-linked file (nothing is written).
+    """
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd = open_own(path, os.O_WRONLY | os.O_CREAT)
+    with os.fdopen(fd, "wb") as fh:
+        fh.truncate(0)
+        fh.write(raw)
 
 
 def _remove_path(p: Path) -> None:
@@ -94,22 +182,37 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _read_marker(folder: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+def read_marker(folder: Path, kind: str = "output") -> dict[str, Any] | None:
+    """The marker of a folder fednet wrote (``{"fednet": kind, ...}``), or None.
+
+    None also when the folder is a link, or the marker a link or not a regular file (never followed).
+    """
+    if not is_plain_dir(folder):
         return None
-    return data if isinstance(data, dict) and data.get("fednet") == "output" else None
+    raw = read_own(folder / MARKER, limit=1 << 24)
+    try:
+        data = json.loads(raw.decode("utf-8")) if raw is not None else None
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) and data.get("fednet") == kind else None
+
+
+def _read_marker(folder: Path) -> dict[str, Any] | None:
+    return read_marker(folder, "output")
 
 
 def _write_marker(folder: Path, files: list[str], **extra: Any) -> None:
     # No pid or time in it: two runs of one study write byte-identical output folders.
-    (folder / MARKER).write_text(json.dumps({"fednet": "output", "files": sorted(files), **extra}, indent=1) + "\n",
-                                 encoding="utf-8")
+    write_own(folder / MARKER, json.dumps({"fednet": "output", "files": sorted(files), **extra}, indent=1) + "\n")
 
 
 def _remove_marked(folder: Path) -> None:
-    """Remove a folder fednet made, its marker last (an interrupted removal stays recognisable)."""
+    """Remove a folder fednet made, its marker last (an interrupted removal stays recognisable).
+
+    A link in place of the folder is left alone (its target is never emptied).
+    """
+    if not is_plain_dir(folder):
+        return
     try:
         entries = list(folder.iterdir())
     except OSError:
@@ -233,7 +336,7 @@ class StagedOutput:
         if fcntl is None:  # pragma: no cover - non-POSIX fallback
             return self._acquire_lock_by_pid()
         for _ in range(20):
-            fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            fd = open_own(self.lock, os.O_RDWR | os.O_CREAT)        # never through a link
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -253,6 +356,10 @@ class StagedOutput:
             if not same:                        # the holder removed it as we opened it: retry
                 os.close(fd)
                 continue
+            held = os.pread(fd, 64, 0)
+            if len(held) > 32 or not held.strip().isdigit() and held.strip():
+                os.close(fd)                    # not a pid: someone's file with our lock's name
+                raise _foreign(self.lock, "holds something other than a fednet process id")
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             self._lock_fd = fd
@@ -483,6 +590,14 @@ class StagedOutput:
         if exc_type is None:
             try:
                 self.commit()
+            except OutputError:
+                self._abort()
+                raise
+            except OSError as e:                # a read-only or full file system, a vanished folder
+                self._abort()
+                raise OutputError(f"cannot put the results in place at --out {str(self.given)!r}: "
+                                  f"{e.strerror or e}{f' ({e.filename})' if e.filename else ''}; nothing was "
+                                  f"changed there") from None
             except BaseException:
                 self._abort()
                 raise

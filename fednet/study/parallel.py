@@ -49,6 +49,7 @@ except ImportError as e:  # pragma: no cover - dask is a dependency
     raise ImportError("parallel runs (--jobs, --scheduler) need dask.distributed: "
                       "pip install 'dask[distributed]'") from e
 
+from fednet.errors import ConfigError
 from fednet.sim.engine.paths import EnginePaths
 from fednet.algebra.slices import compute_threads
 
@@ -285,6 +286,10 @@ def run_tasks(study: Study, run_indices: Sequence[int], seed: int, *args: Any) -
     return [run_task(study, i, seed, *args) for i in run_indices]
 
 
+#: Seconds :func:`open_client` waits for a ``--scheduler`` to answer before a named error.
+SCHEDULER_TIMEOUT_S = 10.0
+
+
 def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_threads: int = 1) -> Any:
     """A ``distributed.Client`` on a new local cluster of ``jobs`` processes or on ``scheduler``.
 
@@ -311,7 +316,11 @@ def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_t
     from distributed import Client
 
     if scheduler is not None:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise ConfigError(f"--scheduler {scheduler!r}: no Dask scheduler answered within {SCHEDULER_TIMEOUT_S:g} s "
+                              f"({type(e).__name__}: {e}); start one (dask scheduler) or check the address") from None
     else:
         n = default_jobs() if jobs is None else int(jobs)
         if n < 1:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from scipy import stats
 
-from fednet.protocol.trace import TEXT_COLUMNS
+from fednet.protocol.trace import FAILURE_COLUMN, TEXT_COLUMNS, ends_training
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -50,11 +50,47 @@ Traces = Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]]
 
 
 def crossing(rows: Sequence[Mapping[str, Any]], target: float) -> tuple[float, int] | None:
-    """``(time_s, round)`` of the first trace row whose test accuracy reaches ``target`` (None if never)."""
+    """``(time_s, round)`` of the first trace row whose test accuracy reaches ``target`` (None if never).
+
+    A row that ends the run's training (a non-finite model or a run-time overflow: its ``failure``
+    column, :mod:`fednet.protocol.finite`) and every row after it are never credited.
+    """
     for row in rows:
+        if ends_training(row):
+            return None
         if row["accuracy"] >= target:
             return float(row["time_s"]), int(row["round"])
     return None
+
+
+def training_failure(rows: Sequence[Mapping[str, Any]]) -> tuple[int, str] | None:
+    """``(round, reason)`` of the row where the run's training ended as a recorded failure (None: it did not)."""
+    for row in rows:
+        if ends_training(row):
+            return int(row["round"]), str(row[FAILURE_COLUMN])
+    return None
+
+
+def _accuracies(rows: Sequence[Mapping[str, Any]]) -> list[float]:
+    """The test accuracies of the rows before a training failure (finite numbers only)."""
+    out = []
+    for row in rows:
+        if ends_training(row):
+            break
+        a = float(row["accuracy"])
+        if math.isfinite(a):
+            out.append(a)
+    return out
+
+
+def _max_accuracy(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    accs = _accuracies(rows)
+    return max(accs) if accs else None
+
+
+def _last_accuracy(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    accs = _accuracies(rows)
+    return accs[-1] if accs else None
 
 
 def time_to_target(rows: Sequence[Mapping[str, Any]], target: float) -> float | None:
@@ -135,7 +171,8 @@ def target_table(traces: Traces, targets: Sequence[float], baseline: str | None 
         Keys ``run, seed, feature_seed, target, reached, time_s, round, speedup, max_accuracy,
         last_round``; ``time_s``/``round`` are None when not reached; ``speedup`` is
         ``time(baseline)/time(run)`` at that seed (None without a baseline, for the baseline
-        itself, or when either run misses the target).
+        itself, or when either run misses the target); ``max_accuracy`` over the rows before a
+        training failure (None if there are none).
     """
     out = []
     for label, by_seed in traces.items():
@@ -154,7 +191,7 @@ def target_table(traces: Traces, targets: Sequence[float], baseline: str | None 
                     "feature_seed": None if feature_seeds is None else feature_seeds.get(seed),
                     "target": float(t), "reached": hit is not None,
                     "time_s": None if hit is None else hit[0], "round": None if hit is None else hit[1],
-                    "speedup": sp, "max_accuracy": float(max(r["accuracy"] for r in rows)),
+                    "speedup": sp, "max_accuracy": _max_accuracy(rows),
                     "last_round": int(rows[-1]["round"]),
                 })
     return out
@@ -183,7 +220,9 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
     dict
         ``targets``, ``baseline``, ``level``, ``statistics`` (how the numbers were computed),
         ``feature_seeds`` and ``runs``: per run label, ``seeds``, ``accuracy_last_round``,
-        ``accuracy_max``, ``last_round`` (per seed) and ``per_target``: per target key
+        ``accuracy_max`` (over the rows before a training failure; null without any), ``last_round`` (per
+        seed), ``failed`` (only when some seed's training ended as a recorded failure: seed: ``round``,
+        ``reason``; :mod:`fednet.protocol.finite`) and ``per_target``: per target key
         (``"0.95"``), ``reached`` ("k/n"), ``n_reached``, ``time_s`` and ``round`` per seed
         (null when not reached), ``not_reached`` (seed: reason), ``time_s_stats``
         (:func:`log_interval` over the seeds, null unless every seed reached it, with
@@ -205,11 +244,15 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
         seeds = sorted(by_seed)
         run: dict[str, Any] = {
             "seeds": [int(s) for s in seeds],
-            "accuracy_last_round": {str(s): float(by_seed[s][-1]["accuracy"]) for s in seeds},
-            "accuracy_max": {str(s): float(max(r["accuracy"] for r in by_seed[s])) for s in seeds},
+            "accuracy_last_round": {str(s): _last_accuracy(by_seed[s]) for s in seeds},
+            "accuracy_max": {str(s): _max_accuracy(by_seed[s]) for s in seeds},
             "last_round": {str(s): int(by_seed[s][-1]["round"]) for s in seeds},
             "per_target": {},
         }
+        failures = {s: training_failure(by_seed[s]) for s in seeds}
+        failures = {s: f for s, f in failures.items() if f is not None}
+        if failures:            # only then: the summaries of runs that never fail keep their bytes
+            run["failed"] = {str(s): {"round": r, "reason": why} for s, (r, why) in failures.items()}
         for t in targets:
             recs = [r for r in table if r["run"] == label and r["target"] == float(t)]
             reached = [r for r in recs if r["reached"]]
@@ -218,8 +261,8 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
                 "reached": f"{len(reached)}/{len(recs)}", "n_reached": len(reached),
                 "time_s": {str(r["seed"]): r["time_s"] for r in recs},
                 "round": {str(r["seed"]): r["round"] for r in recs},
-                "not_reached": {str(r["seed"]): f"max test accuracy {r['max_accuracy']:.4f} < {t:g} in "
-                                f"{r['last_round']} rounds" for r in recs if not r["reached"]},
+                "not_reached": {str(r["seed"]): _not_reached(r, t, failures.get(r["seed"]))
+                                for r in recs if not r["reached"]},
             }
             if len(reached) == len(recs) and len(times) == len(recs):
                 entry["time_s_stats"], entry["time_s_stats_reason"] = log_interval(times, level), None
@@ -242,6 +285,14 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
             run["per_target"][_key(t)] = entry
         out["runs"][label] = run
     return out
+
+
+def _not_reached(rec: Mapping[str, Any], t: float, failure: tuple[int, str] | None) -> str:
+    """Why a (run, seed) did not reach target ``t``."""
+    best = "no finite accuracy" if rec["max_accuracy"] is None else f"max test accuracy {rec['max_accuracy']:.4f}"
+    if failure is not None:
+        return f"training failed at round {failure[0]} ({failure[1]}); before it {best} < {t:g}"
+    return f"{best} < {t:g} in {rec['last_round']} rounds"
 
 
 def dumps_strict(obj: Any) -> str:
@@ -298,7 +349,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         header += [f"time to {t:.0%} [{units[k][1]}]", f"speed-up @{t:.0%} [x]"]
     lines = [header]
     for label, run in runs.items():
-        accs = list(run.get("accuracy_last_round", run.get("final_accuracy", {})).values())
+        accs = [a for a in run.get("accuracy_last_round", run.get("final_accuracy", {})).values() if a is not None]
         row = [label, f"{np.mean(accs):.4f}" if accs else "-"]
         for t in targets:
             e = run["per_target"][_key(t)]
@@ -326,7 +377,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
         lines.append(row)
     note = (f"times: geometric mean over seeds [{level:.0%} interval, log scale]; speed-up: time(baseline) / "
             f"time(run), paired by seed, geometric mean [{level:.0%} interval]; (k/n): reached at k of n seeds")
-    return _table(lines) + "\n" + note
+    failed = [f"{label} seed {seed}: training failed at round {f['round']}: {f['reason']}"
+              for label, run in runs.items() for seed, f in run.get("failed", {}).items()]
+    return _table(lines) + "\n" + note + "".join("\n" + line for line in failed)
 
 
 def format_per_seed(summary: Mapping[str, Any]) -> str:

@@ -42,7 +42,7 @@ import networkx as nx
 import numpy as np
 from tqdm.auto import tqdm
 
-from fednet.errors import ConfigError, FednetError
+from fednet.errors import CapacityError, ConfigError, FednetError, OutputError
 from fednet.runtime import configure_host
 from fednet.learning.datasets import load_dataset
 from fednet.learning.features import rbf_features
@@ -337,7 +337,12 @@ def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -
         return cls(sim, task, study.run_params(run), label=run.name)
     except ConfigError as e:
         i = study.runs.index(run)
-        raise type(e)(f"runs[{i}] ({run.name}).params: {e}") from e
+        message = f"runs[{i}] ({run.name}).params: {e}"
+        try:
+            named = type(e)(message)
+        except TypeError:                   # a subclass with its own constructor (fednet.codes.fedvs.FieldTooSmall)
+            named = (CapacityError if isinstance(e, CapacityError) else ConfigError)(message)
+        raise named from e
     except FednetError:
         raise
     except ValueError as e:
@@ -598,7 +603,12 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
         checkpoint = Checkpoint(out_dir, study)
         finished = checkpoint.open(resume)
         result = _run(finished, checkpoint.save)
-        write_results(result, study, tmp, plot=plot)
+        try:
+            write_results(result, study, tmp, plot=plot)
+        except OSError as e:            # a full disk, a read-only file system: one named error, nothing left
+            raise OutputError(f"cannot write the results for --out {str(out_dir)!r}: {e.strerror or e}"
+                              f"{f' ({e.filename})' if e.filename else ''}; the finished (run, seed) pairs are "
+                              f"kept in {checkpoint.folder} for --resume") from None
     checkpoint.discard()
     result.out_dir = out_dir
     return result
