@@ -5,9 +5,12 @@ Layers (a layer imports only the layers above it in this list):
 ``fednet.algebra``    fixed point, prime fields, exact kernels, the MAC meter
 ``fednet.codes``      gradient codes, Shamir, Lagrange coded computing, mask codes
 ``fednet.learning``   datasets, partitions, features, models
-``fednet.sim``        the SimPy engine: nodes, links, compute-time models, trace
+``fednet.sim``        the SimPy model: nodes, links, compute-time and delay models, keyed draws
+``fednet.sim.engine`` the engine: steps, their reference semantics (SimPy processes), the backends that
+                      replay them, ``EngineConfig`` (``$FEDNET_ENGINE``) and the recorded paths
 ``fednet.topologies`` network builders, groups, the group tree (the repository's ``topologies/``)
-``fednet.protocol``   the ``Protocol`` base class and registry
+``fednet.protocol``   the ``Protocol`` base class, its primitives (``self.net``) and registry
+``fednet.testing``    public harnesses for a protocol of your own (``check_engine``)
 ``fednet.protocols``  the built-in protocols (the repository's ``protocols/``)
 ``fednet.study``      study configs, runs, results, plots; ``fednet.cli`` the command
 ``fednet.studies``    the bundled study files (the repository's ``studies/``, package data)
