@@ -219,3 +219,16 @@ def test_check_engine_fails_on_a_lying_backend(monkeypatch) -> None:
     with pytest.raises(AssertionError, match="differs from the reference"):
         check_engine(registry.get("conventional"), {"minibatch_fraction": 0.5, "drop_slowest": 2},
                      task=make_task(D=6), rounds=2, configurations=["-batched"])
+
+
+def test_tree_replay_without_download_at_time_zero() -> None:
+    """Found by the property test: a tree step without a download at the simulation's start (SimPy's clock is the
+    integer 0 then) made the replay keep its downlinks' release times in an integer array, truncating them to 0, so
+    a child's message was granted before the one ahead of it ended (0.07862 s instead of 0.07880 s).  The landed
+    main before the engine package had the same bug (``TREE_REPLAY`` on and off differed)."""
+    net = (5, [1e5, 1e5, 1e5, 2e5, 1e5], [0.0] * 5, [1e3] * 5, False, 0.0, False, 0)
+    plan = [("tree", [-1, 0, 1, 1, 0], True)]
+    ref, ref_out, _ = run(plan, net, "reference")
+    fast, fast_out, paths = run(plan, net, "")
+    assert paths.count("tree", "tree") == 2                          # replayed both rounds
+    assert fast == ref and fast_out == ref_out

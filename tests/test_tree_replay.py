@@ -14,6 +14,7 @@ import dataclasses
 import pytest
 
 import fednet.sim.engine.backends.tree as tree_backend
+from fednet.sim.engine.forest import forest_parts
 from test_fast_path import engine
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
 from fednet.sim.simulation import Simulation
@@ -118,18 +119,18 @@ def test_tree_parts_are_checked_and_follow_a_rewired_tree() -> None:
 
     proto = _csa(8, dict(z=1, groups=2), 0)()
     tree = nx.DiGraph([(1, 0), (2, 0), (4, 3)])
-    roots, members, root_of, kids, parent, _nodes = proto.net._tree_parts(tree, False)
+    roots, members, root_of, kids, parent, _nodes = forest_parts(proto.net._tree_parts_of, tree, False)
     assert roots == [0, 3] and members[0] == {0, 1, 2} and root_of[4] == 3
     tree.remove_edge(2, 0)
     tree.add_edge(2, 3)                                  # the same counts, another tree
-    roots, members, root_of, kids, parent, _nodes = proto.net._tree_parts(tree, False)
+    roots, members, root_of, kids, parent, _nodes = forest_parts(proto.net._tree_parts_of, tree, False)
     assert members[0] == {0, 1} and members[3] == {2, 3, 4} and root_of[2] == 3
     assert kids[3] == [4, 2] and parent[2] == 3 and parent[3] is None   # children in step order (no steps: insertion)
     nx.set_edge_attributes(tree, {(2, 3): 0, (4, 3): 1}, "step")       # the same edges, other steps
-    assert proto.net._tree_parts(tree, False)[3][3] == [2, 4]
+    assert forest_parts(proto.net._tree_parts_of, tree, False)[3][3] == [2, 4]
     for bad in (nx.DiGraph([(0, 1), (1, 0)]), nx.DiGraph([(0, 1), (0, 2)])):
         with pytest.raises(ValueError, match="tree must be a forest"):
-            proto.net._tree_parts(bad, False)
+            forest_parts(proto.net._tree_parts_of, bad, False)
 
 
 def test_a_combine_batch_that_miscounts_is_refused(monkeypatch) -> None:

@@ -51,9 +51,10 @@ import networkx as nx
 import simpy
 
 from fednet.algebra.meter import MacMeter
-from fednet.sim.compute import AlwaysAvailable, compute_seconds
+from fednet.sim.compute import compute_seconds
 from fednet.sim.engine import reference
 from fednet.sim.engine.backends import BY_KIND
+from fednet.sim.engine.forest import forest_parts, taking_part
 from fednet.sim.engine.mailbox import AllToAll, Mailbox, cyclic_steps
 from fednet.sim.engine.results import (SCHEDULES, Batch, GatherResult, Outgoing, StragglerShortfall, UnchargedCompute,
                                        compute_key, payload_size, uploaded_elements)
@@ -612,25 +613,13 @@ class Net:
             If ``tree`` has a cycle or a node with two parents.
         """
         edgeless = tree.number_of_edges() == 0
-        devs = self.sim.devices
-        roots, members, root_of, kids, parent, tree_nodes = self._tree_parts(tree, edgeless)
-        if edgeless:                         # every node is its own root
-            complete = {r for r, ok in zip(roots, self.sim.available_many([devs[r] for r in roots])) if ok}
-        elif type(self.sim.availability) is AlwaysAvailable and type(self.sim).available is Simulation.available:
-            self.sim.available_many([devs[u] for r in roots for u in members[r]])   # nobody absent: asked at once
-            complete = set(roots)
-        else:                                # each root's subtree, walked once (the order available() is asked in)
-            complete = {r for r in roots if all(self.available(devs[u]) for u in members[r])}
-        if len(complete) == len(roots):
-            taking_part, absent = list(tree_nodes), []
-        else:
-            taking_part = [v for v in tree_nodes if root_of[v] in complete]
-            absent = [devs[v] for v in tree_nodes if root_of[v] not in complete]
+        parts = forest_parts(self._tree_parts_of, tree, edgeless)
+        complete, nodes, absent = taking_part(self.sim, self.available, parts, edgeless)
         own = self._charged(fn, f"tree_aggregate {kind!r}", free)
         add = self._charged(combine, f"tree_aggregate {kind!r} combine", free)
         return (yield from self._execute(Step(
-            "tree", f"tree_aggregate {kind!r}", edgeless=edgeless, taking_part=taking_part, complete=complete,
-            absent=absent, kids=kids, parent=parent, first=first, download=download, download_kind=download_kind,
+            "tree", f"tree_aggregate {kind!r}", edgeless=edgeless, taking_part=nodes, complete=complete,
+            absent=absent, kids=parts[3], parent=parts[4], first=first, download=download, download_kind=download_kind,
             download_bits=download_bits, own=own, add=add, kind_of=kind, root_kind=root_kind, n_elements=n_elements,
             element_bits=element_bits, batch=batch, combine_batch=combine_batch, free=free)))
 
@@ -699,29 +688,3 @@ class Net:
             aggregate=aggregate, first=int(first), piece_length=int(piece_length), download=download,
             upload_elements=int(upload_elements), relay=relay, parallel=parallel, timing_key=timing_key,
             precomputed=precomputed, kinds=kinds)))
-
-    def _tree_parts(self, tree: nx.DiGraph, edgeless: bool) -> tuple[list, dict, dict, dict, dict, tuple]:
-        """A forest's roots, each root's subtree (a set, the same object each call), each node's root, each node's
-        children in step order, each node's parent and its nodes in order, checked and computed once per tree (kept
-        while its nodes, edges and steps stay the same).
-
-        Raises
-        ------
-        ValueError
-            If ``tree`` has a cycle or a node with two parents.
-        """
-        cache = self._tree_parts_of
-        key = (id(tree), tuple(tree.nodes), tuple(tree.edges(data="step")))
-        got = cache.get(key)
-        if got is None or got[0] is not tree:
-            if not edgeless and (not nx.is_directed_acyclic_graph(tree) or any(d > 1 for _, d in tree.out_degree())):
-                raise ValueError("tree must be a forest with edges child -> parent (acyclic, one parent per node)")
-            roots = list(tree.nodes) if edgeless else [v for v in tree.nodes if tree.out_degree(v) == 0]
-            members = {r: {r} for r in roots} if edgeless else {r: nx.ancestors(tree, r) | {r} for r in roots}
-            kids = {v: sorted(tree.predecessors(v), key=lambda u, v=v: tree.edges[u, v].get("step", 0)) for v in tree}
-            parent = {v: next(iter(tree.successors(v)), None) for v in tree}
-            if len(cache) >= 8:                  # a protocol keeps a few trees; one built anew each round is not kept
-                cache.clear()
-            got = cache[key] = (tree, roots, members, {u: r for r in roots for u in members[r]}, kids, parent,
-                                key[1])
-        return got[1:]

@@ -178,7 +178,7 @@ def replay_tree(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, in
     sim = net.sim
     devs, rnd, streams, counters = sim.devices, sim.round, sim.streams, sim.counters
     if n_elements is None:
-        return None
+        return "the message sizes are left to the payloads (n_elements=None)"
     nodes = [devs[v] for v in taking_part]
     table = sim.node_table(nodes)                             # rates, losses, MAC rates, setup fractions (-1: none)
     if table is None:
@@ -217,7 +217,7 @@ def replay_tree(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, in
         t1 = now0 + secs                                      # the downloads land; the own computations start
         times.append(t1)
     else:
-        down_bits, down_extra, t1 = 0, np.zeros(n, dtype=np.int64), np.full(n, now0)
+        down_bits, down_extra, t1 = 0, np.zeros(n, dtype=np.int64), np.full(n, now0, dtype=float)  # int 0 at start
     own_secs, own_drew = compute_seconds(own_macs.astype(float), mac_rate, frac, lambda at: U_comp[0][at])
     t_own = np.where(own_secs > 0, t1 + own_secs, t1)
     times.append(t_own)
