@@ -29,6 +29,16 @@ def _one_blas_thread():
         yield
 
 
+@pytest.fixture(autouse=True)
+def _backends_allowed(request, monkeypatch):
+    """A test marked ``backends`` checks the engine's backends themselves (that one ran, how it declined): it runs
+    with every backend allowed, whatever ``$FEDNET_ENGINE`` says, so that ``FEDNET_ENGINE=reference make test`` (run
+    by ``.ci/run``) puts every other test on the reference semantics."""
+    if request.node.get_closest_marker("backends"):
+        monkeypatch.setenv("FEDNET_ENGINE", "all")
+    yield
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     """Directory holding ``mnist/`` and ``fashion-mnist/`` IDX files (``$FEDNET_DATA``)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import fednet.protocol.primitives as primitives
 from fednet.sim import pcg
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
 from fednet.sim.rng import Streams
@@ -21,6 +20,9 @@ from fednet.topologies.lte import lte_star
 
 from test_fast_path import SWITCH, Recorder, engine, snapshot  # noqa: E402
 from test_pinned_traces import digits_task  # noqa: E402
+
+#: These tests check the backends themselves (tests/conftest.py: every backend allowed).
+pytestmark = pytest.mark.backends
 
 
 def three_ways(make, monkeypatch) -> tuple[tuple, tuple, tuple, int]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import fednet.protocol.primitives as primitives
 from fednet.protocol.modes import Shape
 from fednet.protocol.primitives import AllToAll, Mailbox
 from fednet.sim.compute import Deterministic
@@ -21,6 +20,9 @@ from fednet.topologies.lte import lte_star
 
 from test_fast_path import Recorder, engine, run_both, snapshot  # noqa: E402
 from test_lightsecagg_scale import SCALE_SCENARIOS, run  # noqa: E402
+
+#: These tests check the backends themselves (tests/conftest.py: every backend allowed).
+pytestmark = pytest.mark.backends
 
 
 def _both(make, monkeypatch) -> tuple:

@@ -30,6 +30,9 @@ from fednet.topologies.lte import lte_star
 from test_fast_path import run_both, snapshot  # noqa: E402
 from test_pinned_traces import SECRET_SEED, digits_task  # noqa: E402
 
+#: These tests check the backends themselves (tests/conftest.py: every backend allowed).
+pytestmark = pytest.mark.backends
+
 #: name -> (D, seed, protocol parameters, network): "lossy" (loss 0.1, one uplink rate), "two_rates" (uplinks of
 #: 5 and 2.5 Mbit/s, loss 0.1) or "ties" (loss 0, one MAC rate, deterministic compute)
 SETUP_SCENARIOS = {
@@ -109,7 +112,7 @@ PROCESS_PATH = {("asap_N2_paper", True), ("steps_N3_paper", True)}
 @pytest.mark.parametrize("record_views", [True, False])
 @pytest.mark.parametrize("name", sorted(SETUP_SCENARIOS))
 def test_setup_replay_equals_processes(name: str, record_views: bool, monkeypatch) -> None:
-    """The event-free relay replay (:data:`fednet.protocol.primitives.BULK_EXCHANGE`) is taken and changes nothing."""
+    """The event-free relay replay (the ``relays`` backend) is taken and changes nothing."""
     on, off, taken = run_both(lambda: setup_run(name, record_views), monkeypatch, "BULK_EXCHANGE", "_replay_relays")
     assert (taken > 0) == ((name, record_views) not in PROCESS_PATH)
     assert on == off

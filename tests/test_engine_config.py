@@ -19,6 +19,9 @@ from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 from factories import make_task
 
+#: These tests check the backends themselves (tests/conftest.py: every backend allowed).
+pytestmark = pytest.mark.backends
+
 D = 6
 
 

@@ -30,6 +30,9 @@ from fednet.testing import check_engine, engine_snapshot
 from fednet.topologies.lte import lte_star
 from factories import make_task
 
+#: These tests check the backends themselves (tests/conftest.py: every backend allowed).
+pytestmark = pytest.mark.backends
+
 
 def value(dev):
     """A node's metered value (2 x 2, depends on the node; 8 MACs)."""

@@ -11,12 +11,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import fednet.protocol.primitives as primitives
 from fednet.sim.compute import Deterministic
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
 from test_pinned_traces import SCENARIOS, run_scenario, digits_task  # noqa: E402
+
+#: These tests check the backends themselves (tests/conftest.py: every backend allowed).
+pytestmark = pytest.mark.backends
 
 
 def snapshot(proto) -> tuple:

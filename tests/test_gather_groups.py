@@ -19,6 +19,9 @@ from fednet.topologies.lte import lte_star
 from test_fast_path import Recorder, engine, snapshot
 from test_pinned_traces import SECRET_SEED, digits_task
 
+#: These tests check the backends themselves (tests/conftest.py: every backend allowed).
+pytestmark = pytest.mark.backends
+
 
 def count_replays(monkeypatch) -> list[int]:
     """``[n]``: how often the groups backend has run since (it keeps counting)."""

@@ -24,6 +24,9 @@ from test_pinned_traces import digits_task  # noqa: E402
 
 import fednet.protocols.lightsecagg  # noqa: F401,E402  (registers the protocol)
 
+#: These tests check the backends themselves (tests/conftest.py: every backend allowed).
+pytestmark = pytest.mark.backends
+
 
 def _run(D: int, params: dict, *, compute=None, rounds: int = 4, seed: int = 3, **net) -> object:
     g = lte_star(D, **net)

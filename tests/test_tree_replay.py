@@ -22,6 +22,9 @@ from fednet.topologies.lte import lte_star
 
 from test_pinned_traces import SECRET_SEED, digits_task
 
+#: These tests check the backends themselves (tests/conftest.py: every backend allowed).
+pytestmark = pytest.mark.backends
+
 
 def _csa(D: int, params: dict, rounds: int, *, ties: bool = False, dropout: float = 0.0, seed: int = 3,
          packet_bits: int | None = None):
