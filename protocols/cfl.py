@@ -193,11 +193,11 @@ class CFL(Protocol):
         set-up's model) and the update is eqs. (4)-(5) with ``m``; the epoch lasts ``max(t*, server)``.
         """
         start = self.sim.now
-        server = self.env.process(self.net.server_compute(self.parity_gradient))
+        server = self.net.background(self.net.server_compute(self.parity_gradient))
         arrived = yield from self.net.gather([dev for dev, l_j in zip(self.devices, self.plan.loads) if l_j > 0],
                                              self.local_gradient, kind="gradient",
                                              download=self.theta.astype(np.float32), deadline=self.plan.t_star)
-        yield self.env.timeout(max(0.0, start + self.plan.t_star - self.sim.now))    # the epoch lasts >= t*
+        yield from self.net.delay(max(0.0, start + self.plan.t_star - self.sim.now))     # the epoch lasts >= t*
         G = yield server
         for g in arrived.values:
             G = G + g

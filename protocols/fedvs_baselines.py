@@ -25,7 +25,6 @@ from collections.abc import Generator
 from typing import Any, ClassVar
 
 import numpy as np
-import simpy
 from pydantic import Field
 
 from fednet.algebra.meter import charge
@@ -129,11 +128,11 @@ class VAFL(VerticalProtocol):
         yield self.env.all_of([self.env.process(self.net.send(dev, self.server, first[dev.index], kind="embedding",
                                                               element_bits=32)) for dev in self.devices])
         self.table = np.stack([first[n].astype(np.float32) for n in range(N)], axis=1)   # (M, N, h)
-        self.arrivals: simpy.Store = simpy.Store(self.env)
+        self.arrivals = self.net.queue()
         self.replies = {dev.index: None for dev in self.devices}
         self.iteration = {dev.index: 0 for dev in self.devices}
         for dev in self.devices:
-            self.env.process(self.client_loop(dev))
+            self.net.background(self.client_loop(dev))
 
     def client_loop(self, dev) -> Generator:
         """Client ``dev``: embedding of its next batch, delay, upload; wait for its gradient; update; repeat."""
@@ -161,7 +160,7 @@ class VAFL(VerticalProtocol):
             dev, rows, H = yield self.arrivals.get()
             g_H = yield from self.net.server_compute(self.server_update, dev.index, rows, H)
             self.used = [dev.index]
-            self.env.process(self._reply(dev, g_H))
+            self.net.background(self._reply(dev, g_H))
             self.record("update")
         self.used = None
 

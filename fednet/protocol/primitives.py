@@ -230,6 +230,23 @@ class Net:
             out = [[p.value for p in step] for step in launched]
         return out
 
+    def delay(self, seconds: float) -> Generator:
+        """Wait ``seconds`` of simulated time (a modelled delay: FedVS's Sec. 6.2 pattern, a deadline's rest).
+
+        Raises
+        ------
+        ValueError
+            For a negative or non-finite ``seconds``.
+        """
+        if not 0 <= seconds < float("inf"):
+            raise ValueError(f"{self.label}: delay seconds must be finite and >= 0, got {seconds!r}")
+        yield self.sim.env.timeout(seconds)
+
+    def queue(self) -> simpy.Store:
+        """A FIFO queue on this simulation (``yield q.put(item)``, ``item = yield q.get()``): an asynchronous
+        server's arrivals (VAFL)."""
+        return simpy.Store(self.sim.env)
+
     def background(self, gen: Generator) -> simpy.Process:
         """Start ``gen`` as a process beside the caller (cancel it with :meth:`cancel`)."""
         return self.sim.env.process(gen)

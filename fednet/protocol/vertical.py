@@ -169,7 +169,7 @@ class VerticalProtocol(Protocol):
         Returns ``fn``'s result once it has reached the server (a ``first_k`` work item).
         """
         result = yield from self.net.compute(node, fn, node)
-        yield self.env.timeout(self.delays.upload_delay(node.index, key_round))
+        yield from self.net.delay(self.delays.upload_delay(node.index, key_round))
         yield from self.net.send(node, self.server, result, kind=kind, element_bits=element_bits, n_elements=n_elements)
         return result
 
