@@ -1,7 +1,7 @@
 """Batched device math and the vectorised replay give the unbatched, per-process results bit for bit (issue 12).
 
 Every scenario runs three ways -- batched (the ``batched`` backend, the default), unbatched
-(``fn`` node by node on the event-free path) and on SimPy processes (``FAST_PATH = False``) -- and must give the
+(``fn`` node by node on the event-free path) and on SimPy processes (the reference) -- and must give the
 same trace (floats by ``repr``), the same messages in every view and the same keyed-draw counters; the vectorised
 replay must really be taken. The building blocks (NumPy's SeedSequence / PCG64 / choice for many keys, the
 batched gradient and sum, vectorised availability and draws) are compared with their scalar forms.

@@ -1,4 +1,4 @@
-"""``Primitives.gather_groups``: the groups' gathers replayed without processes equal the SimPy processes, bit for bit.
+"""``Net.gather_groups``: the groups' gathers replayed without processes equal the SimPy processes, bit for bit.
 
 Every scenario runs with the ``groups`` backend allowed and disallowed and must give the same trace
 (floats by ``repr``), the same messages in every node's view (kind, ends, sizes, send and delivery times, hops) and
@@ -36,7 +36,7 @@ def count_replays(monkeypatch) -> list[int]:
 
 
 def run_both(make, monkeypatch) -> tuple[tuple, tuple, int]:
-    """Snapshots of ``make()`` with ``GROUPS_REPLAY`` on and off, and how often the replay ran with it on."""
+    """Snapshots of ``make()`` with the ``groups`` backend allowed and disallowed, and how often the replay ran with it on."""
     calls = count_replays(monkeypatch)
     engine(monkeypatch)
     on = snapshot(make())

@@ -7,7 +7,7 @@
   import a concrete protocol;
 * a module of ``protocols/`` never imports another protocol module nor ``fednet.study``; it may import its own
   helper modules, ``protocols/<its name>_<part>.py`` that are no protocol (no entry point in pyproject.toml), e.g.
-  ``lightsecagg.py`` its round replay ``lightsecagg_replay.py``, and a helper is imported by its protocol only.
+  e.g. ``fedvs.py`` a ``fedvs_<part>.py``, and a helper is imported by its protocol only.
 """
 
 from __future__ import annotations

@@ -533,9 +533,9 @@ class Net:
         Where no other process can act meanwhile (two groups or more), the ``groups`` backend replays the gathers
         without a process per device (:mod:`fednet.sim.engine.backends.groups`): every group's download, compute and
         upload events are walked in the order SimPy would process them (the groups' node-by-node replays of
-        :meth:`_fast_rounds`, interleaved), and each group's ``then`` starts at its ``first[g]``-th arrival, the groups
-        in the order SimPy resumes them.  The same draws, counters, messages and results, bit for bit
-        (``tests/test_gather_groups.py``).
+        :func:`~fednet.sim.engine.backends.gather.fast_rounds`, interleaved), and each group's ``then`` starts at its
+        ``first[g]``-th arrival, the groups in the order SimPy resumes them.  The same draws, counters, messages and
+        results, bit for bit (``tests/test_gather_groups.py``).
 
         Parameters
         ----------

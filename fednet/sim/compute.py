@@ -157,7 +157,7 @@ class BernoulliDropout(Availability):
 def compute_seconds(work: np.ndarray, rate: np.ndarray, frac: np.ndarray,
                     uniforms: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Compute times of many nodes at once, the floats of their compute models' ``duration`` (the vector replays of
-    :mod:`fednet.protocol.primitives`, :mod:`fednet.protocol.tree_replay` and LightSecAgg's round).
+    :mod:`fednet.sim.engine.backends`: the gather, tree and masked replays).
 
     Parameters
     ----------
