@@ -7,10 +7,17 @@ view and relay list.  A backend that stood for the processes of your protocol an
 the first difference; the report says which backends ran your steps (so a check that only ran the reference says
 so).
 
+:func:`check_protocol` runs every check an author needs before trusting a protocol's numbers: the engine check
+above, the same run twice (determinism at a seed), the same public seed under two secret seeds (secrets independent
+of the public randomness: the same times, bits, MACs and public draws), and, for a protocol with a ``mode``, full
+against timing mode on every trace column (a timing-mode stand-in billed to the clock, or a closed form that differs
+from what the kernels meter, shows as a different MAC or time column).  A computation step that charges zero MACs
+without ``free=True`` raises :class:`~fednet.protocol.primitives.UnchargedCompute` in any of these runs.
+
 Example::
 
-    from fednet.testing import check_engine
-    report = check_engine(MyProtocol, {"mode": "timing"}, task=my_task, rounds=3)
+    from fednet.testing import check_protocol
+    report = check_protocol(MyProtocol, {"mode": "timing"}, task=my_task, rounds=3)
     print(report.explain())
 """
 
@@ -27,7 +34,14 @@ from fednet.sim.compute import Availability, ComputeModel, ShiftedExponential
 from fednet.sim.engine import EngineConfig, EnginePaths
 from fednet.sim.simulation import Simulation
 
-__all__ = ["EngineReport", "check_engine", "engine_snapshot"]
+__all__ = ["EngineReport", "ProtocolReport", "check_engine", "check_protocol", "engine_snapshot", "FULL_ONLY",
+           "LOSS_RTOL"]
+
+#: Trace columns only full mode fills (observers of the exact math, not part of the simulated trajectory).
+FULL_ONLY = frozenset({"decode_error", "decode_bound", "max_abs_error", "checked_rounds"})
+#: Timing mode follows the plain float64 trajectory where full mode decodes a fixed-point gradient exactly, so the
+#: test loss (not the accuracy) may differ in its last digits: measured 3e-10 relative on fig7's runs.
+LOSS_RTOL = 1e-7
 
 
 def engine_snapshot(proto: Any) -> dict[str, Any]:
@@ -141,20 +155,11 @@ def check_engine(protocol: type, params: Mapping[str, Any] | None = None, *, tas
     AssertionError
         Naming the configuration and the first difference (trace column, draw counter, counter or message).
     """
-    from fednet.topologies.lte import lte_star
-
-    n = task.n_devices
-    if graph is None:
-        rates = [2e6, 5e5, 1e6, 3e6, 7.5e5]
-
-        def graph() -> nx.Graph:
-            return lte_star(n, device_mac_rates=[rates[i % len(rates)] for i in range(n)], loss=0.1)
     configs = [""] if configurations is None else list(configurations)
 
     def run(config: str) -> tuple[dict[str, Any], EnginePaths]:
-        g = graph() if callable(graph) else graph.copy()
-        sim = Simulation(g, seed, device_compute=compute or ShiftedExponential(0.5), record_views=record_views,
-                         availability=availability() if availability is not None else None,
+        sim = Simulation(_graph(task, graph), seed, device_compute=compute or ShiftedExponential(0.5),
+                         record_views=record_views, availability=availability() if availability is not None else None,
                          secret_seed=secret_seed, engine=EngineConfig.parse(config))
         proto = protocol(sim, task, dict(params or {}), label=label or getattr(protocol, "name", None) or "check")
         proto.run(rounds)
@@ -170,3 +175,123 @@ def check_engine(protocol: type, params: Mapping[str, Any] | None = None, *, tas
             raise AssertionError(f"{protocol.__name__}: FEDNET_ENGINE={config or 'all'} differs from the reference "
                                  f"at {diff}\nbackends that ran:\n{paths.explain()}")
     return report
+
+
+#: Trace columns that may depend on the secret draws (full-mode fixed-point rounding of padded values, say).
+_SECRET_DEPENDENT = frozenset({"accuracy", "loss"}) | FULL_ONLY
+
+
+@dataclass
+class ProtocolReport:
+    """What :func:`check_protocol` checked.
+
+    Attributes
+    ----------
+    engine : EngineReport
+        The engine check (reference against backends).
+    checks : list of str
+        Every check passed, in order.
+    """
+
+    engine: EngineReport
+    checks: list[str]
+
+    def explain(self) -> str:
+        """The checks passed, then the engine paths."""
+        return "\n".join(["checks passed:", *(f"  {c}" for c in self.checks), self.engine.explain()])
+
+
+def check_protocol(protocol: type, params: Mapping[str, Any] | None = None, *, task: Any,
+                   graph: nx.Graph | Callable[[], nx.Graph] | None = None, rounds: int = 3, seed: int = 0,
+                   compute: ComputeModel | None = None, availability: Callable[[], Availability] | None = None,
+                   label: str | None = None) -> ProtocolReport:
+    """Every check a protocol author runs before trusting its numbers (module docstring).
+
+    Parameters
+    ----------
+    protocol, params, task, graph, rounds, seed, compute, availability, label
+        As :func:`check_engine`.
+
+    Returns
+    -------
+    ProtocolReport
+
+    Raises
+    ------
+    AssertionError
+        Naming the check and the first difference.
+    fednet.protocol.primitives.UnchargedCompute
+        If a computation step charged no MAC without ``free=True``.
+    """
+    params = dict(params or {})
+    common = dict(task=task, graph=graph, rounds=rounds, seed=seed, compute=compute, availability=availability,
+                  label=label)
+    checks = []
+    engine = check_engine(protocol, params, **common)
+    checks.append("the reference semantics and the backends give the same simulation")
+
+    first, _ = _run(protocol, params, secret_seed=20261128, **common)
+    again, _ = _run(protocol, params, secret_seed=20261128, **common)
+    diff = _first_difference(first, again)
+    if diff is not None:
+        raise AssertionError(f"{protocol.__name__}: two runs at one seed differ at {diff} (not deterministic)")
+    checks.append("two runs at one public and one secret seed are identical")
+
+    other, _ = _run(protocol, params, secret_seed=7_700_001, **common)
+    public = {k: v for k, v in first.items() if k != "trace"}
+    public["trace"] = [{k: v for k, v in row.items() if k not in _SECRET_DEPENDENT} for row in first["trace"]]
+    other_public = {k: v for k, v in other.items() if k != "trace"}
+    other_public["trace"] = [{k: v for k, v in row.items() if k not in _SECRET_DEPENDENT} for row in other["trace"]]
+    other_public["draws"] = {k: v for k, v in other["draws"].items() if k in first["draws"]}
+    public["draws"] = {k: v for k, v in first["draws"].items() if k in other["draws"]}
+    diff = _first_difference(public, other_public)
+    if diff is not None:
+        raise AssertionError(f"{protocol.__name__}: another secret seed changes a public quantity at {diff} "
+                             f"(a secret drawn from the public streams, or a time that depends on a secret)")
+    checks.append("another secret seed leaves every time, bit, MAC count and public draw unchanged")
+
+    mode_field = getattr(protocol, "Config", None) and protocol.Config.model_fields.get("mode")
+    if mode_field is not None:
+        full, full_rows = _run(protocol, {**params, "mode": "full"}, secret_seed=20261128, **common)
+        timing, timing_rows = _run(protocol, {**params, "mode": "timing"}, secret_seed=20261128, **common)
+        for r, (a, b) in enumerate(zip(full["trace"], timing["trace"])):
+            for col in sorted(set(a) | set(b)):
+                if col in FULL_ONLY or col == "loss":
+                    continue
+                if a.get(col) != b.get(col):
+                    raise AssertionError(f"{protocol.__name__}: full and timing mode differ in round {r}, column "
+                                         f"{col!r}: {a.get(col)} != {b.get(col)} (timing mode must charge what the "
+                                         f"kernels meter in full mode, and follow the same trajectory)")
+            la, lb = float(full_rows[r]["loss"]), float(timing_rows[r]["loss"])
+            if not (la == lb or abs(la - lb) <= LOSS_RTOL * max(abs(la), abs(lb))):
+                raise AssertionError(f"{protocol.__name__}: round {r}: the test loss differs beyond {LOSS_RTOL} "
+                                     f"relative between full ({la!r}) and timing ({lb!r}) mode")
+        if len(full["trace"]) != len(timing["trace"]):
+            raise AssertionError(f"{protocol.__name__}: full mode ran {len(full['trace'])} rows, timing "
+                                 f"{len(timing['trace'])}")
+        checks.append("full and timing mode give the same trace (test loss within LOSS_RTOL)")
+    return ProtocolReport(engine, checks)
+
+
+def _run(protocol: type, params: Mapping[str, Any], *, task: Any, graph: Any, rounds: int, seed: int,
+         secret_seed: int, compute: ComputeModel | None, availability: Callable[[], Availability] | None,
+         label: str | None, engine: str = "", record_views: bool = False) -> tuple[dict[str, Any], list[dict]]:
+    """One run: its :func:`engine_snapshot` and its trace rows."""
+    sim = Simulation(_graph(task, graph), seed, device_compute=compute or ShiftedExponential(0.5),
+                     record_views=record_views, availability=availability() if availability is not None else None,
+                     secret_seed=secret_seed, engine=EngineConfig.parse(engine))
+    proto = protocol(sim, task, dict(params), label=label or getattr(protocol, "name", None) or "check")
+    proto.run(rounds)
+    return engine_snapshot(proto), proto.trace
+
+
+def _graph(task: Any, graph: nx.Graph | Callable[[], nx.Graph] | None) -> nx.Graph:
+    """The network of a check: ``graph`` (a fresh copy), or the LTE star of the task's devices at mixed MAC rates
+    and 10 % loss."""
+    from fednet.topologies.lte import lte_star
+
+    if graph is None:
+        rates = [2e6, 5e5, 1e6, 3e6, 7.5e5]
+        return lte_star(task.n_devices, device_mac_rates=[rates[i % len(rates)] for i in range(task.n_devices)],
+                        loss=0.1)
+    return graph() if callable(graph) else graph.copy()
