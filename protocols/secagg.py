@@ -96,7 +96,7 @@ from fednet.errors import ConfigError
 from fednet.learning.models import minibatch_gradient
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.protocol.modes import Shape
-from fednet.sim.engine.results import Outgoing
+from fednet.protocol.primitives import Outgoing
 from fednet.sim.simulation import Node
 
 __all__ = ["SecAggConfig", "SecAggPlusConfig", "SecAggState", "SecAgg", "SecAggPlus", "secagg_masked_gradient",
