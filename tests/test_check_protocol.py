@@ -22,6 +22,8 @@ pytestmark = pytest.mark.backends
     ("codedpaddedfl", {"alpha": 3, "mode": "timing"}),
     ("codedsecagg", {"z": 1, "groups": 2, "mode": "timing"}),
     ("lightsecagg", {"z": 1, "U": 6, "mode": "timing"}),
+    ("secagg", {"mode": "timing"}),
+    ("secaggplus", {"mode": "timing"}),
 ])
 def test_built_ins_pass(name: str, params: dict) -> None:
     report = check_protocol(registry.get(name), params, task=make_task(D=8), rounds=2)
