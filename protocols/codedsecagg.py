@@ -270,7 +270,7 @@ class CodedSecAgg(Protocol):
                              like=(Shape((d, c), object), Shape((d, c), np.float64)))
 
     def _eq13(self, node: Node, received: Any = None):
-        """Device: its share ``Psi^(i) + Phi^(i) epsilon`` of the gradient (eq. 13), at ``received`` (default its own)."""
+        """Device: its share ``Psi^(i) + Phi^(i) epsilon`` of the gradient (eq. 13); ``received``: default its own."""
         cfg, d, c, st = self.config, self.task.d, self.task.c, node.state
         with secagg.widened(cfg.k, cfg.f, cfg.widen_compute):
             return self.mode.run(secagg.device_share, st.Phi, st.Psi, st.received if received is None else received,

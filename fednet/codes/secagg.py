@@ -39,7 +39,8 @@ from fednet.algebra.modp import PreparedMatrix, add_mod, sum_mod
 from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
 from fednet.codes.shamir import check_shamir_parameters, shamir_reconstruct, shamir_share
 
-__all__ = ["shamir_share_macs", "share_secrets", "device_secrets", "secret_shapes", "share_device_secrets", "combine_shares", "device_share",
+__all__ = ["shamir_share_macs", "share_secrets", "device_secrets", "secret_shapes", "share_device_secrets",
+           "combine_shares", "device_share",
            "add_shares", "decode_aggregate", "decode_shares", "column_tree",
            "check_aggregate", "field_prime", "share_size", "combine_macs", "device_share_macs", "add_macs",
            "decode_macs", "widened", "check_groups", "check_dropout"]
