@@ -44,17 +44,22 @@ The field must hold the integer gradient: :meth:`FieldPolyMLP.gradient_bound` bo
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
+from collections.abc import Sequence
 
 import numpy as np
 
 from fednet.algebra.meter import charge
 from fednet.algebra.rns import RnsArray, RnsContext, rns_context
 from fednet.algebra.wideint import WideInts
-from fednet.codes.dresfl import DRESFL_PRIME_200, dresfl_update, gradient_degree, psi, transform_data
-from fednet.learning.model import Model, Optimizer, Params, ParamsOrArray, Schedule, ConstantSchedule, as_targets
+from fednet.codes.dresfl import DRESFL_PRIME_200, dresfl_update, global_shards, gradient_degree, psi, transform_data
+from fednet.learning.model import (Model, Optimizer, Params, ParamsOrArray, Schedule, ConstantSchedule, as_targets,
+                                   flatten)
 
-__all__ = ["FieldOverflowError", "FieldPolyMLP", "FieldSGD", "PLAIN_MODULI"]
+__all__ = ["FieldOverflowError", "FieldPolyMLP", "FieldSGD", "PLAIN_MODULI", "global_datasets", "sum_gradients",
+           "decoded_sum"]
 
 #: Primes for the exact plain integer gradient (:meth:`FieldPolyMLP.integer_gradient` with ``wide=True``):
 #: Poly1305's ``2^130 - 5``, NIST P-192's ``2^192 - 2^64 - 1``, P-224's ``2^224 - 2^96 + 1`` and Curve25519's
@@ -276,6 +281,15 @@ class FieldPolyMLP(Model):
             return grads
         return {k: v.to_field() for k, v in grads.items()}
 
+    def field_gradient_probe(self, params: Params, b: int) -> Params:
+        """:meth:`field_gradient` on zeros: parameters of ``params``' shapes, a ``b``-row batch.
+
+        Its MACs are those of a client's coded gradient at these shapes (they do not depend on the values): how
+        timing mode measures the step once, without coded data.
+        """
+        return self.field_gradient({k: np.zeros_like(v) for k, v in params.items()},
+                                   np.zeros((b, self.sizes[0]), np.int64), np.zeros((b, self.sizes[-1]), np.int64))
+
     def integer_gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray, *,
                          transformed: bool = False, wide: bool = False) -> Params:
         """Exact integer gradient ``psi(g~)`` of ``||Y_bar - f(X_bar)||^2`` (summed over the batch).
@@ -487,3 +501,45 @@ class FieldSGD(Optimizer):
         clip_bits = 0 if m.f is None else m.grad_bits
         return dresfl_update(p, g, self.schedule(epoch), int(m_used), m.q, self.rng,
                              max_norm=self.max_norm, shift=shift, clip_bits=clip_bits)
+
+
+def global_datasets(model: FieldPolyMLP, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], shard_rows: Sequence[int],
+                    K: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ``K`` global data sets ``[X_bar^(k)_1; ...; X_bar^(k)_N]`` and their targets, transformed (Sec. 4.1).
+
+    What DReS-FL's decoding recovers the gradients of (:func:`fednet.codes.dresfl.global_shards`, then
+    :meth:`FieldPolyMLP.transform`; element-wise, so the rows of a round can be selected afterwards).
+
+    Parameters
+    ----------
+    model : FieldPolyMLP
+    X, Y : sequences of N ndarrays, (m_i, d_0) and (m_i,) labels or (m_i, d_{L+1}) targets
+    shard_rows : sequence of N ints
+        ``m_i / K`` (:func:`fednet.codes.dresfl.shard_rows`).
+    K : int
+
+    Returns
+    -------
+    list of K (xbar, ybar)
+        int64 arrays, shapes ``(sum_i m_i / K, d_0)`` and ``(sum_i m_i / K, d_{L+1})``.
+    """
+    return [model.transform(x, y) for x, y in zip(global_shards(X, shard_rows, K), global_shards(Y, shard_rows, K))]
+
+
+def sum_gradients(gradients: Sequence[Params], names: Sequence[str]) -> Params:
+    """``sum_k g_k`` of each parameter in ``names``, left to right (``g_0 + g_1 + ...``; WideInts stay WideInts)."""
+    return {n: functools.reduce(operator.add, (g[n] for g in gradients)) for n in names}
+
+
+def decoded_sum(decoded: Sequence[Params], q: int, names: Sequence[str]) -> np.ndarray:
+    """``sum_k psi(g_k)`` (eq. 6) of DReS-FL's K decoded global gradients, flattened: ``(d_w,)`` Python ints.
+
+    Parameters
+    ----------
+    decoded : sequence of K Params over GF(q)
+        :func:`fednet.codes.dresfl.decode_gradients`' output.
+    q : int
+    names : sequence of str
+        The parameters, in the order of :func:`~fednet.learning.model.flatten`.
+    """
+    return np.sum([flatten({n: psi(gk[n], q).astype(object) for n in names}) for gk in decoded], axis=0)
