@@ -39,7 +39,7 @@ from pydantic import Field, field_validator
 
 from fednet.codes import dresfl
 from fednet.codes.dresfl import DRESFL_PRIME_200, DataShare, decode_gradients, share_dataset
-from fednet.learning.field_models import FieldPolyMLP, FieldSGD, decoded_sum, global_datasets, sum_gradients
+from fednet.learning.field_models import FieldPolyMLP, FieldSGD, decoded_sum, global_datasets, sum_over_k
 from fednet.learning.federated import dresfl_schedule
 from fednet.learning.model import Params, unflatten, unmetered
 from fednet.protocol.base import NodeState
@@ -242,7 +242,7 @@ class DReSFL(NeuralProtocol):
         """Timing mode's stand-in for the decoded sum: the plain integer gradients summed over k, computed
         uncharged, as WideInts per parameter (:meth:`update` takes them without Python ints)."""
         with unmetered():
-            return sum_gradients(self.plain_gradients(wide=True), list(self.params))
+            return sum_over_k(self.plain_gradients(wide=True), list(self.params))
 
     def decode(self, results: list, alphas: list[int]) -> np.ndarray:
         """Server: interpolate the K global gradients (Alg. 1 line 9), psi (eq. 6), sum over k: ``(d_w,)`` ints."""

@@ -58,7 +58,7 @@ from fednet.codes.dresfl import DRESFL_PRIME_200, dresfl_update, global_shards, 
 from fednet.learning.model import (Model, Optimizer, Params, ParamsOrArray, Schedule, ConstantSchedule, as_targets,
                                    flatten)
 
-__all__ = ["FieldOverflowError", "FieldPolyMLP", "FieldSGD", "PLAIN_MODULI", "global_datasets", "sum_gradients",
+__all__ = ["FieldOverflowError", "FieldPolyMLP", "FieldSGD", "PLAIN_MODULI", "global_datasets", "sum_over_k",
            "decoded_sum"]
 
 #: Primes for the exact plain integer gradient (:meth:`FieldPolyMLP.integer_gradient` with ``wide=True``):
@@ -526,7 +526,7 @@ def global_datasets(model: FieldPolyMLP, X: Sequence[np.ndarray], Y: Sequence[np
     return [model.transform(x, y) for x, y in zip(global_shards(X, shard_rows, K), global_shards(Y, shard_rows, K))]
 
 
-def sum_gradients(gradients: Sequence[Params], names: Sequence[str]) -> Params:
+def sum_over_k(gradients: Sequence[Params], names: Sequence[str]) -> Params:
     """``sum_k g_k`` of each parameter in ``names``, left to right (``g_0 + g_1 + ...``; WideInts stay WideInts)."""
     return {n: functools.reduce(operator.add, (g[n] for g in gradients)) for n in names}
 
