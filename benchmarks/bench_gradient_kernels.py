@@ -1,7 +1,7 @@
 """Host cost of conventional FL's batched gradient kernels alone, at the shapes of bench_sweep's D = 1000 row.
 
 What the epoch of ``bench_sweep.py --devices 1000 --protocols conventional`` spends in
-:func:`fednet.protocols.conventional.minibatch_gradients` (the minibatches gathered from the stacked points, one
+:func:`fednet.learning.models.minibatch_gradients` (the minibatches gathered from the stacked points, one
 pair of BLAS products per device, the scaling), with nothing of the engine around it: the floor an epoch cannot go
 under while each device keeps its own products (the bits of the unbatched code). Printed per thread count lent
 (:func:`fednet.algebra.slices.compute_threads`), milliseconds per epoch, three repetitions of 50 epochs.
@@ -23,7 +23,7 @@ import numpy as np
 
 from fednet.algebra.meter import MacMeter
 from fednet.algebra.slices import compute_threads
-from fednet.protocols.conventional import minibatch_gradients
+from fednet.learning.models import minibatch_gradients
 from fednet.study.threads import limit_threads
 
 

@@ -2,21 +2,18 @@
 
 Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: Straggler mitigation
 and secure aggregation in federated learning", Sec. V (eqs. 6-12), V-E (grouping), VII (set-up);
-gradient codes of Tandon et al. (ICML 2017).  The math of every step is in :mod:`fednet.codes.padded`.
+gradient codes of Tandon et al. (ICML 2017).  The math of every step, and the ring ``Z_2^W``,
+``W = k + f_B + f``, of the shares (exact decoding), are in :mod:`fednet.codes.padded`.
 
 Phase 1 (:meth:`CodedPaddedFL.setup`, round 0)
-    Offline (Sec. VII): device ``i`` pads ``X_i^T X_i``, ``G_i^(1) = -X_i^T Y_i`` (``Q<k,f>``) with
-    secret pads whose seeds only reach the server (eqs. 6-7), shares ``(Phi_i, Psi_i)`` (Remark 1)
-    with the ``alpha - 1`` devices column ``i`` of ``Omega`` names, relayed end-to-end encrypted
-    through the server (Sec. III-B), and encodes ``C_i``, ``Cbar_i`` (eqs. 8-9); the server
-    encodes the pads alike.
+    Offline (Sec. VII), device ``i`` pads ``X_i^T X_i`` and ``G_i^(1)`` with secret pads whose seeds only
+    reach the server (eqs. 6-7); it shares ``(Phi_i, Psi_i)`` (Remark 1) with the ``alpha - 1`` devices
+    column ``i`` of ``Omega`` names, relayed end-to-end encrypted through the server (Sec. III-B), and
+    encodes ``C_i``, ``Cbar_i`` (eqs. 8-9); the server encodes the pads alike.
 Phase 2 (:meth:`CodedPaddedFL.round`, each epoch)
-    The server broadcasts ``epsilon = Theta^(e) - Theta^(1)`` (eq. 10); devices upload ``C_i + Cbar_i
-    epsilon`` (eq. 11); per group the ``D_g - alpha + 1`` fastest are unpadded and decoded (eq. 12); eq. (5).
-
-Shares live in ``Z_2^W``, ``W = k + f_B + f`` (exact decoding).  ``full`` mode runs the metered
-exact kernels and checks each decoded gradient; ``timing`` follows the plain trajectory (Prop. 3)
-and charges the closed forms full mode checks.  The sum over groups is not charged (as the paper).
+    The server broadcasts ``epsilon`` (eq. 10); devices upload ``C_i + Cbar_i epsilon`` (eq. 11); per
+    group the ``D_g - alpha + 1`` fastest are unpadded and decoded (eq. 12); eq. (5).  ``full`` mode checks each
+    decoded gradient; the sum over groups is not charged (as the paper).
 """
 
 from __future__ import annotations
@@ -28,7 +25,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from fednet.algebra.capacity import check_statistics_capacity, devices_statistics_bounds
+from fednet.algebra.capacity import check_statistics_capacity
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.codes import padded
 from fednet.codes.gradient_codes import CyclicGradientCode
@@ -59,9 +56,8 @@ class CodedPaddedFLConfig(ProtocolConfig):
     share_element_bits : int, optional
         Wire width of a shared element; default ``k + f_B + f``, the ring exact decoding needs (paper: ``k``).
     sharing_schedule : {"relay_steps", "relay_asap", "upload_once"}
-        Phase 1's schedule, left open by Sec. V-C (:meth:`fednet.protocol.primitives.Primitives.exchange`):
-        row ``r`` of ``Omega`` in step ``r`` (default), all relays at once, or one upload per device
-        and ``alpha - 1`` forwards (the traffic count of Sec. V-D).
+        Phase 1's schedule, left open by Sec. V-C (:meth:`fednet.protocol.primitives.Net.exchange`; row ``r``
+        of ``Omega`` in step ``r`` by default, :func:`fednet.codes.padded.sharing_steps`).
     mode : {"full", "timing"}
     code_draws : int
         Candidate H matrices drawn per group code (best conditioned kept).
@@ -193,8 +189,7 @@ class CodedPaddedFL(Protocol):
         cfg, q, mode, (d, c) = self.config, self.q, self.mode, (self.task.d, self.task.c)
         self.groups = groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. V-E)
         check_statistics_capacity(q, self.task.X, self.task.Y, groups,   # refuse a too-narrow Q<k,f> now
-                                  bounds=devices_statistics_bounds(q, self.task.X, self.task.Y,
-                                                                   getattr(self.task, "memo", None)))
+                                  memo=getattr(self.task, "memo", None))
         self.codes = padded.group_codes(cfg.alpha, [len(m) for m in groups],
                                         [self.sim.rng(self.server, "gradient-code", g) for g in range(len(groups))],
                                         q, cfg.code_fraction_bits, cfg.code_draws, search=mode.exact)
@@ -241,7 +236,7 @@ class CodedPaddedFL(Protocol):
         return self.mode.run(padded.encode_prepared, coef, list(Phis), list(Psis),
                              cfg.ring_bits, cfg.code_fraction_bits, q.k + q.f, d,
                              macs=padded.encode_macs(cfg.alpha, d, c),
-                             like=(Shape((d, d), np.int64), Shape((-(-(q.k + q.f) // 16), d, c), np.int64)))
+                             like=tuple(Shape(shape, np.int64) for shape in padded.encoded_shapes(q.k + q.f, d, c)))
 
     def _encode_device(self, dev: Node) -> None:
         """Device ``dev``: eqs. (8)-(9) from its own and its received shares."""
@@ -269,11 +264,11 @@ class CodedPaddedFL(Protocol):
             if cfg.check_decoding:
                 mode.observe(self._check, g, local, totals[g], eps)
             used.extend(n.index for n in replies.nodes)
-
-        yield from self.net.gather_groups([[self.devices[i] for i in group] for group in self.groups],
-                                          self._device_epoch, kind="coded_gradient", first=[code.n_responders for code in self.codes],
-                                          then=_decode, download=eps, download_kind="epsilon", download_bits=cfg.k,
-                                          upload_elements=d * c, upload_bits=cfg.k)
+        groups = [[self.devices[i] for i in group] for group in self.groups]
+        yield from self.net.gather_groups(groups, self._device_epoch, kind="coded_gradient", then=_decode,
+                                          first=[code.n_responders for code in self.codes], download=eps,
+                                          download_kind="epsilon", download_bits=cfg.k, upload_elements=d * c,
+                                          upload_bits=cfg.k)
         self.used = used
         G = mode.offline(sum, [totals[g] for g in range(len(self.groups))], like=Shape((d, c), np.float64))
         mode.update(self, G, self.task.m)                                              # eq. (5)

@@ -2,39 +2,26 @@
 
 Source: Schlegel, Kumar, Rosnes, Graell i Amat, "CodedPaddedFL and CodedSecAgg: Straggler mitigation
 and secure aggregation in federated learning", Sec. VI (eq. 13, Remark 3), VI-D (grouping and the
-inter-group tree, eqs. 14-15, Fig. 3), VII-D (Fig. 7).  The math is in :mod:`fednet.codes.secagg`:
-shares over GF(q), q a prime next to ``2**(k+f)``, scaling postponed until after decoding, so the
-decoded aggregate is exact (Remark 3).
+inter-group tree, eqs. 14-15, Fig. 3), VII-D (Fig. 7).  The math, its number system (GF(q), scaling
+postponed: the decoded aggregate is exact, Remark 3) and what each party sees: :mod:`fednet.codes.secagg`.
 
-Phase 1 (:meth:`CodedSecAgg.setup`, round 0), inside each group of ``n' = D/N`` devices
-    Offline (Sec. VII): device ``i`` computes ``M_i = X_i^T X_i`` and ``G_i^(1) = -X_i^T Y_i`` in
-    ``Q<k,f>``, Shamir-shares (n', k') the upper triangle of ``M_i`` (Remark 1) and ``2**f G_i^(1)``,
-    sends share ``j`` to device ``j`` of its group, relayed end-to-end encrypted through the server
-    (Sec. III-B), and sums the ``n'`` shares it holds into ``Psi^(i)``, ``Phi^(i)`` (Sec. VI-A).
-Phase 2 (:meth:`CodedSecAgg.round`, each epoch)
-    The server broadcasts ``epsilon = Theta^(e) - Theta^(1)``; device i of group g computes
-    ``G~_{g,i} = Psi_g^(i) + Phi_g^(i) epsilon`` (eq. 13).  The shares climb the tree of
-    :func:`fednet.codes.secagg_tree.aggregation_tree`: device i of a sending group forwards its
-    running sum (eq. 15) to device i of the receiving group, as soon as it holds its own share and
-    its children's sums.  Device i of the master group (group 0) uploads share i of ``G^(e)``; the
-    server interpolates the first ``k'`` at 0, scales by ``2**(-2f)`` and updates (eq. 5).  Column
-    ``i`` (device i of every group) is as slow as its slowest member and its tree path: the loss of
-    straggler tolerance due to grouping noted in Sec. VI-D.
-
-What each party sees
-    A device sees ``epsilon`` (public in FL), one share of every group-mate's ``M_j`` and
-    ``2**f G_j^(1)`` (any ``z < k'`` colluders learn nothing: Shamir), and in phase 2 running sums
-    of one share of other groups' gradients.  The server sees only the ``k'`` master-group shares of
-    ``G^(e)`` per round, which determine ``G^(e)`` and nothing else (relayed messages are
-    encrypted: the engine keeps them in the server's ``relayed`` list, not its view).
-
-``full`` mode runs the exact math and checks each aggregate against an independent Python-int
-computation; ``timing`` follows the plain trajectory and charges the closed forms full mode checks.
+Phase 1 (:meth:`CodedSecAgg.setup`, round 0; Sec. VI-A), inside each group of ``n' = D/N`` devices
+    Offline (Sec. VII), device ``i`` forms ``M_i = X_i^T X_i`` and ``G_i^(1) = -X_i^T Y_i`` in ``Q<k,f>``,
+    Shamir-shares (n', k') the upper triangle of ``M_i`` (Remark 1) and ``2**f G_i^(1)``, sends share ``j``
+    to device ``j`` of its group (relayed end-to-end encrypted through the server, Sec. III-B) and sums
+    the ``n'`` shares it holds into ``Psi^(i)``, ``Phi^(i)``.
+Phase 2 (:meth:`CodedSecAgg.round`, each epoch; Sec. VI-B, VI-D)
+    The server broadcasts ``epsilon = Theta^(e) - Theta^(1)``; device i of group g computes ``G~_{g,i} =
+    Psi_g^(i) + Phi_g^(i) epsilon`` (eq. 13); the running sums climb the tree of :mod:`fednet.codes.secagg_tree`
+    (eqs. 14-15) to the master group (group 0), whose device i uploads share i of ``G^(e)``; the server
+    interpolates the first ``k'`` at 0, scales by ``2**(-2f)`` and updates (eq. 5).  Column ``i`` is as slow
+    as its slowest member and its tree path: the loss of straggler tolerance due to grouping (Sec. VI-D).
+  ``full`` mode checks each aggregate against an independent Python-int computation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -42,12 +29,10 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from fednet.algebra.capacity import check_statistics_capacity
-from fednet.algebra.meter import MacMeter, charge
 from fednet.algebra.fields import field_dtype
 from fednet.algebra.fixed_point import FixedPoint
+from fednet.algebra.meter import charged_alike
 from fednet.codes import padded, secagg
-from fednet.codes.gram import local_statistics
-from fednet.algebra.capacity import devices_statistics_bounds  # noqa: I001 (own line: merges beside other branches)
 from fednet.codes.secagg import decode_aggregate, device_share, shamir_share_macs, share_secrets  # re-exported
 from fednet.codes.secagg_tree import aggregation_tree
 from fednet.codes.shamir import default_points
@@ -162,15 +147,6 @@ class CodedSecAggState(NodeState):
     Psi: Any = None
 
 
-def _for_all(n: int, fn: Callable[..., Any], *args: Any) -> tuple[list, list[int]]:
-    """``([v] * n, [m] * n)``: one metered call ``v = fn(*args)`` (``m`` MACs) stands for ``n`` alike ones, the
-    other ``n - 1`` charged as it was (a timing-mode batch of stand-ins)."""
-    with MacMeter() as meter:
-        value = fn(*args)
-    charge((n - 1) * meter.macs)
-    return [value] * n, [meter.macs] * n
-
-
 class CodedSecAgg(Protocol):
     """CodedSecAgg (Schlegel et al., Sec. VI) with grouping and the tree of Sec. VI-D.
 
@@ -218,8 +194,7 @@ class CodedSecAgg(Protocol):
         cfg, mode, q, (d, c) = self.config, self.mode, self.q, (self.task.d, self.task.c)
         self.groups = membership(self.sim, cfg.groups)  # the network's groups, else consecutive (Sec. VI-D)
         check_statistics_capacity(self.fp, self.task.X, self.task.Y,           # refuse a too-narrow Q<k,f> now
-                                  bounds=devices_statistics_bounds(self.fp, self.task.X, self.task.Y,
-                                                                   getattr(self.task, "memo", None)))
+                                  memo=getattr(self.task, "memo", None))
         self.n_prime = len(self.groups[0])
         self.points = default_points(self.n_prime)
         self.tree = aggregation_tree(cfg.groups)
@@ -227,12 +202,12 @@ class CodedSecAgg(Protocol):
         self.group_of = {dev: (g, i) for g, members in enumerate(self.groups) for i, dev in enumerate(members)}
         self.max_decode_error = 0.0
         self._size, self._bits = secagg.share_size(d, c), cfg.share_element_bits or q.bit_length()
-        self._secret_like = (Shape((d * (d + 1) // 2,), field_dtype(q)), Shape((d, c), field_dtype(q)))
-        for dev in self.devices:                          # offline (Sec. VII): not timed
-            st, X, Y = dev.state, self.task.X[dev.index], self.task.Y[dev.index]
-            st.M, st.G1 = mode.offline(local_statistics, self.fp, X, Y,
-                                       like=(Shape((d, d), np.int64), Shape((d, c), np.int64)))
-            st.secrets = mode.offline(secagg.share_secrets, self.fp, q, st.M, st.G1, like=self._secret_like)  # Remark 3
+        self._secret_like = tuple(Shape(shape, field_dtype(q)) for shape in secagg.secret_shapes(d, c))
+        like = (Shape((d, d), np.int64), Shape((d, c), np.int64)) + self._secret_like
+        for dev in self.devices:                          # offline (Sec. VII): not timed; Remark 3
+            st = dev.state
+            st.M, st.G1, *st.secrets = mode.offline(secagg.device_secrets, self.fp, q, self.task.X[dev.index],
+                                                    self.task.Y[dev.index], like=like)
         nodes = [[self.devices[i] for i in members] for members in self.groups]
         if cfg.encode_per_group:                          # each group on its own (Sec. VI-D)
             yield self.env.all_of([self.env.process(self._share_in([group], group)) for group in nodes])
@@ -294,29 +269,21 @@ class CodedSecAgg(Protocol):
                              cfg.k, cfg.f, macs=secagg.decode_macs(cfg.threshold, d, c),
                              like=(Shape((d, c), object), Shape((d, c), np.float64)))
 
-    def _eq13(self, node: Node):
-        """Device: its share ``Psi^(i) + Phi^(i) epsilon`` of the gradient (eq. 13)."""
+    def _eq13(self, node: Node, received: Any = None):
+        """Device: its share ``Psi^(i) + Phi^(i) epsilon`` of the gradient (eq. 13); ``received``: default its own."""
         cfg, d, c, st = self.config, self.task.d, self.task.c, node.state
         with secagg.widened(cfg.k, cfg.f, cfg.widen_compute):
-            return self.mode.run(secagg.device_share, st.Phi, st.Psi, st.received, self.q,
-                                 macs=secagg.device_share_macs(d, c), like=Shape((d, c), field_dtype(self.q)))
+            return self.mode.run(secagg.device_share, st.Phi, st.Psi, st.received if received is None else received,
+                                 self.q, macs=secagg.device_share_macs(d, c), like=Shape((d, c), field_dtype(self.q)))
 
     def _eq13_many(self, nodes: list[Node], received: Any) -> tuple[list, list[int]]:
-        """Timing mode: :meth:`_eq13` of every node of ``nodes`` at once (a batch of the primitives).
-
-        Its stand-in and closed-form MACs depend only on ``(d, c)``, ``q`` and the widening, the same
-        on every device, so one metered call stands for all (the rest charged alike, per device).
-        """
-        node = nodes[0]
-        old, node.state.received = node.state.received, received
-        try:
-            return _for_all(len(nodes), self._eq13, node)
-        finally:
-            node.state.received = old
+        """Timing mode: :meth:`_eq13` of ``nodes`` at once, one call for all (its stand-in and closed-form MACs
+        depend only on ``(d, c)``, ``q`` and the widening; :func:`~fednet.algebra.meter.charged_alike`)."""
+        return charged_alike(len(nodes), self._eq13, nodes[0], received)
 
     def _add_many(self, accs: list, parts: list) -> tuple[list, list[int]]:
         """Timing mode: :meth:`_add` of many pairs of stand-ins of one shape (as :meth:`_eq13_many`)."""
-        return _for_all(len(accs), self._add, accs[0], parts[0])
+        return charged_alike(len(accs), self._add, accs[0], parts[0])
 
     def _add(self, acc, part):
         """Device: add a child's running sum to its own (eq. 15)."""

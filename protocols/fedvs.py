@@ -1,13 +1,11 @@
 """FedVS: straggler-resilient, private split vertical FL (Li, Yao, Liu, ICML 2023, Algorithm 1).
 
-Set-up (Sec. 4.2, Alg. 1 lines 1-10): every client raises its features to the powers of its PN, quantises
-them (``phi(Round(2^{l_x} X_hat))``), splits the rows into K segments, adds T uniform masks and sends the
-LCC share ``F_n(alpha_n')`` (eq. 2) to every other client, relayed through the server (bundled).  The
-encoding is charged at its metered count (``N (K+T) (M/K) d_n D_n`` MACs, the count
-:func:`fednet.codes.fedvs.share_data` meters, checked in the tests) and the shares at ``bits(p)`` per
-element.  To keep memory at O(batch), the shares of a batch are materialised when the batch is used, with
-the masks drawn from the client's secret stream keyed by the batch block: the same values the set-up
-would have sent (an implementation detail of the simulator, not of the protocol).
+Set-up (Sec. 4.2, Alg. 1 lines 1-10; the math in :mod:`fednet.codes.fedvs`): every client raises its features
+to the powers of its PN, quantises them (``phi(Round(2^{l_x} X_hat))``), splits the rows into K segments, adds T
+uniform masks and sends the LCC share ``F_n(alpha_n')`` (eq. 2) to every other client, relayed through the server
+(bundled), charged at its metered ``N (K+T) (M/K) d_n D_n`` MACs and ``bits(p)`` per element.  To keep memory at
+O(batch), a batch's shares are materialised when it is used, from masks keyed by the block: the values the set-up
+would have sent (:func:`fednet.codes.fedvs.batch_data_shares`; a detail of the simulator, not of the protocol).
 
 Each round (Sec. 4.3, Alg. 1 lines 12-35):
 
@@ -36,17 +34,12 @@ sharing_mean`).  How it composes is not stated, so it is a parameter:
   exchanged at network speed), as a simulation adding one more delay per client would compose it; the
   server's wait for the first ``2(K+T-1)+1`` then also skips the stragglers' sharing delays.
 
-Modes (``mode``, :mod:`fednet.protocol.modes`; one code path).  ``"full"`` runs every step's field math.
-``"timing"`` charges the same metered MACs at the same shapes and message sizes but skips the field math
-whose result the protocol never needs beyond what the plain computation gives: the data shares of the
-batch (eq. 2), the LCC encoding of the models (eq. 4), the coded embeddings (eq. 5) and the interpolation
-of psi (eq. 6).  The decoded sum it carries is the plain quantised sum ``sum_n X_bar_n W_bar_n``, which
-full mode proves equal to the decoded one every round (:meth:`FedVS.check_exact`).  What the trajectory
-depends on still runs in timing mode: the stochastic rounding (eq. 3) and the mask draws (they advance the
-client's secret stream, so both modes round alike), which uploads arrive first (the keyed delays), the
-dequantisation (eq. 7), the server's and the clients' SGD steps.  Both modes give the same trace bit for
-bit except ``checked_rounds`` (the full-mode observer's count; 0 in timing mode), tested in
-``tests/test_fedvs_protocol.py``.
+Modes (``mode``, :mod:`fednet.protocol.modes`).  ``"timing"`` charges the same metered MACs and message sizes but
+skips the field math of the data shares (eq. 2), the model encoding (eq. 4), the coded embeddings (eq. 5) and the
+interpolation (eq. 6), carrying the plain quantised sum ``sum_n X_bar_n W_bar_n``, which full mode proves equal to
+the decoded one every round (:meth:`FedVS.check_exact`).  The rounding (eq. 3), the mask draws, which uploads
+arrive first, eq. (7) and the SGD steps run in both modes: the same trace bit for bit except ``checked_rounds``
+(the full-mode observer's count; ``tests/test_fedvs_protocol.py``).
 """
 
 from __future__ import annotations
@@ -58,9 +51,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from fednet.algebra.capacity import check_resolution
 from fednet.codes import fedvs as fv
-from fednet.errors import ConfigError, FednetError
+from fednet.codes.fedvs import WeightsOutgrowField  # re-exported
 from fednet.learning.model import unmetered
 from fednet.protocol.base import NodeState
 from fednet.protocol.modes import Shape
@@ -129,11 +121,6 @@ class FedVSState(NodeState):
     model_rng: np.random.Generator | None = None
 
 
-class WeightsOutgrowField(OverflowError, ValueError):
-    """A client's PN weights grew past ``w_max``, for which the field was sized (a run-time overflow: the round
-    ends the training as a recorded failure, :mod:`fednet.protocol.finite`)."""
-
-
 class FedVS(VerticalProtocol):
     """FedVS (Alg. 1) on the engine's primitives (module docstring)."""
 
@@ -143,30 +130,9 @@ class FedVS(VerticalProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.check_against_data()
-
-    def check_against_data(self) -> None:
-        """Refuse, before anything runs, a field or resolution that does not fit the data (issue 33).
-
-        ``p`` must be a prime below ``2**62`` above twice the embedding bound
-        (:func:`fednet.codes.fedvs.check_modulus`, also called by :meth:`setup`); ``l_x`` and ``l_w`` must
-        not round most nonzero features or initial weights to zero
-        (:func:`fednet.algebra.capacity.check_resolution`).
-
-        Raises
-        ------
-        fednet.errors.ConfigError, fednet.errors.CapacityError
-            Naming the parameter and its value.
-        """
-        c = self.config
-        try:
-            fv.check_modulus(c.p, c.l_x, c.l_w, self.data.x_max, c.w_max, self.data.sizes, self.model.D)
-        except ValueError as e:
-            if isinstance(e, FednetError):
-                raise
-            raise ConfigError(f"p = {c.p}: {e}") from None
-        check_resolution(list(self.data.x_train), c.l_x, "l_x", "the clients' features")
-        check_resolution(list(self.model.W), c.l_w, "l_w", "the clients' initial weights")
+        c = self.config                       # refuse a field or resolution that does not fit the data (issue 33)
+        fv.check_fits(c.p, c.l_x, c.l_w, self.data.x_max, c.w_max, self.data.sizes, self.model.D,
+                      self.data.x_train, self.model.W)
 
     @classmethod
     def check(cls, config: FedVSConfig, n_devices: int) -> None:
@@ -193,32 +159,23 @@ class FedVS(VerticalProtocol):
             dev.state.model_rng = self.sim.secret_rng(dev, "fedvs_model_secrets")
         width = [d * D for d, D in zip(self.data.sizes, self.model.D)]
         yield from self.net.compute_each(self.devices, None,       # eq. (2) at alpha_1..alpha_N, count of share_data
-                                         macs=lambda dev: N * (c.K + c.T) * self.seg_rows * width[dev.index])
+                                         macs=lambda dev: fv.share_macs(N, c.K, c.T, self.seg_rows * width[dev.index]))
         pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
         yield from self.net.exchange(pairs, lambda s, d: _Share(self.seg_rows * width[s.index]), kind="data_share",
                                      schedule="bundled", element_bits=self.bits)
 
-    # -- the math of one client / the server (full mode) -------------------------------------------------
+    # -- the steps of one client / the server (the math: fednet.codes.fedvs) ------------------------------
     def data_shares(self, n: int, rows: np.ndarray) -> np.ndarray:
-        """Client ``n``'s shares ``F_n(alpha_1..alpha_N)`` of the coded rows ``rows`` (eq. 2), (N, |B|, d_n D_n).
-
-        The masks of the block come from the client's secret key and the block (module docstring).
-        """
-        c = self.config
-        x_bar = self._quantised_segments(n, rows)                         # (K, |B|, d_n D_n)
-        key = (self.devices[n].state.data_key, int(rows[0]), len(rows))
-        rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(list(key))))
+        """Client ``n``'s shares ``F_n(alpha_1..alpha_N)`` of the coded rows ``rows`` (eq. 2), (N, |B|, d_n D_n)."""
         with unmetered():                                                  # charged once in the set-up
-            return fv.lagrange_shares(x_bar, fv.draw_masks(rng, self.p, c.T, x_bar.shape[1:]),
-                                      self.alphas, self.betas, self.p)
+            return fv.batch_data_shares(self._quantised_segments(n, rows), self.devices[n].state.data_key, rows,
+                                        self.config.T, self.alphas, self.betas, self.p)
 
     def _quantised_segments(self, n: int, rows: np.ndarray) -> np.ndarray:
-        c = self.config
-        x = self.data.x_train[n]
-        seg = np.stack([x[k * self.seg_rows + rows] for k in range(c.K)])  # (K, |B|, d_n)
+        """Client ``n``'s ``X_bar`` of the batch's rows in each segment, (K, |B|, d_n D_n) (uncharged)."""
         with unmetered():
-            xh = fv.powers(seg.reshape(-1, x.shape[1]), self.model.D[n])
-            return fv.quantize_data(xh, c.l_x, self.p).reshape(c.K, len(rows), -1)
+            return fv.batch_segments(self.data.x_train[n], rows, self.seg_rows, self.config.K, self.model.D[n],
+                                     self.config.l_x, self.p)
 
     def share_model(self, dev) -> tuple[np.ndarray, Any]:
         """Quantise (eq. 3) and LCC-share (eq. 4) the client's PN: ``(W_bar_n, shares (N, d_n D_n, h))``.
@@ -234,8 +191,9 @@ class FedVS(VerticalProtocol):
         w_bar = fv.quantize_model(W, c.l_w, self.p, dev.state.model_rng)
         masks = fv.draw_masks(dev.state.model_rng, self.p, c.T, w_bar.shape)
         N = self.sim.n_devices
-        shares = self.mode.run(_encode_model, w_bar, masks, c.K, self.alphas, self.betas, self.p,
-                               macs=N * (c.K + c.T) * w_bar.size, like=Shape((N,) + w_bar.shape, np.dtype(np.int64)))
+        shares = self.mode.run(fv.model_shares, w_bar, masks, c.K, self.alphas, self.betas, self.p,
+                               macs=fv.share_macs(N, c.K, c.T, w_bar.size),
+                               like=Shape((N,) + w_bar.shape, np.dtype(np.int64)))
         return w_bar, shares
 
     def coded_embedding(self, dev) -> Any:
@@ -244,10 +202,10 @@ class FedVS(VerticalProtocol):
         Charges ``|B| h sum_n d_n D_n`` MACs (timing mode: the count, a stand-in of the shape).
         """
         j, N = dev.index, self.sim.n_devices
-        width = sum(d * D for d, D in zip(self.data.sizes, self.model.D))
+        widths = [d * D for d, D in zip(self.data.sizes, self.model.D)]
         return self.mode.run(fv.coded_embedding, [self.round_data[n][j] for n in range(N)],
                              [self.model_shares[(n, j)] for n in range(N)], self.p,
-                             macs=self.coded_batch * width * self.model.h,
+                             macs=fv.coded_embedding_macs(self.coded_batch, widths, self.model.h),
                              like=Shape((self.coded_batch, self.model.h), np.dtype(np.int64)))
 
     def decode(self, uploads: list) -> np.ndarray:
@@ -259,25 +217,19 @@ class FedVS(VerticalProtocol):
         c = self.config
         results = [v for _, v in uploads]
         alphas = [self.alphas[n.index] for n, _ in uploads]
-        H_bar = self.mode.run(_decode, results, alphas, self.betas, c.K, c.T, self.p,
-                              macs=c.K * self.need * self.coded_batch * self.model.h,
+        H_bar = self.mode.run(fv.decode_embedding_sum, results, alphas, self.betas, c.K, c.T, self.p,
+                              macs=fv.decode_macs(c.K, c.T, self.coded_batch, self.model.h),
                               like=Shape((c.K * self.coded_batch, self.model.h), np.dtype(np.int64)),
                               stand_in=lambda: fv.to_field(self.plain_sum(self.rows), self.p))
         self.H_bar = self.mode.value(H_bar)
         return fv.dequantize(self.H_bar, c.l_x, c.l_w, self.sim.n_devices, self.p)
 
     def plain_sum(self, rows: np.ndarray) -> np.ndarray:
-        """``sum_n X_bar_n W_bar_n`` of the round's K |B| rows as signed int64, (K |B|, h) (uncharged host work).
-
-        Exact in int64: every partial sum is bounded by :func:`fednet.codes.fedvs.embedding_bound`
-        ``< p / 2 < 2**61`` (the field check of the set-up and the ``w_max`` check of every round).
-        """
+        """``sum_n X_bar_n W_bar_n`` of the round's K |B| rows as signed int64, (K |B|, h) (uncharged host work,
+        :func:`fednet.codes.fedvs.plain_sum_int64`: exact, as the set-up's field check and ``w_max`` bound it)."""
         with unmetered():
-            total = 0
-            for n in range(self.sim.n_devices):
-                xq = fv.from_field(self._quantised_segments(n, rows), self.p).reshape(-1, self.w_bars[n].shape[0])
-                total = total + xq @ fv.from_field(self.w_bars[n], self.p)
-        return total
+            return fv.plain_sum_int64((self._quantised_segments(n, rows) for n in range(self.sim.n_devices)),
+                                      self.w_bars, self.p)
 
     def check_exact(self, rows: np.ndarray) -> None:
         """Full mode's observer: the decoded sum equals ``sum_n X_bar_n W_bar_n`` bit-exactly.
@@ -307,7 +259,7 @@ class FedVS(VerticalProtocol):
         def _prepare(dev) -> Generator:                                               # eqs. (3)-(4)
             self.shared[dev.index] = yield from self.net.compute(dev, self.share_model, dev)
             if c.sharing_wait == "all":                                               # part of the exchange
-                yield self.env.timeout(_sharing_delay(dev))
+                yield from self.net.delay(_sharing_delay(dev))
 
         self.shared = {}
         pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
@@ -317,7 +269,7 @@ class FedVS(VerticalProtocol):
         self.model_shares = {(n, j): self.shared[n][1][j] for n in range(N) for j in range(N)}
         def _upload(dev) -> Generator:                                                # eq. (5)
             if c.sharing_wait == "own":                                               # the client's own latency
-                yield self.env.timeout(_sharing_delay(dev))
+                yield from self.net.delay(_sharing_delay(dev))
             return (yield from self.delayed_upload(dev, self.coded_embedding, kind="coded_embedding",
                                                    key_round=epoch, element_bits=self.bits))
 
@@ -338,16 +290,6 @@ class FedVS(VerticalProtocol):
     def round_metrics(self, round: int) -> dict[str, Any]:
         """``checked_rounds``: rounds whose decoded sum was verified bit-exact so far."""
         return {"checked_rounds": getattr(self, "checked_rounds", 0)}
-
-
-def _encode_model(w_bar: np.ndarray, masks: np.ndarray, K: int, alphas, betas, p: int) -> np.ndarray:
-    """Eq. (4) with the masks already drawn: ``G_n(alpha_1..alpha_N)``, (N, d_n D_n, h); ``N (K+T) size`` MACs."""
-    return fv.lagrange_shares(np.broadcast_to(w_bar, (K,) + w_bar.shape), masks, alphas, betas, p)
-
-
-def _decode(results: list, alphas: list[int], betas: list[int], K: int, T: int, p: int) -> np.ndarray:
-    """Eq. (6) at beta_1..beta_K from the responders' coded embeddings (:func:`fednet.codes.fedvs.decode_embedding_sum`)."""
-    return fv.decode_embedding_sum(np.stack(results), alphas, betas, K, T, p)
 
 
 @dataclass(frozen=True)

@@ -3,24 +3,24 @@
 Source: So, He, Yang, Li, Yu, Ali, Guler, Avestimehr, "LightSecAgg: a lightweight and versatile
 design for secure aggregation in federated learning", MLSys 2022 (summary and test vectors in
 ``shared/references.md``); the baseline of Schlegel et al., Sec. VII-D (Fig. 7), where data are
-32-bit numbers and the devices run conventional minibatch gradient descent (Sec. VII-A).
+32-bit numbers and the devices run conventional minibatch gradient descent (Sec. VII-A).  The mask
+math, its MAC counts and what each party sees are in :mod:`fednet.codes.lightsecagg`.
 
 Each round ``e``, with N = D users, privacy ``T = z``, target ``U`` (``T < U <= N``, tolerating
 ``N - U`` dropped or straggling users):
 
 1. Offline (mask phase): user ``i`` draws a uniform mask ``z_i`` in GF(p)^(dc), splits it into
    ``U - T`` pieces of length ``L = ceil(dc / (U - T))``, appends ``T`` uniform noise pieces,
-   encodes them at the users' points (``N U L`` MACs, :func:`fednet.codes.lagrange.lsa_encode_mask`)
-   and sends ``z~_ij`` (``L`` elements) to every other user ``j`` through the server.
+   encodes them at the users' points and sends ``z~_ij`` (``L`` elements) to every other user ``j``
+   through the server.
 2. Online: the server broadcasts ``Theta`` (float32); user ``i`` computes its minibatch gradient
-   (``2 b_i d c`` MACs, as conventional FL), quantises it (``round(G 2**b)``, negatives to ``p + v``),
-   adds its mask (``d c`` MACs) and uploads ``d c`` elements.
+   (as conventional FL), quantises it (``round(G 2**b)``, negatives to ``p + v``), adds its mask and
+   uploads ``d c`` elements.
 3. The server takes the first ``U`` masked uploads as the survivor set ``U1`` (the fastest; the
-   others are dropped this round), announces ``U1`` (``|U1|`` numbers to each survivor); survivor
-   ``j`` waits for the encoded masks of every member of ``U1``, sums them
-   (``(|U1| - 1) L`` MACs) and uploads ``s_j`` (``L`` elements); from ``U`` of them the server
-   decodes ``sum_{i in U1} z_i`` (``(U - T) U L`` MACs), unmasks the sum of the masked uploads
-   (``|U1| d c`` MACs), dequantises and updates with ``m`` = the survivors' points (eqs. 4-5).
+   others are dropped this round) and announces ``U1``; survivor ``j`` waits for the encoded masks of
+   every member of ``U1``, sums them and uploads ``s_j`` (``L`` elements); from ``U`` of them the
+   server decodes ``sum_{i in U1} z_i``, unmasks the sum of the masked uploads, dequantises and
+   updates with ``m`` = the survivors' points (eqs. 4-5).
 
 What runs in parallel (``offline_parallel``, default True): following the LightSecAgg paper, the
 mask phase of round ``e`` overlaps the model download and the local training of round ``e`` -- the
@@ -28,28 +28,21 @@ encoding shares the device's processor with training (encoding first), the ``N -
 share the uplink with the masked upload (first come, first served).  With ``offline_parallel``
 False every mask is delivered before the round's model is broadcast.
 
-Randomness: masks and mask noise come from the secret stream (``Simulation.secret_rng``), never the
-public seed.  The mask steps (encoding, the encoded-mask messages, the survivor list, the
-aggregated masks) draw their compute delays and losses under their own ``timing_key = "mask"``, so
-the model download, the training step and the masked upload take the same keyed draws as
-conventional FL's at one seed (a paired comparison); minibatches come from
-:meth:`~fednet.protocol.base.Protocol.minibatch_rows`, shared with conventional FL too.
+Randomness: masks and mask noise come from the secret stream.  The mask steps draw their compute
+delays and losses under their own ``timing_key = "mask"``, so the model download, the training step
+and the masked upload take the same keyed draws, and the same minibatches, as conventional FL's at
+one seed (a paired comparison).
 
 Choice of U: ``U`` is a parameter; the baseline's study sweeps ``U`` for each ``(D, z)`` and keeps the
 fastest to the target accuracy (smaller ``U`` waits for fewer users but drops more of the non-iid
 data each round and lengthens the pieces, ``L = dc / (U - T)``).  ``U`` defaults to ``N``.
 
-What each party sees (and why the server learns only the aggregate): :mod:`fednet.codes.lightsecagg`.
-
-Modes (:mod:`fednet.protocol.modes`, one code path): ``full`` runs the finite-field math above every
-round; ``timing`` computes the same quantised gradients on the host, those of the survivors the aggregate sums
-(so the same survivor sets and trajectory), but skips the masks, charging the MACs the real kernels meter at the
-real shapes (every user that trains is charged its own).  Traffic
-is identical.  The mask math is in :mod:`fednet.codes.lightsecagg`.  A timing-mode round on the default
-schedule (bundled relay overlapping training, every user available, views not recorded) is replayed
-without a SimPy process per user (the engine's ``masked`` backend, :mod:`fednet.sim.engine.backends.masked`: the
-same times, draws and counts; ``FEDNET_ENGINE=-masked`` runs the processes).  Timing-mode runs with ``U = D`` on one task and seed
-share their models (:meth:`LightSecAgg.trajectory_group`): the first computes them, the others skip the gradients.
+Modes: ``timing`` computes the same quantised gradients on the host, those of the survivors the aggregate
+sums (so the same survivor sets and trajectory), but skips the masks, charging the MACs the real kernels
+meter at the real shapes; traffic is identical.  Where it can, the engine's ``masked`` backend
+(:mod:`fednet.sim.engine.backends.masked`) replays a timing-mode round without a SimPy process per user
+(``FEDNET_ENGINE=-masked`` runs the processes), and ``U = D`` runs on one task and seed share their models
+(:meth:`LightSecAgg.trajectory_group`).
 """
 
 from __future__ import annotations
@@ -62,20 +55,9 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from fednet.algebra.fields import check_prime, uniform
-from fednet.codes.lightsecagg import (
-    check_lsa_parameters,
-    default_lsa_points,
-    lsa_aggregate_encoded,
-    lsa_encode_mask,
-    lsa_piece_length,
-    mask_upload,
-    masked_gradient,
-    quantised_gradient,
-    sum_in_order,
-    unmask_aggregate,
-    unmask_shares,
-)
-from fednet.learning.models import minibatch_gradient
+from fednet.codes import lightsecagg as lsa
+from fednet.codes.lightsecagg import mask_upload, unmask_aggregate  # noqa: F401 (re-exported: tests import them here)
+from fednet.learning.models import minibatch_gradient  # noqa: F401 (re-exported)
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.protocol.modes import Shape, Timing
 from fednet.protocol.primitives import Mailbox
@@ -169,19 +151,14 @@ class LightSecAgg(Protocol):
 
     @classmethod
     def check(cls, config: LightSecAggConfig, n_devices: int) -> None:
-        """Refuse parameters outside T < U <= N (So et al.), via :func:`check_lsa_parameters`."""
+        """Refuse parameters outside T < U <= N (So et al.): :func:`fednet.codes.lightsecagg.check_lsa_parameters`."""
         U = n_devices if config.U is None else config.U
-        check_lsa_parameters(n_devices, U, config.z, config.p, quant_bits=config.quant_bits, param="p")
+        lsa.check_lsa_parameters(n_devices, U, config.z, config.p, quant_bits=config.quant_bits, param="p")
 
     @classmethod
     def check_dropout(cls, config: LightSecAggConfig, n_devices: int, dropout: float) -> None:
-        """Refuse a dropout that leaves fewer than U users available on average."""
-        U = n_devices if config.U is None else config.U
-        mean = n_devices * (1.0 - dropout)
-        if mean < U:
-            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_devices} users available on "
-                             f"average, fewer than U = {U} survivors each round needs; set U <= "
-                             f"{max(config.z + 1, int(mean))} or lower dropout")
+        """Refuse a dropout leaving fewer than U users available on average (:mod:`fednet.codes.lightsecagg`)."""
+        lsa.check_lsa_dropout(n_devices, n_devices if config.U is None else config.U, config.z, dropout)
 
     @classmethod
     def trajectory_group(cls, config: LightSecAggConfig, n_devices: int) -> tuple | None:
@@ -202,7 +179,7 @@ class LightSecAgg(Protocol):
 
     def setup(self) -> Generator:
         """No data sharing: per-device minibatch sizes and the mask-code points."""
-        self.alphas, self.betas = default_lsa_points(self.sim.n_devices, self.U)
+        self.alphas, self.betas = lsa.default_lsa_points(self.sim.n_devices, self.U)
         self._host_batch: tuple[int, np.ndarray | None, dict[int, np.ndarray]] = (-1, None, {})
         self._rows_cache: dict[tuple[int, int], np.ndarray] = {}
         for dev in self.devices:
@@ -220,7 +197,7 @@ class LightSecAgg(Protocol):
         """
         cfg, U = self.config, self.U
         d, c = self.task.d, self.task.c
-        L = lsa_piece_length(d * c, U, cfg.z)
+        L = lsa.lsa_piece_length(d * c, U, cfg.z)
         available = [dev for dev in self.devices if self.net.available(dev)]
         U1, online, replies = yield from self.net.masked_sum(
             available, prepare=lambda dev: self._prepare_mask(dev, epoch), encode=self._encode,
@@ -245,10 +222,9 @@ class LightSecAgg(Protocol):
         """User ``dev``'s encoded mask shares for all N users, ``(N, L)`` (``N U L`` MACs)."""
         N, U, T, dc = self.sim.n_devices, self.U, self.config.z, self.task.d * self.task.c
         return self.mode.run(
-            lsa_encode_mask, dev.state.mask, U, T, self.config.p, dev.state.rng_mask, self.alphas, self.betas,
-            macs=lambda: lsa_encode_mask(np.zeros(dc, np.int64), U, T, 2**31 - 1, np.random.default_rng(0),
-                                         *default_lsa_points(N, U)),
-            key=("lsa-encode", N, U, T, dc), like=Shape((N, lsa_piece_length(dc, U, T)), np.int64))
+            lsa.lsa_encode_mask, dev.state.mask, U, T, self.config.p, dev.state.rng_mask, self.alphas, self.betas,
+            macs=lambda: lsa.encode_mask_probe(N, U, T, dc),
+            key=("lsa-encode", N, U, T, dc), like=Shape((N, lsa.lsa_piece_length(dc, U, T)), np.int64))
 
     def _masked_gradient(self, dev: Node):
         """Online phase of user ``dev`` on the model it downloaded (eq. 3 estimate, quantised, masked).
@@ -259,11 +235,10 @@ class LightSecAgg(Protocol):
         :meth:`_unmask`): a user the server drops costs the host nothing."""
         i, cfg, U, d, c = dev.index, self.config, self.U, self.task.d, self.task.c
         X, Y, rows = self.task.X[i], self.task.Y[i], self._rows(dev, self.epoch)
-        return self.mode.run(masked_gradient, X, Y, dev.state.received, rows, dev.state.mask,
+        return self.mode.run(lsa.masked_gradient, X, Y, dev.state.received, rows, dev.state.mask,
                              cfg.quant_bits, cfg.p, U,
-                             macs=lambda: masked_gradient(np.zeros(X.shape), np.zeros(Y.shape), np.zeros((d, c)),
-                                                          np.arange(len(rows)), np.zeros(d * c, np.int64),
-                                                          cfg.quant_bits, cfg.p, U),
+                             macs=lambda: lsa.masked_gradient_probe(X.shape, Y.shape, len(rows), d, c,
+                                                                    cfg.quant_bits, cfg.p, U),
                              key=("lsa-masked", X.shape, Y.shape, len(rows), d, c, cfg.quant_bits, cfg.p, U),
                              like=Shape((d * c,), np.int64), stand_in=lambda: i)      # computed if summed
 
@@ -273,27 +248,23 @@ class LightSecAgg(Protocol):
         The shares are read from ``masks`` inside the step (reading meters nothing), so timing mode, which charges
         the closed form without running the step, does not gather ``|U1|`` stand-ins per survivor for nothing."""
         p = self.config.p
-        return self.mode.run(lambda: lsa_aggregate_encoded(masks.get_many(U1, dev.index), p),
+        return self.mode.run(lambda: lsa.lsa_aggregate_encoded(masks.get_many(U1, dev.index), p),
                              macs=(len(U1) - 1) * L, like=Shape((L,), np.int64))
 
     def _unmask(self, masked: list, s_parts: list, alphas: list[int], n_survivors: int, L: int):
         """Server: decode the aggregate mask from U shares, unmask the sum, dequantise."""
         cfg, U, T, d, c = self.config, self.U, self.config.z, self.task.d, self.task.c
         return self.mode.run(
-            unmask_shares, masked, s_parts, alphas, self.betas, U, T, (d, c), cfg.quant_bits, cfg.p,
-            macs=lambda: unmask_aggregate([np.zeros(d * c, np.int64)] * n_survivors, np.zeros((U, L), np.int64),
-                                          self.alphas[:U], self.betas, U, T, (d, c), 0, 2**31 - 1),
+            lsa.unmask_shares, masked, s_parts, alphas, self.betas, U, T, (d, c), cfg.quant_bits, cfg.p,
+            macs=lambda: lsa.unmask_probe(n_survivors, self.alphas[:U], self.betas, U, T, L, (d, c)),
             key=("lsa-decode", U, T, L, n_survivors, d * c), like=Shape((d, c), np.float64),
-            stand_in=lambda: None if self.mode.follows(self) else sum_in_order([self._host_gradient(m.value)
-                                                                                for m in masked]))
+            stand_in=lambda: None if self.mode.follows(self) else lsa.sum_in_order([self._host_gradient(m.value)
+                                                                                    for m in masked]))
 
     def _rows(self, dev: Node, epoch: int) -> np.ndarray:
-        """Minibatch of ``dev`` in round ``epoch``: a stream keyed by (device, round), so the draw does
-        not depend on which earlier rounds the device took part in (full and timing modes agree).
-
-        The first request of a round draws every device's rows at once
-        (:meth:`~fednet.protocol.base.Protocol.minibatch_rows_many`: the same rows, keyed draws have no
-        state); timing mode asks twice a round.
+        """Minibatch of ``dev`` in round ``epoch``, keyed by (device, round): independent of the rounds the device
+        took part in (full and timing modes agree).  The first request of a round draws every device's rows at once
+        (:meth:`~fednet.protocol.base.Protocol.minibatch_rows_many`: the same rows); timing mode asks twice a round.
         """
         key = (dev.index, epoch)
         rows = self._rows_cache.get(key)
@@ -305,13 +276,10 @@ class LightSecAgg(Protocol):
         return rows
 
     def _host_gradient(self, i: int) -> np.ndarray:
-        """Timing mode's stand-in of user ``i``'s masked upload this round: its quantised minibatch gradient, computed
-        when the aggregate needs it (not charged: the user is charged its own kernels' MACs when it computes).
-
-        :func:`~fednet.codes.lightsecagg.quantised_gradient` at the model the users download, once a round and
-        user. Only the survivors' gradients are summed, so only theirs are computed and checked against the
-        field's capacity (``U`` summands); full mode, where every user that trains quantises its own upload, also
-        checks the users the server drops.
+        """Timing mode's stand-in of user ``i``'s masked upload this round (uncharged host work, once a round and
+        user): :func:`~fednet.codes.lightsecagg.quantised_gradient` at the downloaded model, computed only for the
+        survivors the aggregate sums, so only theirs meet the capacity check of ``U`` summands (full mode, where
+        every user that trains quantises its own upload, also checks the users the server drops).
 
         Raises
         ------
@@ -325,6 +293,6 @@ class LightSecAgg(Protocol):
         if g is None:
             cfg = self.config
             rows = self._rows(self.devices[i], epoch)
-            g = cache[i] = quantised_gradient(self.task.X[i], self.task.Y[i], theta, rows, cfg.quant_bits, cfg.p,
-                                              self.U)
+            g = cache[i] = lsa.quantised_gradient(self.task.X[i], self.task.Y[i], theta, rows, cfg.quant_bits,
+                                                  cfg.p, self.U)
         return g

@@ -166,7 +166,8 @@ def devices_statistics_bounds(q: FixedPoint, X: Sequence[np.ndarray], Y: Sequenc
 
 def check_statistics_capacity(q: FixedPoint, Xs: Sequence[np.ndarray], Ys: Sequence[np.ndarray],
                               groups: Sequence[Sequence[int]] | None = None, *, param: str = "k",
-                              bounds: Sequence[tuple[float, float, float]] | None = None) -> None:
+                              bounds: Sequence[tuple[float, float, float]] | None = None,
+                              memo: Callable[[Hashable, Callable[[], Any]], Any] | None = None) -> None:
     """Refuse ``Q<k,f>`` if the devices' data, Gram sums or first gradients (or their sums) overflow it.
 
     Checks, on the data, every value the setup of CodedPaddedFL / CodedSecAgg forms in ``Q<k,f>``
@@ -187,6 +188,8 @@ def check_statistics_capacity(q: FixedPoint, Xs: Sequence[np.ndarray], Ys: Seque
     bounds : sequence of (float, float, float), optional
         :func:`statistics_bounds` of every device at ``q.f``, already computed (they depend on the
         data and ``q.f`` only; a study computes them once per task and reuses them for every run).
+    memo : callable, optional
+        Without ``bounds``: how :func:`devices_statistics_bounds` caches them (e.g. the task's ``memo``).
 
     Raises
     ------
@@ -196,7 +199,7 @@ def check_statistics_capacity(q: FixedPoint, Xs: Sequence[np.ndarray], Ys: Seque
         If ``bounds`` does not hold one entry per device.
     """
     if bounds is None:
-        bounds = [statistics_bounds(q, X, Y) for X, Y in zip(Xs, Ys)]
+        bounds = devices_statistics_bounds(q, Xs, Ys, memo)
     elif len(bounds) != len(Xs):
         raise ValueError(f"bounds must hold one entry per device ({len(Xs)}), got {len(bounds)}")
     cross = []

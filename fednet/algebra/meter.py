@@ -37,7 +37,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-__all__ = ["MacMeter", "charge", "recharged", "matmul", "bmatmul", "axpy", "active_meters", "macs_of"]
+__all__ = ["MacMeter", "charge", "recharged", "matmul", "bmatmul", "axpy", "active_meters", "macs_of",
+           "charged_alike"]
 
 _ACTIVE: contextvars.ContextVar[tuple["MacMeter", ...]] = contextvars.ContextVar(
     "fednet_active_meters", default=()
@@ -224,3 +225,32 @@ def macs_of(key: tuple, fn) -> int:
             _ACTIVE.reset(token)
         _MEASURED[key] = m.macs
     return _MEASURED[key]
+
+
+def charged_alike(n: int, fn: Callable[..., object], *args: object) -> tuple[list, list[int]]:
+    """``n`` alike calls of ``fn`` from one: ``([v] * n, [m] * n)`` for ``v = fn(*args)`` metering ``m`` MACs.
+
+    The batch twin of a step whose value and count are the same for each of ``n`` operands (timing mode's
+    stand-ins of one shape, :mod:`fednet.protocol.modes`): ``fn`` runs once, charging its ``m`` MACs as usual,
+    and the other ``n - 1`` calls are charged ``(n - 1) m`` MACs without running.
+
+    Parameters
+    ----------
+    n : int
+        Number of calls the one stands for (at least 1).
+    fn : callable
+        The step, built from metered kernels.
+    *args
+        Its operands (those of any of the ``n`` calls).
+
+    Returns
+    -------
+    values : list
+        ``n`` references to the one value.
+    macs : list of int
+        The MACs of each call, ``m`` each (their sum is what was charged).
+    """
+    with MacMeter() as meter:
+        value = fn(*args)
+    charge((n - 1) * meter.macs)
+    return [value] * n, [meter.macs] * n

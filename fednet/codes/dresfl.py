@@ -24,8 +24,10 @@ Choices the paper leaves open, fixed here (and stated in the docstrings): ``Roun
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -48,7 +50,14 @@ __all__ = [
     "gradient_degree",
     "recovery_threshold",
     "max_dropouts",
+    "check_clients",
+    "parse_prime",
+    "shard_rows",
     "share_dataset",
+    "share_dataset_macs",
+    "DataShare",
+    "coded_dataset",
+    "check_decoded",
     "evaluate_on_shares",
     "decode_gradients",
     "psi",
@@ -220,6 +229,57 @@ def max_dropouts(N: int, K: int, T: int, deg: int) -> int:
     return D
 
 
+def check_clients(N: int, K: int, T: int, n_hidden: int) -> None:
+    """Refuse ``N`` below the recovery threshold ``deg(g)(K + T - 1) + 1`` (Theorem 1, eq. 1; no dropout at all).
+
+    Raises
+    ------
+    ValueError
+        Naming ``K``, ``T``, ``deg(g)`` (:func:`gradient_degree` of ``n_hidden``) and the threshold.
+    """
+    deg = gradient_degree(n_hidden)
+    R = recovery_threshold(K, T, deg)
+    if N < R:
+        raise ValueError(f"DReS-FL with K = {K}, T = {T}, deg(g) = {deg} needs N >= "
+                         f"deg(g)(K + T - 1) + 1 = {R} clients (Theorem 1, eq. 1), got N = {N}")
+
+
+def parse_prime(v):
+    """A prime given as ``"2^a-b"`` (or ``"2**a - b"``) as an int; any other non-string unchanged.
+
+    TOML integers stop at 64 bits, so a study names Table 4's primes this way (``"2^200-75"``).
+
+    Raises
+    ------
+    ValueError
+        For a string of another form.
+    """
+    m = re.fullmatch(r"\s*2\s*(?:\^|\*\*)\s*(\d+)\s*-\s*(\d+)\s*", v) if isinstance(v, str) else None
+    if isinstance(v, str) and not m:
+        raise ValueError(f"p must be an integer or '2^a-b', got {v!r}")
+    return 2 ** int(m.group(1)) - int(m.group(2)) if m else v
+
+
+def shard_rows(xs: Sequence[np.ndarray], K: int) -> list[int]:
+    """``m_i / K``, the rows of one shard of each client (Sec. 4.1).
+
+    Raises
+    ------
+    ValueError
+        If some client's ``m_i`` is not divisible by ``K`` (naming the clients and their rows).
+    """
+    bad = [i for i, x in enumerate(xs) if x.shape[0] % K]
+    if bad:
+        raise ValueError(f"every client's m_i must be divisible by K = {K} (Sec. 4.1); clients {bad} "
+                         f"hold {[xs[i].shape[0] for i in bad]} rows")
+    return [x.shape[0] // K for x in xs]
+
+
+def share_dataset_macs(N: int, K: int, T: int, rows: int, d_x: int, d_y: int) -> int:
+    """MACs :func:`share_dataset` charges for one client with ``m_i / K = rows``: ``N (K + T) rows (d_x + d_y)``."""
+    return N * (K + T) * rows * (d_x + d_y)
+
+
 def share_dataset(xbar: np.ndarray, ybar: np.ndarray, K: int, T: int, alphas: Sequence[int],
                   betas: Sequence[int], q: int, rng: np.random.Generator, *, as_rns: bool = False,
                   ctx: RnsContext | None = None):
@@ -295,6 +355,26 @@ def share_dataset(xbar: np.ndarray, ybar: np.ndarray, K: int, T: int, alphas: Se
         else:
             out.append(enc.to_field().reshape((len(a),) + shape))
     return out[0], out[1]
+
+
+@dataclass(frozen=True)
+class DataShare:
+    """The coded data ``(X~_{i->j}, Y~_{i->j})`` client ``i`` sends client ``j`` (eqs. 2-3): rows ``j`` of
+    :func:`share_dataset`'s outputs (RnsArrays; timing mode's shape stand-ins)."""
+
+    x: Any
+    y: Any
+
+    @property
+    def size(self) -> int:
+        """Field elements on the wire: ``(m_i / K)(d_x + d_y)``."""
+        return int(np.prod(self.x.shape)) + int(np.prod(self.y.shape))
+
+
+def coded_dataset(parts: Sequence[DataShare]) -> tuple[RnsArray, RnsArray]:
+    """Client ``j``'s coded data set ``(X~_j, Y~_j)``: the shares it received from every client, in client order,
+    stacked (:func:`concat_rows`)."""
+    return concat_rows([g.x for g in parts]), concat_rows([g.y for g in parts])
 
 
 def _field(x: np.ndarray, q: int, name: str) -> np.ndarray:
@@ -419,6 +499,35 @@ def _decode_rns(results, pts, betas, K, q, names):
             o += size
         out.append(d)
     return out
+
+
+def check_decoded(decoded: Sequence[Mapping[str, np.ndarray]], plain: Sequence[Mapping[str, np.ndarray]], q: int,
+                  names: Sequence[str], *, what: str) -> None:
+    """Observer's check: every decoded global gradient, mapped by :func:`psi` (eq. 6), equals the plain one.
+
+    Parameters
+    ----------
+    decoded : sequence of K Params over GF(q)
+        :func:`decode_gradients`' output.
+    plain : sequence of K Params of signed integers
+        The integer gradients of the same global minibatches.
+    q : int
+    names : sequence of str
+        The parameters to compare.
+    what : str
+        The round, for the message.
+
+    Raises
+    ------
+    AssertionError
+        Naming the first gradient ``k`` that differs and its parameters.
+    """
+    for k, (dec, ref) in enumerate(zip(decoded, plain)):
+        bad = [n for n in names
+               if not np.array_equal(psi(dec[n], q).astype(object), np.asarray(ref[n]).astype(object))]
+        if bad:
+            raise AssertionError(f"{what}: decoded global gradient {k} differs from the plain integer gradient "
+                                 f"in {bad}")
 
 
 def psi(v: np.ndarray, q: int) -> np.ndarray:

@@ -41,8 +41,10 @@ from fednet.algebra.fields import (
     to_field,
     uniform,
 )
+from fednet.algebra.capacity import check_resolution
 from fednet.algebra.meter import charge
 from fednet.algebra.modp import lincomb_mod, matmul_mod
+from fednet.errors import ConfigError, FednetError
 from fednet.algebra.quantize import stochastic_round  # Round_stoc of eq. (3)
 
 try:  # the project-wide error family, where this checkout has it (branch reliability)
@@ -54,6 +56,8 @@ except ImportError:  # pragma: no cover - depends on the merge state
 
 __all__ = [
     "FedVSDecodeFailure",
+    "WeightsOutgrowField",
+    "check_fits",
     "FieldTooSmall",
     "default_points",
     "recovery_threshold",
@@ -64,14 +68,21 @@ __all__ = [
     "stochastic_round",
     "quantize_model",
     "split_segments",
+    "batch_segments",
     "draw_masks",
     "lagrange_shares",
     "share_data",
+    "batch_data_shares",
     "share_model",
+    "model_shares",
     "coded_embedding",
     "decode_embedding_sum",
     "dequantize",
     "plain_quantized_sum",
+    "plain_sum_int64",
+    "share_macs",
+    "coded_embedding_macs",
+    "decode_macs",
     "embedding_bound",
     "required_modulus",
     "check_modulus",
@@ -256,6 +267,32 @@ def split_segments(x: np.ndarray, K: int) -> np.ndarray:
     return x.reshape((K, x.shape[0] // K) + x.shape[1:])
 
 
+def batch_segments(x: np.ndarray, rows: np.ndarray, seg_rows: int, K: int, D: int, l_x: int, p: int) -> np.ndarray:
+    """``X_bar`` (Sec. 4.2) of a batch: row ``rows[r]`` of each of the ``K`` segments, powers quantised.
+
+    The set-up's data preparation (Alg. 1 lines 3-5) restricted to the rows a round uses, so that the shares of
+    a batch can be materialised when the batch is used (:func:`batch_data_shares`).
+
+    Parameters
+    ----------
+    x : ndarray of float, shape (M, d)
+        The client's feature block.
+    rows : ndarray of int, shape (b,)
+        The batch's rows within a segment, in ``[0, seg_rows)``.
+    seg_rows : int
+        ``M / K``, the rows of a segment (segment ``k`` starts at row ``k M/K``).
+    K, D, l_x, p : int
+        Segments, PN layers ``D_n``, data scaling bits and the prime.
+
+    Returns
+    -------
+    ndarray of int64, shape (K, b, d D), over GF(p) (no MACs metered: the set-up charges the data shares).
+    """
+    seg = np.stack([x[k * seg_rows + rows] for k in range(K)])  # (K, b, d)
+    xh = powers(seg.reshape(-1, x.shape[1]), D)
+    return quantize_data(xh, l_x, p).reshape(K, len(rows), -1)
+
+
 def draw_masks(rng: np.random.Generator, p: int, T: int, shape: Sequence[int]) -> np.ndarray:
     """``T`` independent uniform masks over GF(p) (``Z_{n,K+1..K+T}`` or ``V_{n,K+1..K+T}``); shape (T, *shape)."""
     return uniform(rng, _prime(p), (_int(T, "T"),) + tuple(shape))
@@ -320,6 +357,32 @@ def share_data(x_bar: np.ndarray, K: int, T: int, alphas: Sequence[int], betas: 
     return lagrange_shares(seg, draw_masks(rng, p, T, seg.shape[1:]), alphas, betas, p)
 
 
+def batch_data_shares(x_bar: np.ndarray, data_key: int, rows: np.ndarray, T: int, alphas: Sequence[int],
+                      betas: Sequence[int], p: int) -> np.ndarray:
+    """Eq. (2) for one batch of coded rows: client ``n``'s shares ``F_n(alpha_1..alpha_N)`` of those rows.
+
+    The masks come from a stream keyed by the client's secret ``data_key`` and the block (first row, number of
+    rows), so a block's shares are the values the set-up would have sent, whenever they are materialised.
+
+    Parameters
+    ----------
+    x_bar : ndarray of int64, shape (K, b, d D), over GF(p)
+        :func:`batch_segments` of the block.
+    data_key : int
+        The client's secret key of its data masks.
+    rows : ndarray of int, shape (b,)
+        The block's rows (``rows[0]`` and ``len(rows)`` key the masks).
+    T, alphas, betas, p : as :func:`share_data`
+
+    Returns
+    -------
+    ndarray of int64, shape (N, b, d D); charges ``N (K + T) b d D`` MACs (:func:`share_macs`).
+    """
+    key = (data_key, int(rows[0]), len(rows))
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence(list(key))))
+    return lagrange_shares(x_bar, draw_masks(rng, p, T, x_bar.shape[1:]), alphas, betas, p)
+
+
 def share_model(w_bar: np.ndarray, K: int, T: int, alphas: Sequence[int], betas: Sequence[int], p: int,
                 rng: np.random.Generator) -> np.ndarray:
     """Client ``n``'s model shares ``W~_{n,n'} = G_n(alpha_n')`` (eq. 4, Alg. 1 lines 15-17).
@@ -339,8 +402,25 @@ def share_model(w_bar: np.ndarray, K: int, T: int, alphas: Sequence[int], betas:
     """
     K = _int(K, "K", 1)
     w_bar = np.asarray(w_bar)
-    blocks = np.broadcast_to(w_bar, (K,) + w_bar.shape)
-    return lagrange_shares(blocks, draw_masks(rng, p, T, w_bar.shape), alphas, betas, p)
+    return model_shares(w_bar, draw_masks(rng, p, T, w_bar.shape), K, alphas, betas, p)
+
+
+def model_shares(w_bar: np.ndarray, masks: np.ndarray, K: int, alphas: Sequence[int], betas: Sequence[int],
+                 p: int) -> np.ndarray:
+    """Eq. (4) with the masks ``V_{n,K+1..K+T}`` already drawn: ``G_n(alpha_1..alpha_N)`` (:func:`share_model`).
+
+    Parameters
+    ----------
+    w_bar : ndarray of int64, shape (d_n D_n, h), over GF(p)
+    masks : ndarray of int64, shape (T, d_n D_n, h), over GF(p)
+    K, alphas, betas, p : as :func:`share_model`
+
+    Returns
+    -------
+    ndarray of int64, shape (N, d_n D_n, h); charges ``N (K + T) d_n D_n h`` MACs (:func:`share_macs`).
+    """
+    w_bar = np.asarray(w_bar)
+    return lagrange_shares(np.broadcast_to(w_bar, (_int(K, "K", 1),) + w_bar.shape), masks, alphas, betas, p)
 
 
 def coded_embedding(data_shares: Sequence[np.ndarray], model_shares: Sequence[np.ndarray], p: int) -> np.ndarray:
@@ -445,6 +525,45 @@ def plain_quantized_sum(x_bars: Sequence[np.ndarray], w_bars: Sequence[np.ndarra
     return total
 
 
+def plain_sum_int64(x_bars, w_bars: Sequence[np.ndarray], p: int) -> np.ndarray:
+    """``sum_n X_bar_n W_bar_n`` as signed int64, (B, h): the value the decoding gives (host work, no reduction).
+
+    Exact in int64 when every partial sum is bounded by :func:`embedding_bound` ``< p / 2 < 2**61`` (what
+    :func:`check_modulus` and the protocol's ``w_max`` check guarantee); :func:`plain_quantized_sum` is the
+    Python-int oracle.
+
+    Parameters
+    ----------
+    x_bars : iterable over n of ndarray, shape (..., d_n D_n), over GF(p)
+        The rows of each client (reshaped to ``(B, d_n D_n)``, e.g. :func:`batch_segments`' ``(K, b, d_n D_n)``).
+    w_bars : sequence over n of ndarray, shape (d_n D_n, h), over GF(p)
+    p : int
+
+    Returns
+    -------
+    ndarray of int64, shape (B, h) (plain NumPy products: nothing is metered).
+    """
+    total = 0
+    for x, w in zip(x_bars, w_bars):
+        total = total + from_field(x, p).reshape(-1, w.shape[0]) @ from_field(w, p)
+    return total
+
+
+def share_macs(N: int, K: int, T: int, size: int) -> int:
+    """MACs :func:`lagrange_shares` meters for ``size`` elements a block (eqs. 2, 4): ``N (K + T) size``."""
+    return N * (K + T) * size
+
+
+def coded_embedding_macs(b: int, widths: Sequence[int], h: int) -> int:
+    """MACs of :func:`coded_embedding` on ``b`` rows (eq. 5): ``b h sum_n d_n D_n``."""
+    return b * sum(widths) * h
+
+
+def decode_macs(K: int, T: int, b: int, h: int) -> int:
+    """MACs of :func:`decode_embedding_sum` (eq. 6): ``K R b h`` with ``R = 2(K+T-1)+1``."""
+    return K * recovery_threshold(K, T) * b * h
+
+
 def embedding_bound(l_x: int, l_w: int, x_max: float, w_max: float, d: Sequence[int], D: Sequence[int]) -> int:
     """Largest ``|sum_n H_bar_n|`` entry: ``sum_n sum_{i<=D_n} d_n Round(2^{l_x} x_max^i) ceil(2^{l_w} w_max)``.
 
@@ -509,3 +628,40 @@ def check_modulus(p: int, l_x: int, l_w: int, x_max: float, w_max: float, d: Seq
     if p <= 2 * bound + 1:
         raise FieldTooSmall(p, bound, next_prime_above(2 * bound + 1))
     return p
+
+
+def check_fits(p: int, l_x: int, l_w: int, x_max: float, w_max: float, d: Sequence[int], D: Sequence[int],
+               x_train: Sequence[np.ndarray], W: Sequence[np.ndarray]) -> None:
+    """Refuse, before anything runs, a field or resolution that does not fit the data (issue 33).
+
+    ``p`` must be a prime below ``2**62`` above twice the embedding bound (:func:`check_modulus`); ``l_x`` and
+    ``l_w`` must not round most nonzero features or initial weights to zero
+    (:func:`fednet.algebra.capacity.check_resolution`).
+
+    Parameters
+    ----------
+    p, l_x, l_w, x_max, w_max, d, D
+        As :func:`check_modulus`.
+    x_train : sequence of ndarray
+        The clients' feature blocks.
+    W : sequence of ndarray
+        The clients' initial weights.
+
+    Raises
+    ------
+    fednet.errors.ConfigError, fednet.errors.CapacityError
+        Naming the parameter and its value.
+    """
+    try:
+        check_modulus(p, l_x, l_w, x_max, w_max, d, D)
+    except ValueError as e:
+        if isinstance(e, FednetError):
+            raise
+        raise ConfigError(f"p = {p}: {e}") from None
+    check_resolution(list(x_train), l_x, "l_x", "the clients' features")
+    check_resolution(list(W), l_w, "l_w", "the clients' initial weights")
+
+
+class WeightsOutgrowField(OverflowError, ValueError):
+    """A client's PN weights grew past ``w_max``, for which the field was sized (a run-time overflow: the round
+    ends the training as a recorded failure, :mod:`fednet.protocol.finite`)."""

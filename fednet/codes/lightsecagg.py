@@ -35,7 +35,8 @@ from fednet.learning.models import minibatch_gradient
 
 __all__ = ["default_lsa_points", "check_lsa_parameters", "lsa_piece_length", "lsa_mask_pieces", "lsa_encode_mask",
            "lsa_aggregate_encoded", "lsa_decode_aggregate_mask", "mask_upload", "unmask_aggregate",
-           "masked_gradient", "unmask_shares", "quantised_gradient", "sum_in_order"]
+           "masked_gradient", "unmask_shares", "quantised_gradient", "sum_in_order", "check_lsa_dropout",
+           "encode_mask_probe", "masked_gradient_probe", "unmask_probe"]
 
 
 def default_lsa_points(N: int, U: int) -> tuple[list[int], list[int]]:
@@ -89,6 +90,21 @@ def check_lsa_parameters(N: int, U: int, T: int, q: int, *, quant_bits: int | No
     if quant_bits is not None:
         check_field_capacity(q, int(U) << int(quant_bits),
                              what=f"the sum of U = {U} quantised units 2^quant_bits = 2^{quant_bits}", param=param)
+
+
+def check_lsa_dropout(N: int, U: int, z: int, dropout: float) -> None:
+    """Refuse a dropout probability that leaves fewer than ``U`` of ``N`` users available on average.
+
+    Raises
+    ------
+    ValueError
+        Naming ``network.dropout`` and the largest ``U`` (at least ``z + 1``) the mean availability allows.
+    """
+    mean = N * (1.0 - dropout)
+    if mean < U:
+        raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {N} users available on "
+                         f"average, fewer than U = {U} survivors each round needs; set U <= "
+                         f"{max(z + 1, int(mean))} or lower dropout")
 
 
 def lsa_piece_length(d: int, U: int, T: int) -> int:
@@ -346,3 +362,26 @@ def sum_in_order(values: Sequence[np.ndarray]) -> np.ndarray:
     for v in values[1:]:
         np.add(total, v, out=total)
     return total
+
+
+# -- probes: the kernels of a step on zeros at its shapes (how timing mode measures its MACs, once per shape) ------
+def encode_mask_probe(N: int, U: int, T: int, dc: int) -> np.ndarray:
+    """:func:`lsa_encode_mask` of a zero mask of ``dc`` elements at the default points of ``N`` users, in
+    GF(2^31 - 1): the ``N U L`` MACs of the step at these sizes (the count depends on neither field nor values)."""
+    return lsa_encode_mask(np.zeros(dc, np.int64), U, T, 2**31 - 1, np.random.default_rng(0), *default_lsa_points(N, U))
+
+
+def masked_gradient_probe(x_shape: tuple, y_shape: tuple, n_rows: int, d: int, c: int, b: int, p: int,
+                          n_summands: int) -> np.ndarray:
+    """:func:`masked_gradient` on zeros: a user of ``x_shape``/``y_shape`` points, ``n_rows`` minibatch rows,
+    ``(d, c)`` model (``2 b_i d c + d c`` MACs)."""
+    return masked_gradient(np.zeros(x_shape), np.zeros(y_shape), np.zeros((d, c)), np.arange(n_rows),
+                           np.zeros(d * c, np.int64), b, p, n_summands)
+
+
+def unmask_probe(n_survivors: int, alphas: Sequence[int], betas: Sequence[int], U: int, T: int, L: int,
+                 shape: tuple[int, int]) -> np.ndarray:
+    """:func:`unmask_aggregate` on zeros in GF(2^31 - 1): ``n_survivors`` masked uploads, ``U`` aggregated masks
+    of length ``L`` at ``alphas`` (``(U - T) U L + |U1| d c`` MACs)."""
+    return unmask_aggregate([np.zeros(shape[0] * shape[1], np.int64)] * n_survivors, np.zeros((U, L), np.int64),
+                            alphas, betas, U, T, shape, 0, 2**31 - 1)

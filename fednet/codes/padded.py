@@ -90,6 +90,7 @@ __all__ = [
     "group_codes",
     "padded_statistics",
     "padded_statistics_shapes",
+    "encoded_shapes",
     "check_decoding",
     "encode_charge",
     "sharing_steps",
@@ -575,6 +576,11 @@ def padded_statistics_shapes(bits: int, d: int, c: int) -> tuple:
     """Shapes of :func:`padded_statistics`' outputs (timing mode's stand-ins)."""
     limbs = -(-bits // 16)
     return ((d, d), (d, c)) + ((limbs, d * (d + 1) // 2), (limbs, d, c)) * 2
+
+
+def encoded_shapes(out_bits: int, d: int, c: int) -> tuple:
+    """Shapes of :func:`encode_prepared`'s outputs, ``Cbar`` (d, d) and ``C`` (limbs of ``out_bits``, d, c)."""
+    return (d, d), (-(-out_bits // 16), d, c)
 
 
 def check_decoding(q: FixedPoint, code: CyclicGradientCode, responders: Sequence[int], G: np.ndarray,

@@ -13,6 +13,13 @@ Number system (Remark 3)
     ``sum_i (2**f G_i^(1) + M_i epsilon)`` *exactly* in the field.  A decoded value outside
     ``Z_<k+f>`` raises (never wraps silently).  Field elements travel as ``share_element_bits``
     bits (default ``q.bit_length()`` = 73; the paper counts ``k + f`` = 72).
+
+What each party sees
+    A device sees ``epsilon`` (public in FL), one share of every group-mate's ``M_j`` and
+    ``2**f G_j^(1)`` (any ``z < k'`` colluders learn nothing: Shamir), and in phase 2 running sums
+    of one share of other groups' gradients.  The server sees only the ``k'`` master-group shares of
+    ``G^(e)`` per round, which determine ``G^(e)`` and nothing else (relayed messages are
+    encrypted: the engine keeps them in the server's ``relayed`` list, not its view).
 """
 
 from __future__ import annotations
@@ -29,10 +36,11 @@ from fednet.algebra.fields import check_field_capacity, fixed_point_field, from_
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.algebra.meter import recharged
 from fednet.algebra.modp import PreparedMatrix, add_mod, sum_mod
-from fednet.codes.gram import pack_upper, unpack_upper
+from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
 from fednet.codes.shamir import check_shamir_parameters, shamir_reconstruct, shamir_share
 
-__all__ = ["shamir_share_macs", "share_secrets", "share_device_secrets", "combine_shares", "device_share",
+__all__ = ["shamir_share_macs", "share_secrets", "device_secrets", "secret_shapes", "share_device_secrets",
+           "combine_shares", "device_share",
            "add_shares", "decode_aggregate", "decode_shares", "column_tree",
            "check_aggregate", "field_prime", "share_size", "combine_macs", "device_share_macs", "add_macs",
            "decode_macs", "widened", "check_groups", "check_dropout"]
@@ -82,6 +90,33 @@ def share_secrets(fp: FixedPoint, q: int, M: np.ndarray, G1: np.ndarray) -> tupl
     phi = to_field(pack_upper(M), q, name="M")
     psi = to_field(G1.astype(object) * (1 << fp.f), q, name="G1 * 2**f")
     return phi, psi
+
+
+def device_secrets(fp: FixedPoint, q: int, X: np.ndarray, Y: np.ndarray) -> tuple:
+    """A device's offline phase 1 (Sec. VII): :func:`~fednet.codes.gram.local_statistics`, then :func:`share_secrets`.
+
+    Parameters
+    ----------
+    fp : FixedPoint
+        ``Q<k,f>``.
+    q : int
+        The field (:func:`field_prime`).
+    X : ndarray, (m_i, d) float
+    Y : ndarray, (m_i, c) float
+
+    Returns
+    -------
+    M, G1, phi, psi : ndarray
+        ``X_i^T X_i`` (d, d) and ``G_i^(1)`` (d, c) int64 in ``Q<k,f>`` (the observer's), then the two
+        secrets of :func:`share_secrets` over GF(q).
+    """
+    M, G1 = local_statistics(fp, X, Y)
+    return (M, G1) + share_secrets(fp, q, M, G1)
+
+
+def secret_shapes(d: int, c: int) -> tuple:
+    """Shapes of the two secrets of :func:`share_secrets`, ``(d(d+1)/2,)`` and ``(d, c)`` (timing mode's stand-ins)."""
+    return (d * (d + 1) // 2,), (d, c)
 
 
 def share_device_secrets(phi: np.ndarray, psi: np.ndarray, n_prime: int, k_prime: int, q: int,

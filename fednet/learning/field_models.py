@@ -44,17 +44,24 @@ The field must hold the integer gradient: :meth:`FieldPolyMLP.gradient_bound` bo
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
+from collections.abc import Sequence
 
 import numpy as np
 
+from fednet.algebra.capacity import check_resolution
 from fednet.algebra.meter import charge
+from fednet.errors import CapacityError, ConfigError
 from fednet.algebra.rns import RnsArray, RnsContext, rns_context
 from fednet.algebra.wideint import WideInts
-from fednet.codes.dresfl import DRESFL_PRIME_200, dresfl_update, gradient_degree, psi, transform_data
-from fednet.learning.model import Model, Optimizer, Params, ParamsOrArray, Schedule, ConstantSchedule, as_targets
+from fednet.codes.dresfl import DRESFL_PRIME_200, dresfl_update, global_shards, gradient_degree, psi, transform_data
+from fednet.learning.model import (Model, Optimizer, Params, ParamsOrArray, Schedule, ConstantSchedule, as_targets,
+                                   flatten, unmetered)
 
-__all__ = ["FieldOverflowError", "FieldPolyMLP", "FieldSGD", "PLAIN_MODULI"]
+__all__ = ["FieldOverflowError", "FieldPolyMLP", "FieldSGD", "PLAIN_MODULI", "global_datasets", "sum_over_k",
+           "decoded_sum"]
 
 #: Primes for the exact plain integer gradient (:meth:`FieldPolyMLP.integer_gradient` with ``wide=True``):
 #: Poly1305's ``2^130 - 5``, NIST P-192's ``2^192 - 2^64 - 1``, P-224's ``2^224 - 2^96 + 1`` and Curve25519's
@@ -276,6 +283,15 @@ class FieldPolyMLP(Model):
             return grads
         return {k: v.to_field() for k, v in grads.items()}
 
+    def field_gradient_probe(self, params: Params, b: int) -> Params:
+        """:meth:`field_gradient` on zeros: parameters of ``params``' shapes, a ``b``-row batch.
+
+        Its MACs are those of a client's coded gradient at these shapes (they do not depend on the values): how
+        timing mode measures the step once, without coded data.
+        """
+        return self.field_gradient({k: np.zeros_like(v) for k, v in params.items()},
+                                   np.zeros((b, self.sizes[0]), np.int64), np.zeros((b, self.sizes[-1]), np.int64))
+
     def integer_gradient(self, params: ParamsOrArray, x: np.ndarray, y: np.ndarray, *,
                          transformed: bool = False, wide: bool = False) -> Params:
         """Exact integer gradient ``psi(g~)`` of ``||Y_bar - f(X_bar)||^2`` (summed over the batch).
@@ -487,3 +503,118 @@ class FieldSGD(Optimizer):
         clip_bits = 0 if m.f is None else m.grad_bits
         return dresfl_update(p, g, self.schedule(epoch), int(m_used), m.q, self.rng,
                              max_norm=self.max_norm, shift=shift, clip_bits=clip_bits)
+
+
+def global_datasets(model: FieldPolyMLP, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], shard_rows: Sequence[int],
+                    K: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The ``K`` global data sets ``[X_bar^(k)_1; ...; X_bar^(k)_N]`` and their targets, transformed (Sec. 4.1).
+
+    What DReS-FL's decoding recovers the gradients of (:func:`fednet.codes.dresfl.global_shards`, then
+    :meth:`FieldPolyMLP.transform`; element-wise, so the rows of a round can be selected afterwards).
+
+    Parameters
+    ----------
+    model : FieldPolyMLP
+    X, Y : sequences of N ndarrays, (m_i, d_0) and (m_i,) labels or (m_i, d_{L+1}) targets
+    shard_rows : sequence of N ints
+        ``m_i / K`` (:func:`fednet.codes.dresfl.shard_rows`).
+    K : int
+
+    Returns
+    -------
+    list of K (xbar, ybar)
+        int64 arrays, shapes ``(sum_i m_i / K, d_0)`` and ``(sum_i m_i / K, d_{L+1})``.
+    """
+    return [model.transform(x, y) for x, y in zip(global_shards(X, shard_rows, K), global_shards(Y, shard_rows, K))]
+
+
+def sum_over_k(gradients: Sequence[Params], names: Sequence[str]) -> Params:
+    """``sum_k g_k`` of each parameter in ``names``, left to right (``g_0 + g_1 + ...``; WideInts stay WideInts)."""
+    return {n: functools.reduce(operator.add, (g[n] for g in gradients)) for n in names}
+
+
+def decoded_sum(decoded: Sequence[Params], q: int, names: Sequence[str]) -> np.ndarray:
+    """``sum_k psi(g_k)`` (eq. 6) of DReS-FL's K decoded global gradients, flattened: ``(d_w,)`` Python ints.
+
+    Parameters
+    ----------
+    decoded : sequence of K Params over GF(q)
+        :func:`fednet.codes.dresfl.decode_gradients`' output.
+    q : int
+    names : sequence of str
+        The parameters, in the order of :func:`~fednet.learning.model.flatten`.
+    """
+    return np.sum([flatten({n: psi(gk[n], q).astype(object) for n in names}) for gk in decoded], axis=0)
+
+
+def check_dresfl_fits(model: "FieldPolyMLP", params: dict, X: Sequence[np.ndarray], Y: Sequence[np.ndarray], *,
+                      p: int, element_bits: int | None, batch_size: int, m_coded: int, K: int, data_bits: int,
+                      data_shift: float, weight_bits: int | None, init_scale: float) -> None:
+    """Refuse, before anything runs, DReS-FL parameters that do not fit the data and the field (issue 33).
+
+    - ``element_bits`` below ``ceil(log2 p)`` (the wire would carry field elements too short);
+    - ``batch_size`` above the ``m~`` coded rows it is drawn from (without replacement);
+    - ``data_bits`` (``weight_bits``) that round most nonzero features (initial weights) to zero
+      (:func:`fednet.algebra.capacity.check_resolution`);
+    - a prime whose signed range ``(p-1)/2`` cannot hold the transformed data, the labels times
+      ``c_y``, the bias multipliers ``c_i`` or the initial integer weights.
+
+    A gradient that outgrows the field during training is a recorded failure at its round
+    (:mod:`fednet.protocol.finite`).
+
+    Parameters
+    ----------
+    model : FieldPolyMLP
+    params : dict
+        The initial integer weights.
+    X, Y : sequences of ndarray
+        The clients' data.
+    p, element_bits, batch_size, K, data_bits, data_shift, weight_bits, init_scale
+        The protocol's parameters (:class:`fednet.protocols.dresfl.DReSFLConfig`).
+    m_coded : int
+        ``m~``, the coded rows a minibatch is drawn from.
+
+    Raises
+    ------
+    fednet.errors.ConfigError, fednet.errors.CapacityError
+        Naming the parameter, its value and a setting that works.
+    """
+    field_bits = math.ceil(math.log2(p))
+    if element_bits is not None and element_bits < field_bits:
+        raise ConfigError(f"element_bits = {element_bits} is below the {field_bits} bits of an element of "
+                          f"GF(p), p = {p}: every coded message would be counted too short; leave it unset "
+                          f"(ceil(log2 p) = {field_bits}) or raise it")
+    if batch_size > m_coded:
+        raise ConfigError(f"batch_size = {batch_size} exceeds the m~ = {m_coded} coded rows the "
+                          f"minibatch is drawn from without replacement (K = {K}); use batch_size <= "
+                          f"{m_coded}")
+    shift = data_shift
+    check_resolution([x + shift for x in X] if shift else list(X), data_bits,
+                     "data_bits", "the training features" + (" plus data_shift" if shift else ""))
+    sizes = model.sizes
+    if weight_bits is not None:         # the initial weights' magnitudes (a draw of their law, not the model's)
+        rng = np.random.default_rng(0)
+        check_resolution([rng.uniform(-1.0, 1.0, min(4096, a * b)) * init_scale / math.sqrt(a)
+                          for a, b in zip(sizes[:-1], sizes[1:])], weight_bits, "weight_bits",
+                         "the initial weights")
+    half = (p - 1) // 2
+    x_max = max(max(abs(float(x.max()) + shift), abs(float(x.min()) + shift)) if x.size else 0.0
+                for x in X)
+    y_max = max(float(np.abs(y).max()) if y.size else 0.0 for y in Y)
+    w_max = max((int(np.abs(np.asarray(v, dtype=object)).max()) for v in params.values() if v.size),
+                default=0)
+    needs = {"the transformed features Round(2^l (x + c))": round(2.0 ** model.l * x_max),
+             "the transformed labels times c_y": round(2.0 ** model.l * y_max) * model.label_mult,
+             "the bias multipliers c_i": max(model.bias_mult, default=1),
+             "the initial integer weights": w_max}
+    x0, y0 = X[0][:batch_size], Y[0][:batch_size]
+    with unmetered(), np.errstate(all="ignore"):    # the initial gradient of one real minibatch
+        needs["the integer gradient of the initial model on a minibatch of client 0"] = \
+            model.gradient_bound(params, *model.transform(x0, y0))
+    for what, need in needs.items():
+        if not need <= half:
+            bits = "more than 1024" if not math.isfinite(need) else f"{math.log2(max(need, 1)):.1f}"
+            need_bits = "1024" if not math.isfinite(need) else f"{math.ceil(math.log2(2 * need + 1))}"
+            raise CapacityError(f"p = {p} ({p.bit_length()} bits) is too small for {what} (up to "
+                                f"2^{bits}, above (p-1)/2): use a prime above 2^{need_bits} or fewer "
+                                f"data_bits / weight_bits")

@@ -10,15 +10,22 @@ and are not charged.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
+
 import numpy as np
 
 from fednet.algebra.meter import axpy, bmatmul, charge, matmul
+from fednet.algebra.slices import map_slices
 
 __all__ = [
     "one_hot",
     "ridge_gradient",
     "ridge_gradients",
     "minibatch_gradient",
+    "minibatch_gradients",
+    "sum_gradients",
+    "STACK_BYTES",
     "ridge_loss",
     "ridge_step",
     "predict",
@@ -178,6 +185,160 @@ def ridge_gradients(x: np.ndarray, y: np.ndarray, theta: np.ndarray, scale: floa
         return scale * g
     g *= scale
     return g
+
+
+#: Largest stack of the devices' points (bytes) that :func:`minibatch_gradients` keeps between rounds.
+STACK_BYTES = 64 * 2**20
+
+
+def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta: np.ndarray,
+                        rows: Sequence[np.ndarray], cache: dict | None = None) -> tuple[list[np.ndarray], list[int]]:
+    """:func:`minibatch_gradient` of many devices at one model, batched over devices of equal shapes.
+
+    Devices with the same number of points and minibatch size form one stack and one batched kernel
+    (:func:`fednet.learning.models.ridge_gradients`), when their points fit in :data:`STACK_BYTES`
+    (larger points gain nothing from batching: they run device by device); each result equals
+    ``minibatch_gradient(X[i], Y[i], theta, rows[i])`` bit for bit (``tests/test_batched.py``).
+    The devices of a group are cut into slices that run at once on the threads a run is lent
+    (:func:`fednet.algebra.slices.map_slices`: each device's products are the same BLAS calls on any
+    thread), and this function charges the MACs itself (``2 b_i d c`` per device).
+
+    Parameters
+    ----------
+    X, Y : sequences of ndarray, (n_i, d) and (n_i, c)
+        The devices' points.
+    theta : ndarray, (d, c)
+    rows : sequence of ndarray of int, (b_i,), or ndarray (D, b)
+        Each device's minibatch.
+    cache : dict, optional
+        Keeps each group's stacked points (up to :data:`STACK_BYTES`) between calls with the same
+        arrays, so that a group's minibatches are gathered with one index (a caller passes the same
+        dict every round; the points must not change).
+
+    Returns
+    -------
+    gradients : list of ndarray (d, c), or one ndarray (D, d, c)
+        In the order of ``X`` (the stack when every device is in one group).
+    macs : list of int
+        ``2 b_i d c`` per device (their sum is charged here).
+    """
+    ids = (tuple(map(id, X)), tuple(map(id, Y)))
+    layout = None if cache is None else cache.get(ids)
+    if layout is None:                              # devices of equal shapes and types, each group's stack
+        shapes: dict[tuple, list[int]] = {}
+        for p, (x, y) in enumerate(zip(X, Y)):
+            shapes.setdefault((x.shape, y.shape, x.dtype, y.dtype), []).append(p)
+        layout = []
+        for (xs, ys, _, _), members in shapes.items():
+            fits = cache is not None and len(members) * xs[0] * (xs[1] + ys[1]) * 8 <= STACK_BYTES
+            layout.append((xs, members, (np.concatenate([X[p] for p in members]),   # (K n, d): row p n + r
+                                         np.concatenate([Y[p] for p in members])) if fits else None))
+        if cache is not None:
+            cache[ids] = layout
+            cache.setdefault("alive", []).append((list(X), list(Y)))   # the arrays stay alive: ids stay theirs
+    out: list[np.ndarray | None] = [None] * len(X)
+    macs = [0] * len(X)
+    one = isinstance(rows, np.ndarray) and rows.ndim == 2
+    for xs, members, stacked in layout:
+        if one:
+            by_size = {rows.shape[1]: members}
+        else:
+            by_size = {}
+            for p in members:
+                by_size.setdefault(len(rows[p]), []).append(p)
+        for b, part in by_size.items():
+            whole = len(part) == len(X)
+            per = 2 * b * xs[1] * theta.shape[1]
+            charge(per * len(part))                 # the slices run unmetered (fednet.algebra.slices)
+            if stacked is None:                     # large points: device by device (no stack to copy)
+                done = map_slices(lambda s, e: [minibatch_gradient(X[p], Y[p], theta, rows[p]) for p in part[s:e]],
+                                  len(part))
+                for p, g in zip(part, itertools.chain.from_iterable(done)):
+                    out[p], macs[p] = g, per
+                continue
+            sel = rows if whole and one else np.stack([rows[p] for p in part])
+            if sel.size and (sel.min() < 0 or sel.max() >= xs[0]):
+                raise IndexError(f"minibatch rows must lie in [0, {xs[0]}), got {sel.min()} ... {sel.max()}")
+            which = np.arange(len(members)) if len(part) == len(members) else np.searchsorted(members, part)
+            at = (sel + (which * xs[0])[:, None]).ravel()
+            # the minibatches are gathered into buffers kept between rounds, one pair per group and batch
+            # size, room for every member (issue 12: ~10 % more device-epochs/s at D = 1000 than fresh
+            # arrays); the rows were checked above, so the gather needs no bounds mode (NumPy buffers
+            # ``out`` under mode="raise")
+            key = ("gather", id(stacked[0]), b)
+            bufs = cache.get(key)
+            if bufs is None:
+                bufs = cache[key] = (np.empty((len(members) * b, xs[1]), dtype=stacked[0].dtype),
+                                     np.empty((len(members) * b, stacked[1].shape[1]), dtype=stacked[1].dtype))
+
+            def stack_part(s: int, e: int, b: int = b, at: np.ndarray = at, stacked: tuple = stacked,
+                           n: int = xs[0], bufs: tuple = bufs) -> np.ndarray:
+                """The gradients of the group's devices ``s:e`` (their minibatches gathered from the stack)."""
+                xb = np.take(stacked[0], at[s * b:e * b], axis=0, out=bufs[0][s * b:e * b], mode="clip")
+                yb = np.take(stacked[1], at[s * b:e * b], axis=0, out=bufs[1][s * b:e * b], mode="clip")
+                return ridge_gradients(xb.reshape(e - s, b, -1), yb.reshape(e - s, b, -1), theta, scale=n / b)
+
+            parts = map_slices(stack_part, len(part))
+            g = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            if whole:                               # one group, in order: the stack itself
+                return g, [per] * len(X)
+            for j, p in enumerate(part):
+                out[p] = g[j]
+                macs[p] = per
+    return out, macs
+
+
+try:  # a compiled loop for the sum of a stack's rows in a given order (numba ships with galois)
+    import numba as _numba
+except ImportError:  # pragma: no cover
+    _numba = None
+
+if _numba is not None:
+    @_numba.njit(cache=True)
+    def _nb_rows_sum(flat, rows, out):  # pragma: no cover - compiled
+        # out[j] = ((0 + flat[rows[0], j]) + flat[rows[1], j]) + ...: NumPy's add.reduce over axis 0 (initial 0),
+        # one row after the other (adds only: nothing to contract or reassociate)
+        for r in rows:
+            for j in range(out.shape[0]):
+                out[j] += flat[r, j]
+else:  # pragma: no cover
+    _nb_rows_sum = None
+
+
+def sum_gradients(gradients: Sequence[np.ndarray] | np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """``G = sum_i G_i`` (eq. 3), one metered axpy per gradient (``d c`` MACs each), in the given order.
+
+    ``gradients``: a sequence of (d, c) arrays, or their stack (K, d, c); with ``rows`` (ints), the stack's rows
+    ``gradients[rows[0]], gradients[rows[1]], ...`` in that order (the same sum as ``sum_gradients(gradients[rows])``,
+    without copying the stack: :attr:`fednet.protocol.primitives.GatherResult.stack_rows`).
+
+    Same-shaped float64 gradients of two or more elements are added as one reduction over the stack
+    (NumPy adds along the first axis one row after the other, from 0: the same sums as the loop of
+    axpys, bit for bit; ``tests/test_batched.py``), a stack's rows in a given order by a compiled loop of the
+    same additions.
+    """
+    if rows is not None:
+        stack, rows = np.asarray(gradients), np.asarray(rows, dtype=np.intp)
+        if (_nb_rows_sum is not None and stack.dtype == np.float64 and stack.ndim >= 2 and stack[0].size >= 2
+                and len(rows) and stack.flags.c_contiguous):
+            charge(len(rows) * stack[0].size)
+            out = np.zeros(stack[0].size)
+            _nb_rows_sum(stack.reshape(len(stack), -1), rows, out)
+            return out.reshape(stack.shape[1:])
+        gradients = stack[rows]
+    if isinstance(gradients, np.ndarray) and gradients.dtype == np.float64 and gradients[0].size >= 2:
+        charge(len(gradients) * gradients[0].size)          # a stack (rows in order): no copy to make
+        return np.add.reduce(gradients.reshape(len(gradients), -1), axis=0, initial=0.0).reshape(gradients.shape[1:])
+    g0 = gradients[0]
+    if (isinstance(g0, np.ndarray) and g0.dtype == np.float64 and g0.size >= 2
+            and all(isinstance(g, np.ndarray) and g.shape == g0.shape and g.dtype == g0.dtype for g in gradients)):
+        charge(len(gradients) * g0.size)
+        stack = np.stack(gradients).reshape(len(gradients), -1)
+        return np.add.reduce(stack, axis=0, initial=0.0).reshape(g0.shape)
+    total = np.zeros_like(gradients[0])
+    for g in gradients:
+        total = axpy(1.0, g, total)
+    return total
 
 
 def ridge_loss(x: np.ndarray, y: np.ndarray, theta: np.ndarray, lam: float) -> float:
