@@ -48,7 +48,9 @@ __all__ = ["configure_host", "host_config", "HostConfig", "PORTABLE_KERNELS", "M
 #: ATen pick kernels by CPU, AVX-512 where the host has it, and kernels of other vector widths sum in other orders:
 #: on 2026-11-27 the last bits of a test loss, and every digest over it, differed between an AVX-512 host and an
 #: AVX2-only one. Pinning the AVX2 kernels, which every x86-64 host fednet targets has, makes a trace at a seed the
-#: same on both (``tests/test_pinned_traces.py`` and the other pinned digests hold on either). Set
+#: same on both (``tests/test_pinned_traces.py`` and the other pinned digests hold on either) -- except torch's MKL
+#: products, whose ``MKL_CBWR=AVX2`` holds across Intel CPUs only (other vendors' CPUs fall back to MKL's own choice;
+#: ``tests/test_torch_baselines_pinned.py`` pins both). Set
 #: ``FEDNET_NATIVE_KERNELS=1`` to keep the host's own (faster on AVX-512; other last bits than the pinned traces).
 PORTABLE_KERNELS = {
     "OPENBLAS_CORETYPE": "Haswell",                       # OpenBLAS's AVX2 kernels (DYNAMIC_ARCH would pick by CPU)
