@@ -121,3 +121,18 @@ def test_run_to_end_disables_early_stop(tmp_path) -> None:
     study = load_study(write(tmp_path, MINI))
     assert study.stop_accuracy == 0.9
     assert load_study(write(tmp_path, MINI.replace("epochs = 5", "epochs = 5\nrun_to_end = true"))).stop_accuracy is None
+
+
+@pytest.mark.backends
+def test_explain_engine_prints_each_runs_paths_and_timing_json_holds_them(tmp_path, capsys) -> None:
+    """``fednet run ... --explain-engine``: per run and step, the backend that ran it or why the reference did; the
+    same counts are in ``timing.json``'s ``engine`` section (host facts: summary.json and the traces do not change)."""
+    out = tmp_path / "qs"
+    assert main(["run", "quickstart", "--seed", "0", "--epochs", "3", "--out", str(out), "--quiet",
+                 "--explain-engine"]) == 0
+    printed = capsys.readouterr().out
+    assert "engine paths" in printed and "Conventional FL:" in printed and "gather 'gradient'" in printed
+    engine = json.loads((out / "timing.json").read_text())["engine"]
+    assert set(engine) == set(json.loads((out / "summary.json").read_text())["runs"])
+    steps = engine["Conventional FL"]["steps"]
+    assert any(row["kind"] == "gather" and row["path"] in ("gather", "batched") and row["count"] > 0 for row in steps)
