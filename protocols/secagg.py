@@ -43,7 +43,6 @@ from pydantic import Field, model_validator
 from fednet.algebra.crypto import TAG_BYTES
 from fednet.algebra.crypto_meter import CryptoTally, run_crypto
 from fednet.codes import pairwise_masks as pm
-from fednet.codes.lightsecagg import quantised_gradient, sum_in_order
 from fednet.codes.pairwise_masks import P32  # noqa: F401 (re-exported)
 from fednet.codes.pairwise_masks import masked_gradient as secagg_masked_gradient  # noqa: F401 (re-exported)
 from fednet.errors import ConfigError
@@ -169,11 +168,9 @@ class SecAgg(Protocol):
         return pm.complete_neighbours(self.sim.n_devices)
 
     def stage_dropouts(self, epoch: int, stage: int, users: list[int]) -> set[int]:
-        """The users of ``users`` (alive at the start of round ``stage`` = 1, 2, 3) that drop before it.
-
-        Each with probability ``stage_dropout``, from the public keyed draw ``(user, "secagg-dropout", epoch,
-        stage)`` (nothing is drawn when it is 0).  Tests override this to drop chosen users.
-        """
+        """The users of ``users`` (alive at the start of round ``stage`` = 1, 2, 3) that drop before it: each with
+        probability ``stage_dropout``, from the public keyed draw ``(user, "secagg-dropout", epoch, stage)``
+        (nothing is drawn when it is 0).  Tests override this to drop chosen users."""
         q = self.config.stage_dropout
         if q == 0.0:
             return set()
@@ -184,9 +181,7 @@ class SecAgg(Protocol):
         """No set-up phase: each device's minibatch size and the per-round crypto record."""
         for dev in self.devices:
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * self.task.X[dev.index].shape[0])))
-        self._tally = CryptoTally()
-        self._rows_cache: dict[tuple[int, int], np.ndarray] = {}
-        self._host: tuple[int, Any, dict[int, np.ndarray]] = (-1, None, {})
+        self._tally, self._rows_drawn = CryptoTally(), (-1, [])
         return
         yield  # pragma: no cover
 
@@ -208,18 +203,15 @@ class SecAgg(Protocol):
     def round(self, epoch: int) -> Generator:
         """One aggregation: rounds 0-3 of Bonawitz et al. (Fig. 4), then the update (eqs. 4-5)."""
         self._tally = CryptoTally()
-        cfg, t, p = self.config, self.t, self.config.p
+        t, p, dev, nbrs = self.t, self.config.p, self.devices, self.neighbours(epoch)
         m, K, ebits = self.task.d * self.task.c, pm.secret_elements(p), pm.field_bits(p)
-        nbrs = self.neighbours(epoch)
-        dev = self.devices
 
         # round 0: AdvertiseKeys
         adv = yield from self.net.gather(dev, self._advertise, kind="secagg_advertise", upload_elements=2,
                                          upload_bits=256, timing_key="secagg")
         self._pks = {d.index: keys for d, keys in adv.results}
         U1 = sorted(self._pks)
-        in1 = set(U1)
-        nb1 = {u: [v for v in nbrs[u] if v in in1] for u in U1}
+        nb1 = pm.restrict(nbrs, U1)
         if len(U1) < t or any(len(nb1[u]) < t for u in U1):
             return self._fail()
         yield from self.net.send_all([[Outgoing(self.server, dev[u], self._keys_for(nb1[u]), "secagg_keys",
@@ -230,26 +222,21 @@ class SecAgg(Protocol):
         U2 = self._drop(U1, epoch, 1)
         if len(U2) < t:
             return self._fail()
-
-        def prepare(d: Node) -> Generator:
-            yield from self.net.compute(d, self._share_keys, d, nb1[d.index], timing_key="secagg")
-
-        pairs = [(dev[u], dev[v]) for u in U2 for v in nb1[u]]
         for u in U1:
             dev[u].state.inbox = {}
         delivered = yield from self.net.exchange(
-            [pairs], lambda s, d: s.state.sent.get(d.index), kind="secagg_shares", schedule="bundled",
-            n_elements=pm.share_plain_bytes(p) + TAG_BYTES, element_bits=8, prepare=prepare, timing_key="secagg")
+            [[(dev[u], dev[v]) for u in U2 for v in nb1[u]]], lambda s, d: s.state.sent.get(d.index),
+            kind="secagg_shares", schedule="bundled", n_elements=pm.share_plain_bytes(p) + TAG_BYTES, element_bits=8,
+            prepare=lambda d: self.net.compute(d, self._share_keys, d, nb1[d.index], timing_key="secagg"),
+            timing_key="secagg")
         for (s, d), ct in delivered.items():
             dev[d].state.inbox[s] = ct
-        in2 = set(U2)
-        nb2 = {u: [v for v in nbrs[u] if v in in2] for u in U2}
+        self._nb2 = nb2 = pm.restrict(nbrs, U2)
 
         # round 2: MaskedInputCollection (the model down, training, the masked gradient up: conventional FL's draws)
         alive = self._drop(U2, epoch, 2)
         if len(alive) < t:
             return self._fail()
-        self._nb2 = nb2
         ups = yield from self.net.gather([dev[u] for u in alive], self._masked_gradient, kind="masked_input",
                                          download=self.theta.astype(np.float32), upload_elements=m,
                                          upload_bits=ebits)
@@ -277,9 +264,7 @@ class SecAgg(Protocol):
     # -- the steps (through the mode) --------------------------------------------------------------
     def _keys_for(self, users: list[int]) -> Any:
         """The public keys the server sends a user: its neighbours' (None in timing mode)."""
-        if any(self._pks[v] is None for v in users):
-            return None
-        return {v: self._pks[v] for v in users}
+        return None if any(self._pks[v] is None for v in users) else {v: self._pks[v] for v in users}
 
     def _advertise(self, d: Node) -> Any:
         """Round 0 of ``d``: two key pairs from secret bytes; uploads ``(c^PK, s^PK)``."""
@@ -293,55 +278,48 @@ class SecAgg(Protocol):
 
     def _share_keys(self, d: Node, nb: list[int]) -> None:
         """Round 1 of ``d``: Shamir shares of ``b_u || s_u^SK`` among ``nb``, encrypted to each."""
-        cfg, u, t = self.config, d.index, self.t
+        p, u, t = self.config.p, d.index, self.t
         rng = self.mode.offline(self.sim.secret_rng, d, "secagg-shamir", self.epoch)
 
         def share() -> tuple[dict, dict]:
             c_sk, _, s_sk, _ = d.state.keys
-            return pm.share_keys(u, d.state.b_seed, s_sk, c_sk, nb, {v: self._pks[v][0] for v in nb}, t, cfg.p, rng,
+            return pm.share_keys(u, d.state.b_seed, s_sk, c_sk, nb, {v: self._pks[v][0] for v in nb}, t, p, rng,
                                  self.epoch)
-        out = run_crypto(self.mode, share, crypto=pm.share_keys_counts(len(nb), cfg.p),
-                         macs=pm.share_keys_macs(len(nb), t, cfg.p), tally=self._tally.adder("device"))
+        out = run_crypto(self.mode, share, crypto=pm.share_keys_counts(len(nb), p),
+                         macs=pm.share_keys_macs(len(nb), t, p), tally=self._tally.adder("device"))
         if out is not None:
             d.state.sent, d.state.ckeys = out
 
-    def _rows(self, d: Node) -> np.ndarray:
-        """``d``'s minibatch this epoch (every device's drawn at once, as conventional FL's)."""
-        key = (d.index, self.epoch)
-        rows = self._rows_cache.get(key)
-        if rows is None:
-            self._rows_cache.clear()
-            drawn = self.minibatch_rows_many(self.devices, [x.state.batch for x in self.devices], self.epoch)
-            self._rows_cache.update(((x.index, self.epoch), r) for x, r in zip(self.devices, drawn))
-            rows = self._rows_cache[key]
-        return rows
+    def _rows(self) -> list[np.ndarray]:
+        """Every device's minibatch this epoch, drawn at once at the first request (as conventional FL's)."""
+        if self._rows_drawn[0] != self.epoch:
+            batches = [x.state.batch for x in self.devices]
+            self._rows_drawn = (self.epoch, self.minibatch_rows_many(self.devices, batches, self.epoch))
+        return self._rows_drawn[1]
 
     def _masked_gradient(self, d: Node) -> Any:
         """Round 2 of ``d``: ``y_u`` (``2 b_i d c + d c (n + 1)`` MACs, ``n`` KA, ``n + 1`` PRG expansions)."""
-        cfg, u = self.config, d.index
-        X, Y, rows = self.task.X[u], self.task.Y[u], self._rows(d)
-        peers, m, N = self._nb2[u], self.task.d * self.task.c, self.sim.n_devices
+        cfg, u, m = self.config, d.index, self.task.d * self.task.c
+        X, Y, rows, peers = self.task.X[u], self.task.Y[u], self._rows()[u], self._nb2[u]
 
         def step() -> np.ndarray:
-            s_pks = {v: self._pks[v][1] for v in peers}
-            return pm.masked_gradient(X, Y, d.state.received, rows, cfg.quant_bits, cfg.p, N, u, d.state.b_seed,
-                                      d.state.keys[2], peers, s_pks)
+            return pm.masked_gradient(X, Y, d.state.received, rows, cfg.quant_bits, cfg.p, self.sim.n_devices, u,
+                                      d.state.b_seed, d.state.keys[2], peers, {v: self._pks[v][1] for v in peers})
         return run_crypto(self.mode, step, crypto=pm.masked_input_counts(len(peers), m),
                           macs=pm.masked_gradient_macs(len(rows), m, len(peers)), like=Shape((m,), np.int64),
                           stand_in=lambda: u, tally=self._tally.adder("device"))
 
     def _unmask_response(self, d: Node, U3: list[int]) -> Any:
         """Round 3 of ``d``: its shares of ``b_v`` (``v ∈ U3``) or ``s_v^SK`` (others) for its senders ``v``."""
-        cfg, u = self.config, d.index
-        senders = list(self._nb2[u])
-        return run_crypto(self.mode, lambda: pm.unmask_response(u, d.state.inbox, d.state.ckeys, set(U3), cfg.p,
-                                                                self.epoch),
-                          crypto=pm.unmask_response_counts(len(senders), cfg.p),
-                          like=(senders, Shape((len(senders), pm.secret_elements(cfg.p)), np.int64)),
+        p, u, senders = self.config.p, d.index, list(self._nb2[d.index])
+        return run_crypto(self.mode, pm.unmask_response, u, d.state.inbox, d.state.ckeys, set(U3), p, self.epoch,
+                          crypto=pm.unmask_response_counts(len(senders), p),
+                          like=(senders, Shape((len(senders), pm.secret_elements(p)), np.int64)),
                           tally=self._tally.adder("device"))
 
     def _unmask(self, masked: dict, responses: dict, holders: dict, U2: list[int], U3: list[int]) -> Any:
-        """The server: rebuild the seeds from ``t`` shares each, remove the masks, dequantise ``(d, c)``."""
+        """The server: rebuild the seeds from ``t`` shares each, remove the masks, dequantise ``(d, c)``; timing
+        mode carries the host's sum of ``U3``'s quantised gradients (not charged)."""
         cfg, t, m, shape = self.config, self.t, self.task.d * self.task.c, (self.task.d, self.task.c)
         P = pm.expected_pairs(U2, U3, self._nb2)
         return run_crypto(self.mode, lambda: pm.unmask_gradients(masked, responses, holders, self._nb2,
@@ -349,19 +327,9 @@ class SecAgg(Protocol):
                                                                  cfg.quant_bits, shape),
                           crypto=pm.unmask_counts(m, len(U3), P), macs=pm.unmask_macs(m, len(U3), len(U2), P, t, cfg.p),
                           like=Shape(shape, np.float64), tally=self._tally.adder("server"),
-                          stand_in=lambda: sum_in_order([self._host_gradient(u) for u in U3]))
-
-    def _host_gradient(self, u: int) -> np.ndarray:
-        """Timing mode's stand-in of user ``u``'s unmasked input: ``Q(G_u) / 2**b`` (not charged)."""
-        if self._host[0] != self.epoch:
-            self._host = (self.epoch, self.theta.astype(np.float32).astype(np.float64), {})
-        _, theta, cache = self._host
-        g = cache.get(u)
-        if g is None:
-            cfg = self.config
-            g = cache[u] = quantised_gradient(self.task.X[u], self.task.Y[u], theta, self._rows(self.devices[u]),
-                                              cfg.quant_bits, cfg.p, self.sim.n_devices)
-        return g
+                          stand_in=lambda: pm.quantised_gradient_sum(
+                              self.task.X, self.task.Y, self.theta.astype(np.float32).astype(np.float64),
+                              self._rows(), U3, cfg.quant_bits, cfg.p, self.sim.n_devices))
 
 
 class SecAggPlus(SecAgg):
@@ -372,13 +340,8 @@ class SecAggPlus(SecAgg):
 
     @classmethod
     def degree(cls, config: SecAggPlusConfig, n_devices: int) -> int:
-        """``k`` (configured, or ``min(N - 1, 2 ceil(log2 N))``).
-
-        Raises
-        ------
-        fednet.errors.ConfigError
-            If the configured ``k`` exceeds ``N - 1``.
-        """
+        """``k`` (configured, or ``min(N - 1, 2 ceil(log2 N))``); a ``ConfigError`` if the configured ``k``
+        exceeds ``N - 1``."""
         if config.k is not None:
             pm.check_degree(config.k, n_devices)
             return config.k

@@ -104,6 +104,7 @@ from fednet.algebra.crypto_meter import CryptoCounts
 from fednet.algebra.fields import check_field_capacity, check_prime
 from fednet.algebra.modp import add_mod, sub_mod, sum_mod
 from fednet.algebra.quantize import dequantize, quantize
+from fednet.codes.lightsecagg import quantised_gradient, sum_in_order
 from fednet.codes.shamir import shamir_reconstruct, shamir_share
 from fednet.errors import ConfigError
 from fednet.learning.models import minibatch_gradient
@@ -114,7 +115,7 @@ __all__ = ["element_bytes", "chunk_bytes", "secret_elements", "encode_secret", "
            "unmask_counts", "unmask_macs", "check_secret_field", "expected_pairs", "field_bits", "P32",
            "check_mask_prime", "check_parameters", "default_threshold", "default_degree", "check_degree",
            "complete_neighbours", "harary_neighbours", "masked_gradient", "masked_gradient_macs", "share_holders",
-           "unmask_gradients"]
+           "unmask_gradients", "restrict", "quantised_gradient_sum"]
 
 #: Largest prime below 2**32 (the LightSecAgg baseline's field), the default ``p``.
 P32 = 2**32 - 5
@@ -452,6 +453,12 @@ def complete_neighbours(N: int) -> dict[int, list[int]]:
     return {u: [v for v in range(N) if v != u] for u in range(N)}
 
 
+def restrict(neighbours: Mapping[int, Sequence[int]], users: Sequence[int]) -> dict[int, list[int]]:
+    """The graph among ``users``: ``N(u) ∩ users`` for each ``u ∈ users`` (in the order of ``neighbours[u]``)."""
+    alive = set(users)
+    return {u: [v for v in neighbours[u] if v in alive] for u in users}
+
+
 def harary_neighbours(k: int, N: int, perm: Sequence[int]) -> dict[int, list[int]]:
     """SecAgg+'s graph: ``N(u)`` in the Harary graph ``H_{k,N}`` relabelled ``i -> perm[i]`` (ascending)."""
     g = nx.relabel_nodes(nx.hkn_harary_graph(k, N), {i: int(perm[i]) for i in range(N)})
@@ -515,3 +522,15 @@ def unmask_gradients(masked: Mapping[int, np.ndarray], responses: Mapping[int, t
         shares[v] = (hs, np.stack([responses[h][1][responses[h][0].index(v)] for h in hs]))
     z = unmask({u: masked[u] for u in sorted(masked)}, shares, neighbours, s_pks, t, p)
     return dequantize(z, quant_bits, p).reshape(shape)
+
+
+def quantised_gradient_sum(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta: np.ndarray,
+                           rows: Sequence[np.ndarray], users: Sequence[int], b: int, p: int,
+                           n_summands: int) -> np.ndarray:
+    """Timing mode's stand-in of :func:`unmask_gradients` (host work, not metered): ``sum_u Q(G_u) / 2**b``.
+
+    Each user's :func:`fednet.codes.lightsecagg.quantised_gradient` (the same floats as its masked input) at the
+    downloaded model ``theta`` (float32 widened) on its minibatch ``rows[u]``, summed in the order of ``users``
+    (:func:`fednet.codes.lightsecagg.sum_in_order`); equal to what full mode unmasks and dequantises.
+    """
+    return sum_in_order([quantised_gradient(X[u], Y[u], theta, rows[u], b, p, n_summands) for u in users])
