@@ -4,31 +4,20 @@ Sources: Bonawitz, Ivanov, Kreuter, Marcedone, McMahan, Patel, Ramage, Segal, Se
 Aggregation for Privacy-Preserving Machine Learning", CCS 2017, Sec. 4, Fig. 4 (the honest-but-curious
 protocol; :class:`SecAgg`); Bell, Bonawitz, Gascon, Lepoint, Raykova, "Secure Single-Server Aggregation with
 (Poly)Logarithmic Overhead", CCS 2020 (:class:`SecAggPlus`: the same rounds on a random k-regular
-communication graph, so a user talks to ``k = O(log N)`` neighbours instead of ``N - 1``).  The math, the
-messages of each round, the default parameters, the closed-form crypto and MAC counts and what each party sees
-are in :mod:`fednet.codes.pairwise_masks`; the real cryptography (X25519, ChaCha20, ChaCha20-Poly1305) in
-:mod:`fednet.algebra.crypto`, its cost in :mod:`fednet.algebra.crypto_meter`.
+communication graph, ``k = O(log N)`` neighbours instead of ``N - 1``).  The math, each round's messages, the
+default parameters, the closed-form crypto and MAC counts, the decode failures and what each party sees are in
+:mod:`fednet.codes.pairwise_masks`; the real cryptography in :mod:`fednet.algebra.crypto`, its cost in
+:mod:`fednet.algebra.crypto_meter` (the per-round counts are trace columns ``device_<kind>``, ``server_<kind>``).
 
-Each epoch is one aggregation (fresh keys, seeds and shares) in four rounds: 0 AdvertiseKeys (``U1``: users whose
-keys arrived), 1 ShareKeys (Shamir shares of ``b_u || s_u^SK`` encrypted to each neighbour, relayed by the
-server; ``U2``), 2 MaskedInputCollection (the model down, the minibatch gradient quantised and masked up;
-``U3``), 3 Unmasking (the shares of ``U4``; the server removes the masks and updates as conventional FL, eqs.
-4-5, with ``m`` = the points of ``U3``).  The per-round crypto counts are trace columns (``device_<kind>``,
-``server_<kind>``).
-
-Dropouts.  Round 0's are the availability model's.  A user alive at the start of round ``r = 1, 2, 3`` drops
-before it with probability ``stage_dropout`` (a public keyed draw ``(user, "secagg-dropout", epoch, r)``,
-paired across protocols and modes; :meth:`SecAgg.stage_dropouts`, which tests override).  Too few users or
-shares left is a decode failure (``decode_failed``, no update; the rules in :mod:`fednet.codes.pairwise_masks`).
-
-Modes.  ``full`` executes everything with the real cryptography; ``timing`` charges the same closed forms
-(checked against the kernels in every full-mode step) and carries the survivors' quantised gradients computed
-on the host, so the two modes give the same trace (``tests/test_secagg.py``).
-
-Randomness.  Key pairs, seeds and Shamir coefficients come from the secret stream (``Simulation.secret_rng``);
-the graph and the stage dropouts are public.  The model download, the training step and the masked upload take
-conventional FL's keyed draws (a paired comparison); the key and share messages and the unmasking step use
-``timing_key = "secagg"``.
+Each epoch is one aggregation (fresh keys, seeds and shares) in four rounds: AdvertiseKeys, ShareKeys,
+MaskedInputCollection (the model down, the minibatch gradient quantised and masked up) and Unmasking, then
+conventional FL's update (eqs. 4-5) with ``m`` = the points of ``U3``.  Round 0's dropouts are the availability
+model's; a user alive at the start of round ``r = 1, 2, 3`` drops before it with probability ``stage_dropout``
+(:meth:`SecAgg.stage_dropouts`).  ``full`` mode executes the real cryptography; ``timing`` charges the same closed
+forms (checked against the kernels in every full-mode step) and carries the survivors' quantised gradients
+computed on the host: the same trace.  Key pairs, seeds and Shamir coefficients come from the secret stream; the
+graph and the stage dropouts are public; the model download, the training step and the masked upload take
+conventional FL's keyed draws (a paired comparison), the other steps ``timing_key = "secagg"``.
 """
 
 from __future__ import annotations
@@ -43,8 +32,7 @@ from pydantic import Field, model_validator
 from fednet.algebra.crypto import TAG_BYTES
 from fednet.algebra.crypto_meter import CryptoTally, run_crypto
 from fednet.codes import pairwise_masks as pm
-from fednet.codes.pairwise_masks import P32  # noqa: F401 (re-exported)
-from fednet.codes.pairwise_masks import masked_gradient as secagg_masked_gradient  # noqa: F401 (re-exported)
+from fednet.codes.pairwise_masks import P32, masked_gradient as secagg_masked_gradient  # noqa: F401 (re-exported)
 from fednet.errors import ConfigError
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.protocol.modes import Shape
@@ -110,16 +98,11 @@ class SecAggState(NodeState):
     ----------
     batch : int
         Its minibatch size ``b_i``.
-    keys : tuple of bytes or None
-        ``(c^SK, c^PK, s^SK, s^PK)`` (None in timing mode).
-    b_seed : bytes or None
-        Its self-mask seed ``b_u``.
-    ckeys : dict
-        ``c_uv`` per neighbour (round 1, reused to decrypt in round 3).
-    sent : dict
-        Its ciphertexts ``e_uv`` per neighbour.
-    inbox : dict
-        The ciphertexts ``e_vu`` it received, per sender.
+    keys, b_seed : tuple of bytes, bytes
+        ``(c^SK, c^PK, s^SK, s^PK)`` and its self-mask seed ``b_u`` (None in timing mode).
+    ckeys, sent, inbox : dict
+        Per neighbour: ``c_uv`` (round 1, reused to decrypt in round 3), its ciphertext ``e_uv``, the ``e_vu``
+        it received.
     """
 
     batch: int = 0
@@ -190,10 +173,12 @@ class SecAgg(Protocol):
         tally = getattr(self, "_tally", None) if round > 0 else None
         return (tally if tally is not None else CryptoTally()).columns()
 
-    def _drop(self, users: list[int], epoch: int, stage: int) -> list[int]:
+    def _drop(self, users: list[int], epoch: int, stage: int) -> list[int] | None:
+        """The users left after round ``stage``'s dropouts; None (a decode failure) when fewer than ``t``."""
         gone = self.stage_dropouts(epoch, stage, users)
         self.round_dropped.update(gone)
-        return [u for u in users if u not in gone]
+        left = [u for u in users if u not in gone]
+        return left if len(left) >= self.t else None
 
     def _fail(self) -> None:
         self.decode_failed = True
@@ -214,16 +199,13 @@ class SecAgg(Protocol):
         nb1 = pm.restrict(nbrs, U1)
         if len(U1) < t or any(len(nb1[u]) < t for u in U1):
             return self._fail()
-        yield from self.net.send_all([[Outgoing(self.server, dev[u], self._keys_for(nb1[u]), "secagg_keys",
+        yield from self.net.send_all([[Outgoing(self.server, dev[u], pm.public_keys(self._pks, nb1[u]), "secagg_keys",
                                                 n_elements=2 * len(nb1[u]), element_bits=256, timing_key="secagg")
                                        for u in U1]])
 
         # round 1: ShareKeys (shares encrypted to each neighbour, relayed by the server)
-        U2 = self._drop(U1, epoch, 1)
-        if len(U2) < t:
+        if (U2 := self._drop(U1, epoch, 1)) is None:
             return self._fail()
-        for u in U1:
-            dev[u].state.inbox = {}
         delivered = yield from self.net.exchange(
             [[(dev[u], dev[v]) for u in U2 for v in nb1[u]]], lambda s, d: s.state.sent.get(d.index),
             kind="secagg_shares", schedule="bundled", n_elements=pm.share_plain_bytes(p) + TAG_BYTES, element_bits=8,
@@ -234,8 +216,7 @@ class SecAgg(Protocol):
         self._nb2 = nb2 = pm.restrict(nbrs, U2)
 
         # round 2: MaskedInputCollection (the model down, training, the masked gradient up: conventional FL's draws)
-        alive = self._drop(U2, epoch, 2)
-        if len(alive) < t:
+        if (alive := self._drop(U2, epoch, 2)) is None:
             return self._fail()
         ups = yield from self.net.gather([dev[u] for u in alive], self._masked_gradient, kind="masked_input",
                                          download=self.theta.astype(np.float32), upload_elements=m,
@@ -246,8 +227,7 @@ class SecAgg(Protocol):
             return self._fail()
 
         # round 3: Unmasking
-        U3_alive = self._drop(U3, epoch, 3)
-        if len(U3_alive) < t:
+        if (U3_alive := self._drop(U3, epoch, 3)) is None:
             return self._fail()
         resp = yield from self.net.gather(
             [dev[u] for u in U3_alive], lambda d: self._unmask_response(d, U3), kind="secagg_unmask",
@@ -262,10 +242,6 @@ class SecAgg(Protocol):
         self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in U3))          # eqs. (4)-(5)
 
     # -- the steps (through the mode) --------------------------------------------------------------
-    def _keys_for(self, users: list[int]) -> Any:
-        """The public keys the server sends a user: its neighbours' (None in timing mode)."""
-        return None if any(self._pks[v] is None for v in users) else {v: self._pks[v] for v in users}
-
     def _advertise(self, d: Node) -> Any:
         """Round 0 of ``d``: two key pairs from secret bytes; uploads ``(c^PK, s^PK)``."""
         rng = self.mode.offline(self.sim.secret_rng, d, "secagg-keys", self.epoch)
@@ -273,7 +249,7 @@ class SecAgg(Protocol):
         keys = run_crypto(self.mode, lambda s: pm.advertise(s[0], s[1]), secrets, crypto=pm.advertise_counts(),
                           tally=self._tally.adder("device"))
         d.state.keys, d.state.b_seed = keys, None if secrets is None else secrets[2]
-        d.state.ckeys, d.state.sent = {}, {}
+        d.state.ckeys, d.state.sent, d.state.inbox = {}, {}, {}
         return None if keys is None else (keys[1], keys[3])
 
     def _share_keys(self, d: Node, nb: list[int]) -> None:
@@ -327,9 +303,8 @@ class SecAgg(Protocol):
                                                                  cfg.quant_bits, shape),
                           crypto=pm.unmask_counts(m, len(U3), P), macs=pm.unmask_macs(m, len(U3), len(U2), P, t, cfg.p),
                           like=Shape(shape, np.float64), tally=self._tally.adder("server"),
-                          stand_in=lambda: pm.quantised_gradient_sum(
-                              self.task.X, self.task.Y, self.theta.astype(np.float32).astype(np.float64),
-                              self._rows(), U3, cfg.quant_bits, cfg.p, self.sim.n_devices))
+                          stand_in=lambda: pm.quantised_gradient_sum(self.task.X, self.task.Y, self.theta, self._rows(),
+                                                                     U3, cfg.quant_bits, cfg.p, self.sim.n_devices))
 
 
 class SecAggPlus(SecAgg):

@@ -115,7 +115,8 @@ __all__ = ["element_bytes", "chunk_bytes", "secret_elements", "encode_secret", "
            "unmask_counts", "unmask_macs", "check_secret_field", "expected_pairs", "field_bits", "P32",
            "check_mask_prime", "check_parameters", "default_threshold", "default_degree", "check_degree",
            "complete_neighbours", "harary_neighbours", "masked_gradient", "masked_gradient_macs", "share_holders",
-           "unmask_gradients", "restrict", "quantised_gradient_sum"]
+           "unmask_gradients", "restrict", "quantised_gradient_sum",
+           "public_keys"]
 
 #: Largest prime below 2**32 (the LightSecAgg baseline's field), the default ``p``.
 P32 = 2**32 - 5
@@ -459,6 +460,12 @@ def restrict(neighbours: Mapping[int, Sequence[int]], users: Sequence[int]) -> d
     return {u: [v for v in neighbours[u] if v in alive] for u in users}
 
 
+def public_keys(pks: Mapping[int, object], users: Sequence[int]) -> dict[int, object] | None:
+    """The public keys the server forwards to a user: those of its neighbours ``users`` (None if any is a
+    timing-mode stand-in)."""
+    return None if any(pks[v] is None for v in users) else {v: pks[v] for v in users}
+
+
 def harary_neighbours(k: int, N: int, perm: Sequence[int]) -> dict[int, list[int]]:
     """SecAgg+'s graph: ``N(u)`` in the Harary graph ``H_{k,N}`` relabelled ``i -> perm[i]`` (ascending)."""
     g = nx.relabel_nodes(nx.hkn_harary_graph(k, N), {i: int(perm[i]) for i in range(N)})
@@ -530,7 +537,8 @@ def quantised_gradient_sum(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], the
     """Timing mode's stand-in of :func:`unmask_gradients` (host work, not metered): ``sum_u Q(G_u) / 2**b``.
 
     Each user's :func:`fednet.codes.lightsecagg.quantised_gradient` (the same floats as its masked input) at the
-    downloaded model ``theta`` (float32 widened) on its minibatch ``rows[u]``, summed in the order of ``users``
-    (:func:`fednet.codes.lightsecagg.sum_in_order`); equal to what full mode unmasks and dequantises.
+    model as the users download it (``theta`` sent as float32, widened) on its minibatch ``rows[u]``, summed in
+    the order of ``users`` (:func:`fednet.codes.lightsecagg.sum_in_order`): what full mode unmasks and dequantises.
     """
+    theta = np.asarray(theta).astype(np.float32).astype(np.float64)
     return sum_in_order([quantised_gradient(X[u], Y[u], theta, rows[u], b, p, n_summands) for u in users])
