@@ -254,15 +254,12 @@ class SecAgg(Protocol):
 
     def _share_keys(self, d: Node, nb: list[int]) -> None:
         """Round 1 of ``d``: Shamir shares of ``b_u || s_u^SK`` among ``nb``, encrypted to each."""
-        p, u, t = self.config.p, d.index, self.t
+        p, t, (c_sk, _, s_sk, _) = self.config.p, self.t, d.state.keys or (None,) * 4     # None: timing mode
         rng = self.mode.offline(self.sim.secret_rng, d, "secagg-shamir", self.epoch)
-
-        def share() -> tuple[dict, dict]:
-            c_sk, _, s_sk, _ = d.state.keys
-            return pm.share_keys(u, d.state.b_seed, s_sk, c_sk, nb, {v: self._pks[v][0] for v in nb}, t, p, rng,
-                                 self.epoch)
-        out = run_crypto(self.mode, share, crypto=pm.share_keys_counts(len(nb), p),
-                         macs=pm.share_keys_macs(len(nb), t, p), tally=self._tally.adder("device"))
+        out = run_crypto(self.mode, pm.share_keys, d.index, d.state.b_seed, s_sk, c_sk, nb,
+                         pm.public_keys(self._pks, nb, 0), t, p, rng, self.epoch,
+                         crypto=pm.share_keys_counts(len(nb), p), macs=pm.share_keys_macs(len(nb), t, p),
+                         tally=self._tally.adder("device"))
         if out is not None:
             d.state.sent, d.state.ckeys = out
 
@@ -275,13 +272,11 @@ class SecAgg(Protocol):
 
     def _masked_gradient(self, d: Node) -> Any:
         """Round 2 of ``d``: ``y_u`` (``2 b_i d c + d c (n + 1)`` MACs, ``n`` KA, ``n + 1`` PRG expansions)."""
-        cfg, u, m = self.config, d.index, self.task.d * self.task.c
-        X, Y, rows, peers = self.task.X[u], self.task.Y[u], self._rows()[u], self._nb2[u]
-
-        def step() -> np.ndarray:
-            return pm.masked_gradient(X, Y, d.state.received, rows, cfg.quant_bits, cfg.p, self.sim.n_devices, u,
-                                      d.state.b_seed, d.state.keys[2], peers, {v: self._pks[v][1] for v in peers})
-        return run_crypto(self.mode, step, crypto=pm.masked_input_counts(len(peers), m),
+        cfg, u, m, s_sk = self.config, d.index, self.task.d * self.task.c, (d.state.keys or (None,) * 4)[2]
+        rows, peers = self._rows()[u], self._nb2[u]
+        return run_crypto(self.mode, pm.masked_gradient, self.task.X[u], self.task.Y[u], d.state.received, rows,
+                          cfg.quant_bits, cfg.p, self.sim.n_devices, u, d.state.b_seed, s_sk, peers,
+                          pm.public_keys(self._pks, peers, 1), crypto=pm.masked_input_counts(len(peers), m),
                           macs=pm.masked_gradient_macs(len(rows), m, len(peers)), like=Shape((m,), np.int64),
                           stand_in=lambda: u, tally=self._tally.adder("device"))
 
@@ -298,9 +293,8 @@ class SecAgg(Protocol):
         mode carries the host's sum of ``U3``'s quantised gradients (not charged)."""
         cfg, t, m, shape = self.config, self.t, self.task.d * self.task.c, (self.task.d, self.task.c)
         P = pm.expected_pairs(U2, U3, self._nb2)
-        return run_crypto(self.mode, lambda: pm.unmask_gradients(masked, responses, holders, self._nb2,
-                                                                 {u: self._pks[u][1] for u in U3}, t, cfg.p,
-                                                                 cfg.quant_bits, shape),
+        return run_crypto(self.mode, pm.unmask_gradients, masked, responses, holders, self._nb2,
+                          pm.public_keys(self._pks, U3, 1), t, cfg.p, cfg.quant_bits, shape,
                           crypto=pm.unmask_counts(m, len(U3), P), macs=pm.unmask_macs(m, len(U3), len(U2), P, t, cfg.p),
                           like=Shape(shape, np.float64), tally=self._tally.adder("server"),
                           stand_in=lambda: pm.quantised_gradient_sum(self.task.X, self.task.Y, self.theta, self._rows(),
@@ -315,12 +309,8 @@ class SecAggPlus(SecAgg):
 
     @classmethod
     def degree(cls, config: SecAggPlusConfig, n_devices: int) -> int:
-        """``k`` (configured, or ``min(N - 1, 2 ceil(log2 N))``); a ``ConfigError`` if the configured ``k``
-        exceeds ``N - 1``."""
-        if config.k is not None:
-            pm.check_degree(config.k, n_devices)
-            return config.k
-        return pm.default_degree(n_devices)
+        """``k`` (configured, at most ``N - 1``, or ``min(N - 1, 2 ceil(log2 N))``): :func:`pm.harary_degree`."""
+        return pm.harary_degree(config.k, n_devices)
 
     def neighbours(self, epoch: int) -> dict[int, list[int]]:
         """``N(u)`` in ``H_{k,N}`` relabelled by a public random permutation drawn each epoch (ascending)."""

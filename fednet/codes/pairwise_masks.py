@@ -113,7 +113,7 @@ __all__ = ["element_bytes", "chunk_bytes", "secret_elements", "encode_secret", "
            "advertise", "share_keys", "masked_input", "unmask_response", "unmask", "advertise_counts",
            "share_keys_counts", "share_keys_macs", "masked_input_counts", "unmask_response_counts",
            "unmask_counts", "unmask_macs", "check_secret_field", "expected_pairs", "field_bits", "P32",
-           "check_mask_prime", "check_parameters", "default_threshold", "default_degree", "check_degree",
+           "check_mask_prime", "check_parameters", "default_threshold", "default_degree", "harary_degree",
            "complete_neighbours", "harary_neighbours", "masked_gradient", "masked_gradient_macs", "share_holders",
            "unmask_gradients", "restrict", "quantised_gradient_sum",
            "public_keys"]
@@ -406,16 +406,19 @@ def default_degree(N: int) -> int:
     return min(N - 1, 2 * math.ceil(math.log2(N)))
 
 
-def check_degree(k: int, N: int) -> None:
-    """Refuse a degree above ``N - 1``.
+def harary_degree(k: int | None, N: int) -> int:
+    """SecAgg+'s degree: the configured ``k`` or, if None, :func:`default_degree`.
 
     Raises
     ------
     fednet.errors.ConfigError
-        Naming ``k``.
+        If ``k`` exceeds ``N - 1`` (names ``k``).
     """
+    if k is None:
+        return default_degree(N)
     if k > N - 1:
         raise ConfigError(f"k must be at most N - 1 = {N - 1}, got {k}")
+    return k
 
 
 def check_parameters(who: str, N: int, n: int, t: int, p: int, quant_bits: int) -> None:
@@ -460,10 +463,12 @@ def restrict(neighbours: Mapping[int, Sequence[int]], users: Sequence[int]) -> d
     return {u: [v for v in neighbours[u] if v in alive] for u in users}
 
 
-def public_keys(pks: Mapping[int, object], users: Sequence[int]) -> dict[int, object] | None:
-    """The public keys the server forwards to a user: those of its neighbours ``users`` (None if any is a
-    timing-mode stand-in)."""
-    return None if any(pks[v] is None for v in users) else {v: pks[v] for v in users}
+def public_keys(pks: Mapping[int, tuple | None], users: Sequence[int], which: int | None = None) -> dict | None:
+    """The public keys of ``users`` from ``pks`` (``{v: (c_v^PK, s_v^PK)}``, what round 0 uploads): both, or the
+    ``which``-th of each; None if any is a timing-mode stand-in (None)."""
+    if any(pks[v] is None for v in users):
+        return None
+    return {v: pks[v] if which is None else pks[v][which] for v in users}
 
 
 def harary_neighbours(k: int, N: int, perm: Sequence[int]) -> dict[int, list[int]]:
