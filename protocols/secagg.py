@@ -9,15 +9,13 @@ default parameters, the closed-form crypto and MAC counts, the decode failures a
 :mod:`fednet.codes.pairwise_masks`; the real cryptography in :mod:`fednet.algebra.crypto`, its cost in
 :mod:`fednet.algebra.crypto_meter` (the per-round counts are trace columns ``device_<kind>``, ``server_<kind>``).
 
-Each epoch is one aggregation (fresh keys, seeds and shares) in four rounds: AdvertiseKeys, ShareKeys,
-MaskedInputCollection (the model down, the minibatch gradient quantised and masked up) and Unmasking, then
-conventional FL's update (eqs. 4-5) with ``m`` = the points of ``U3``.  Round 0's dropouts are the availability
-model's; a user alive at the start of round ``r = 1, 2, 3`` drops before it with probability ``stage_dropout``
-(:meth:`SecAgg.stage_dropouts`).  ``full`` mode executes the real cryptography; ``timing`` charges the same closed
-forms (checked against the kernels in every full-mode step) and carries the survivors' quantised gradients
-computed on the host: the same trace.  Key pairs, seeds and Shamir coefficients come from the secret stream; the
-graph and the stage dropouts are public; the model download, the training step and the masked upload take
-conventional FL's keyed draws (a paired comparison), the other steps ``timing_key = "secagg"``.
+Each epoch is one aggregation with fresh keys, seeds and shares: AdvertiseKeys, ShareKeys, MaskedInputCollection,
+Unmasking, then conventional FL's update (eqs. 4-5) with ``m`` = the points of ``U3``.  Users drop before round
+0 by the availability model, before rounds 1-3 by :meth:`SecAgg.stage_dropouts`.  ``full`` mode executes the
+real cryptography; ``timing`` charges the same closed forms (checked against the kernels in every full-mode step)
+and carries the survivors' quantised gradients computed on the host: the same trace.  Keys, seeds and Shamir
+coefficients come from the secret stream; the graph and the dropouts are public; the model download, training
+and masked upload take conventional FL's keyed draws (a paired comparison), the other steps ``timing_key="secagg"``.
 """
 
 from __future__ import annotations
@@ -51,16 +49,14 @@ class SecAggConfig(ProtocolConfig):
     element_bits : int
         Wire width of the float32 model (32); field elements travel at ``ceil(log2 p)`` bits, keys at 256,
         ciphertexts at 8 bits a byte.
-    p : int
-        The prime field of the masked sum and of the shares (``p > max(256, N)``).
-    quant_bits : int
-        Fractional bits ``b`` of the quantisation ``round(G 2**b)``.
+    p, quant_bits : int
+        The prime field of the masked sum and of the shares (``p > max(256, N)``); the fractional bits ``b`` of
+        the quantisation ``round(G 2**b)``.
     t : int, optional
         Shamir threshold, ``1 <= t <=`` the number of a user's neighbours; default ``floor(n / 2) + 1``.
-    minibatch_fraction : float
-        Fraction of each device's points per round (0.2, as conventional FL).
-    stage_dropout : float
-        Probability that a user alive at the start of round 1, 2 or 3 drops before it (public keyed draws).
+    minibatch_fraction, stage_dropout : float
+        Fraction of each device's points per round (0.2, as conventional FL); probability that a user alive at the
+        start of round 1, 2 or 3 drops before it (public keyed draws).
     mode : {"full", "timing"}
     """
 
@@ -79,13 +75,8 @@ class SecAggConfig(ProtocolConfig):
 
 
 class SecAggPlusConfig(SecAggConfig):
-    """Parameters of SecAgg+: those of :class:`SecAggConfig` and the degree ``k`` of the communication graph.
-
-    Attributes
-    ----------
-    k : int, optional
-        Degree of the Harary graph ``H_{k,N}``, ``1 <= k <= N - 1``; default ``min(N - 1, 2 ceil(log2 N))``.
-    """
+    """Parameters of SecAgg+: those of :class:`SecAggConfig` and ``k``, the degree of the Harary communication graph
+    ``H_{k,N}`` (``1 <= k <= N - 1``; default ``min(N - 1, 2 ceil(log2 N))``)."""
 
     k: int | None = Field(None, ge=1)
 
@@ -121,7 +112,6 @@ class SecAgg(Protocol):
     State = SecAggState
     setup_dropouts = "none"                                   # keys are fresh each epoch: absentees recorded only
 
-    # -- parameters ------------------------------------------------------------------------
     @classmethod
     def degree(cls, config: SecAggConfig, n_devices: int) -> int:
         """Number of a user's neighbours (share holders): ``N - 1``."""
@@ -141,11 +131,6 @@ class SecAgg(Protocol):
         pm.check_parameters(cls.__name__, n_devices, cls.degree(config, n_devices), cls.threshold(config, n_devices),
                             config.p, config.quant_bits)
 
-    @property
-    def t(self) -> int:
-        """The threshold of this run."""
-        return self.threshold(self.config, self.sim.n_devices)
-
     def neighbours(self, epoch: int) -> dict[int, list[int]]:
         """``N(u)`` for each user (ascending): every other user."""
         return pm.complete_neighbours(self.sim.n_devices)
@@ -155,16 +140,13 @@ class SecAgg(Protocol):
         probability ``stage_dropout``, from the public keyed draw ``(user, "secagg-dropout", epoch, stage)``
         (nothing is drawn when it is 0).  Tests override this to drop chosen users."""
         q = self.config.stage_dropout
-        if q == 0.0:
-            return set()
-        return {u for u in users if self.sim.rng(u, "secagg-dropout", epoch, stage).random() < q}
+        return {u for u in users if self.sim.rng(u, "secagg-dropout", epoch, stage).random() < q} if q else set()
 
-    # -- set-up and bookkeeping -----------------------------------------------------------------
     def setup(self) -> Generator:
-        """No set-up phase: each device's minibatch size and the per-round crypto record."""
+        """No set-up phase: each device's minibatch size, the run's threshold ``t``, the per-round crypto record."""
         for dev in self.devices:
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * self.task.X[dev.index].shape[0])))
-        self._tally, self._rows_drawn = CryptoTally(), (-1, [])
+        self.t, self._tally = self.threshold(self.config, self.sim.n_devices), CryptoTally()
         return
         yield  # pragma: no cover
 
@@ -181,8 +163,7 @@ class SecAgg(Protocol):
         return left if len(left) >= self.t else None
 
     def _fail(self) -> None:
-        self.decode_failed = True
-        self.used = []
+        self.decode_failed, self.used = True, []
 
     # -- the round --------------------------------------------------------------------------------
     def round(self, epoch: int) -> Generator:
@@ -218,6 +199,7 @@ class SecAgg(Protocol):
         # round 2: MaskedInputCollection (the model down, training, the masked gradient up: conventional FL's draws)
         if (alive := self._drop(U2, epoch, 2)) is None:
             return self._fail()
+        self._rows = self.minibatch_rows_many(dev, [d.state.batch for d in dev], epoch)      # all at once, as conv. FL
         ups = yield from self.net.gather([dev[u] for u in alive], self._masked_gradient, kind="masked_input",
                                          download=self.theta.astype(np.float32), upload_elements=m,
                                          upload_bits=ebits)
@@ -263,17 +245,10 @@ class SecAgg(Protocol):
         if out is not None:
             d.state.sent, d.state.ckeys = out
 
-    def _rows(self) -> list[np.ndarray]:
-        """Every device's minibatch this epoch, drawn at once at the first request (as conventional FL's)."""
-        if self._rows_drawn[0] != self.epoch:
-            batches = [x.state.batch for x in self.devices]
-            self._rows_drawn = (self.epoch, self.minibatch_rows_many(self.devices, batches, self.epoch))
-        return self._rows_drawn[1]
-
     def _masked_gradient(self, d: Node) -> Any:
         """Round 2 of ``d``: ``y_u`` (``2 b_i d c + d c (n + 1)`` MACs, ``n`` KA, ``n + 1`` PRG expansions)."""
         cfg, u, m, s_sk = self.config, d.index, self.task.d * self.task.c, (d.state.keys or (None,) * 4)[2]
-        rows, peers = self._rows()[u], self._nb2[u]
+        rows, peers = self._rows[u], self._nb2[u]
         return run_crypto(self.mode, pm.masked_gradient, self.task.X[u], self.task.Y[u], d.state.received, rows,
                           cfg.quant_bits, cfg.p, self.sim.n_devices, u, d.state.b_seed, s_sk, peers,
                           pm.public_keys(self._pks, peers, 1), crypto=pm.masked_input_counts(len(peers), m),
@@ -289,15 +264,14 @@ class SecAgg(Protocol):
                           tally=self._tally.adder("device"))
 
     def _unmask(self, masked: dict, responses: dict, holders: dict, U2: list[int], U3: list[int]) -> Any:
-        """The server: rebuild the seeds from ``t`` shares each, remove the masks, dequantise ``(d, c)``; timing
-        mode carries the host's sum of ``U3``'s quantised gradients (not charged)."""
+        """The server: rebuild the seeds, remove the masks, dequantise ``(d, c)`` (timing: the host's plain sum)."""
         cfg, t, m, shape = self.config, self.t, self.task.d * self.task.c, (self.task.d, self.task.c)
         P = pm.expected_pairs(U2, U3, self._nb2)
         return run_crypto(self.mode, pm.unmask_gradients, masked, responses, holders, self._nb2,
                           pm.public_keys(self._pks, U3, 1), t, cfg.p, cfg.quant_bits, shape,
                           crypto=pm.unmask_counts(m, len(U3), P), macs=pm.unmask_macs(m, len(U3), len(U2), P, t, cfg.p),
                           like=Shape(shape, np.float64), tally=self._tally.adder("server"),
-                          stand_in=lambda: pm.quantised_gradient_sum(self.task.X, self.task.Y, self.theta, self._rows(),
+                          stand_in=lambda: pm.quantised_gradient_sum(self.task.X, self.task.Y, self.theta, self._rows,
                                                                      U3, cfg.quant_bits, cfg.p, self.sim.n_devices))
 
 
@@ -309,7 +283,8 @@ class SecAggPlus(SecAgg):
 
     @classmethod
     def degree(cls, config: SecAggPlusConfig, n_devices: int) -> int:
-        """``k`` (configured, at most ``N - 1``, or ``min(N - 1, 2 ceil(log2 N))``): :func:`pm.harary_degree`."""
+        """``k``: configured (at most ``N - 1``) or ``min(N - 1, 2 ceil(log2 N))``
+        (:func:`fednet.codes.pairwise_masks.harary_degree`)."""
         return pm.harary_degree(config.k, n_devices)
 
     def neighbours(self, epoch: int) -> dict[int, list[int]]:
