@@ -199,7 +199,7 @@ class SecAgg(Protocol):
         # round 2: MaskedInputCollection (the model down, training, the masked gradient up: conventional FL's draws)
         if (alive := self._drop(U2, epoch, 2)) is None:
             return self._fail()
-        self._rows = self.minibatch_rows_many(dev, [d.state.batch for d in dev], epoch)      # all at once, as conv. FL
+        self._rows = self.minibatch_rows_many(dev, [d.state.batch for d in dev], epoch)  # at once, as conventional FL
         ups = yield from self.net.gather([dev[u] for u in alive], self._masked_gradient, kind="masked_input",
                                          download=self.theta.astype(np.float32), upload_elements=m,
                                          upload_bits=ebits)
@@ -225,12 +225,11 @@ class SecAgg(Protocol):
 
     # -- the steps (through the mode) --------------------------------------------------------------
     def _advertise(self, d: Node) -> Any:
-        """Round 0 of ``d``: two key pairs from secret bytes; uploads ``(c^PK, s^PK)``."""
+        """Round 0 of ``d``: two key pairs and its self-mask seed from secret bytes; uploads ``(c^PK, s^PK)``."""
         rng = self.mode.offline(self.sim.secret_rng, d, "secagg-keys", self.epoch)
-        secrets = self.mode.offline(lambda: (rng.bytes(32), rng.bytes(32), rng.bytes(32)))
-        keys = run_crypto(self.mode, lambda s: pm.advertise(s[0], s[1]), secrets, crypto=pm.advertise_counts(),
-                          tally=self._tally.adder("device"))
-        d.state.keys, d.state.b_seed = keys, None if secrets is None else secrets[2]
+        c, s, d.state.b_seed = self.mode.offline(lambda: (rng.bytes(32), rng.bytes(32), rng.bytes(32))) or (None,) * 3
+        keys = d.state.keys = run_crypto(self.mode, pm.advertise, c, s, crypto=pm.advertise_counts(),
+                                         tally=self._tally.adder("device"))
         d.state.ckeys, d.state.sent, d.state.inbox = {}, {}, {}
         return None if keys is None else (keys[1], keys[3])
 
