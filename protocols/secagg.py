@@ -4,96 +4,34 @@ Sources: Bonawitz, Ivanov, Kreuter, Marcedone, McMahan, Patel, Ramage, Segal, Se
 Aggregation for Privacy-Preserving Machine Learning", CCS 2017, Sec. 4, Fig. 4 (the honest-but-curious
 protocol; :class:`SecAgg`); Bell, Bonawitz, Gascon, Lepoint, Raykova, "Secure Single-Server Aggregation with
 (Poly)Logarithmic Overhead", CCS 2020 (:class:`SecAggPlus`: the same rounds on a random k-regular
-communication graph, so a user talks to ``k = O(log N)`` neighbours instead of ``N - 1``).  The math is in
-:mod:`fednet.codes.pairwise_masks`, the real cryptography (X25519, ChaCha20, ChaCha20-Poly1305 from the
-``cryptography`` package) in :mod:`fednet.algebra.crypto`, its cost in :mod:`fednet.algebra.crypto_meter`.
+communication graph, ``k = O(log N)`` neighbours instead of ``N - 1``).  The math, each round's messages, the
+default parameters, the closed-form crypto and MAC counts, the decode failures and what each party sees are in
+:mod:`fednet.codes.pairwise_masks`; the real cryptography in :mod:`fednet.algebra.crypto`, its cost in
+:mod:`fednet.algebra.crypto_meter` (the per-round counts are trace columns ``device_<kind>``, ``server_<kind>``).
 
-Each epoch is one aggregation (fresh keys, seeds and shares), four rounds between the users and the server:
-
-0. **AdvertiseKeys.** Every available user generates two X25519 key pairs ``(c_u, s_u)`` and uploads the two
-   32-byte public keys (2 elements of 256 bits).  The server sends each user of ``U1`` (those whose keys
-   arrived) its neighbours' keys (``2 |N(u) ∩ U1|`` elements of 256 bits).
-1. **ShareKeys.** User ``u`` draws its self-mask seed ``b_u``, Shamir-shares ``b_u || s_u^SK`` with threshold
-   ``t`` among ``N(u) ∩ U1`` and encrypts each share to its neighbour under ``KA(c_u^SK, c_v^PK)``; the bundle
-   of ciphertexts goes up once and the server forwards to each user the ciphertexts addressed to it
-   (``8 + 2K e + 16`` bytes each, :func:`~fednet.codes.pairwise_masks.share_plain_bytes`).  ``U2``: users whose
-   ciphertexts the server received.
-2. **MaskedInputCollection.** The server sends the model (float32, as conventional FL); user ``u`` in ``U2``
-   computes its minibatch gradient (eq. 3 of Schlegel et al., as conventional FL), quantises it into GF(p)
-   (``round(G 2^quant_bits)``, negatives to ``p + v``) and uploads ``y_u = x_u + PRG(b_u) + sum_v gamma_uv
-   PRG(s_uv)`` (``d c`` elements of ``ceil(log2 p)`` bits).  ``U3``: users whose ``y_u`` arrived.
-3. **Unmasking.** The server sends ``U3`` (``|U3|`` numbers of 32 bits) to its members; each responding user
-   (``U4``) decrypts its ciphertexts and uploads, for each sender ``v``, its share of ``b_v`` (``v ∈ U3``) or of
-   ``s_v^SK`` (``v`` dropped), ``K`` elements each; the server rebuilds the seeds from ``t`` shares each,
-   recomputes the dropped users' pairwise masks, removes every mask and dequantises the sum of ``U3``'s
-   gradients, then updates as conventional FL (eqs. 4-5) with ``m`` = the points of ``U3``.
-
-Dropouts.  Round 0's are the availability model's (the engine's draw for the epoch).  A user alive at the
-start of round ``r = 1, 2, 3`` drops before it with probability ``stage_dropout`` (a public keyed draw
-``(user, "secagg-dropout", epoch, r)``: paired across protocols and modes; :meth:`SecAgg.stage_dropouts`, which
-tests override to drop chosen users).  A user that drops in round 3 has sent ``y_u``: its input is in the sum
-(its self-mask is removed with the survivors' shares).  The round is a decode failure (``decode_failed``,
-no update) when fewer than ``t`` users are left in rounds 1-3 (Bonawitz et al., Fig. 4), when a user of ``U1``
-has fewer than ``t`` neighbours to share with, or when some secret the server needs has fewer than ``t``
-shares among ``U4``.
-
-Parameters (:class:`SecAggConfig`, :class:`SecAggPlusConfig`).  The field ``p`` (default ``2**32 - 5``, the
-LightSecAgg baseline's) must hold the sum of ``N`` quantised gradients: the check of
-:meth:`SecAgg.check` (a ``CapacityError`` naming ``p``, before training), and again on the data by
-:func:`fednet.algebra.quantize.quantize`.  Threshold ``t``: default ``floor(n / 2) + 1`` of the ``n`` share
-holders of a user (``n = N - 1`` in SecAgg, ``k`` in SecAgg+): an honest majority of the holders, so that at
-most ``n - t`` of a user's neighbours may drop and fewer than ``t`` colluders learn nothing (Bonawitz et al.,
-Sec. 4/6 take ``t > n / 2``, needed against an active server; Bell et al., Sec. 3-4, take the threshold a
-constant fraction of the degree).  SecAgg+ degree: default ``k = min(N - 1, 2 ceil(log2 N))`` (``O(log N)``
-as Bell et al. require; their Theorem's constant depends on the tolerated dropout and corruption rates, which
-fednet leaves to the user: set ``k`` and ``t``).  The graph is ``networkx.hkn_harary_graph(k, N)`` relabelled by
-a uniformly random permutation drawn each epoch from the public stream (the server's choice in Bell et al.).
-
-Crypto and MACs per user and epoch (no dropouts; ``n`` neighbours, ``m = d c``, ``K`` field elements a secret):
-2 key generations, ``2 n`` key agreements (``n`` for ``c_uv`` in round 1, reused in round 3; ``n`` for ``s_uv``),
-``8 m (n + 1)`` PRG bytes, ``2 n`` AEAD messages (``n`` encryptions, ``n`` decryptions) of ``8 + 2 K e`` bytes;
-MACs ``2 n t K`` (Shamir) ``+ 2 b_i d c`` (gradient) ``+ m (n + 1)`` (masking).  Server: with ``D`` users
-dropped after round 1 and before round 2, ``P = sum_dropped |N(v) ∩ U3|`` key agreements and ``8 m (|U3| + P)``
-PRG bytes; MACs ``(|U3| - 1) m + |U2| t K + (|U3| + P) m``.  The crypto time is charged as MAC-equivalents
-(:mod:`fednet.algebra.crypto_meter`) and the counts are trace columns (``device_key_agreements``, ...).
-
-Modes.  ``full`` executes everything above with the real cryptography; ``timing`` charges the same closed
-forms (checked against the kernels in every full-mode step) and carries the survivors' quantised gradients
-computed on the host, so the two modes give the same trace (``tests/test_secagg.py``).
-
-Randomness.  Key pairs, seeds and Shamir coefficients come from the secret stream (``Simulation.secret_rng``),
-never the public seed; the keys are X25519 keys of those secret bytes.  The graph and the stage dropouts are
-public.  Timing keys: the model download, the training step and the masked upload take conventional FL's
-shared keyed draws (a paired comparison); the key and share messages and the unmasking step use
-``timing_key = "secagg"``.
-
-What each party sees: the server receives public keys, ciphertexts (stored and forwarded: ``relayed``), the
-masked inputs ``y_u`` (uniform given their sum: ``tests/test_secagg.py``'s audit) and, per user, ``t`` shares
-of either its self-mask seed or its secret key, never both (Bonawitz et al., Thm. 6.3).
+Each epoch is one aggregation with fresh keys, seeds and shares: AdvertiseKeys, ShareKeys, MaskedInputCollection,
+Unmasking, then conventional FL's update (eqs. 4-5) with ``m`` = the points of ``U3``.  Users drop before round
+0 by the availability model, before rounds 1-3 by :meth:`SecAgg.stage_dropouts`.  ``full`` mode executes the
+real cryptography; ``timing`` charges the same closed forms (checked against the kernels in every full-mode step)
+and carries the survivors' quantised gradients computed on the host: the same trace.  Keys, seeds and Shamir
+coefficients come from the secret stream; the graph and the dropouts are public; the model download, training
+and masked upload take conventional FL's keyed draws (a paired comparison), the other steps ``timing_key="secagg"``.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import networkx as nx
 import numpy as np
 from pydantic import Field, model_validator
 
-from fednet.algebra.crypto_meter import KINDS, CryptoCounts, run_crypto
-from fednet.algebra.fields import check_field_capacity, check_prime
-from fednet.algebra.quantize import dequantize, quantize
-from fednet.codes.lightsecagg import quantised_gradient, sum_in_order
-from fednet.codes.pairwise_masks import (advertise, advertise_counts, check_secret_field, expected_pairs, field_bits,
-                                         masked_input, masked_input_counts, secret_elements, share_keys,
-                                         share_keys_counts, share_keys_macs, share_plain_bytes, unmask, unmask_counts,
-                                         unmask_macs, unmask_response, unmask_response_counts)
 from fednet.algebra.crypto import TAG_BYTES
+from fednet.algebra.crypto_meter import CryptoTally, run_crypto
+from fednet.codes import pairwise_masks as pm
+from fednet.codes.pairwise_masks import P32, masked_gradient as secagg_masked_gradient  # noqa: F401 (re-exported)
 from fednet.errors import ConfigError
-from fednet.learning.models import minibatch_gradient
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.protocol.modes import Shape
 from fednet.protocol.primitives import Outgoing
@@ -101,9 +39,6 @@ from fednet.sim.simulation import Node
 
 __all__ = ["SecAggConfig", "SecAggPlusConfig", "SecAggState", "SecAgg", "SecAggPlus", "secagg_masked_gradient",
            "P32"]
-
-#: Largest prime below 2**32 (the LightSecAgg baseline's field).
-P32 = 2**32 - 5
 
 
 class SecAggConfig(ProtocolConfig):
@@ -114,16 +49,14 @@ class SecAggConfig(ProtocolConfig):
     element_bits : int
         Wire width of the float32 model (32); field elements travel at ``ceil(log2 p)`` bits, keys at 256,
         ciphertexts at 8 bits a byte.
-    p : int
-        The prime field of the masked sum and of the shares (``p > max(256, N)``).
-    quant_bits : int
-        Fractional bits ``b`` of the quantisation ``round(G 2**b)``.
+    p, quant_bits : int
+        The prime field of the masked sum and of the shares (``p > max(256, N)``); the fractional bits ``b`` of
+        the quantisation ``round(G 2**b)``.
     t : int, optional
         Shamir threshold, ``1 <= t <=`` the number of a user's neighbours; default ``floor(n / 2) + 1``.
-    minibatch_fraction : float
-        Fraction of each device's points per round (0.2, as conventional FL).
-    stage_dropout : float
-        Probability that a user alive at the start of round 1, 2 or 3 drops before it (public keyed draws).
+    minibatch_fraction, stage_dropout : float
+        Fraction of each device's points per round (0.2, as conventional FL); probability that a user alive at the
+        start of round 1, 2 or 3 drops before it (public keyed draws).
     mode : {"full", "timing"}
     """
 
@@ -137,23 +70,13 @@ class SecAggConfig(ProtocolConfig):
 
     @model_validator(mode="after")
     def _prime(self) -> "SecAggConfig":
-        try:
-            check_prime(self.p)
-        except ValueError as e:
-            raise ValueError(f"p = {self.p} is not usable as the field of SecAgg: {e}") from None
-        if self.p >= 2**62:
-            raise ValueError(f"p must be below 2**62 (int64 kernels), got {self.p}")
+        pm.check_mask_prime(self.p)
         return self
 
 
 class SecAggPlusConfig(SecAggConfig):
-    """Parameters of SecAgg+: those of :class:`SecAggConfig` and the degree ``k`` of the communication graph.
-
-    Attributes
-    ----------
-    k : int, optional
-        Degree of the Harary graph ``H_{k,N}``, ``1 <= k <= N - 1``; default ``min(N - 1, 2 ceil(log2 N))``.
-    """
+    """Parameters of SecAgg+: those of :class:`SecAggConfig` and ``k``, the degree of the Harary communication graph
+    ``H_{k,N}`` (``1 <= k <= N - 1``; default ``min(N - 1, 2 ceil(log2 N))``)."""
 
     k: int | None = Field(None, ge=1)
 
@@ -166,16 +89,11 @@ class SecAggState(NodeState):
     ----------
     batch : int
         Its minibatch size ``b_i``.
-    keys : tuple of bytes or None
-        ``(c^SK, c^PK, s^SK, s^PK)`` (None in timing mode).
-    b_seed : bytes or None
-        Its self-mask seed ``b_u``.
-    ckeys : dict
-        ``c_uv`` per neighbour (round 1, reused to decrypt in round 3).
-    sent : dict
-        Its ciphertexts ``e_uv`` per neighbour.
-    inbox : dict
-        The ciphertexts ``e_vu`` it received, per sender.
+    keys, b_seed : tuple of bytes, bytes
+        ``(c^SK, c^PK, s^SK, s^PK)`` and its self-mask seed ``b_u`` (None in timing mode).
+    ckeys, sent, inbox : dict
+        Per neighbour: ``c_uv`` (round 1, reused to decrypt in round 3), its ciphertext ``e_uv``, the ``e_vu``
+        it received.
     """
 
     batch: int = 0
@@ -186,15 +104,6 @@ class SecAggState(NodeState):
     inbox: dict = field(default_factory=dict)
 
 
-def secagg_masked_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray, b: int, p: int,
-                           n_summands: int, u: int, b_seed: bytes, s_sk: bytes, peers: list[int],
-                           s_pks: dict[int, bytes]) -> np.ndarray:
-    """Round 2 of user ``u``: its minibatch gradient (``2 b_i d c`` MACs), quantised into GF(p) for ``n_summands``
-    summands, masked (:func:`~fednet.codes.pairwise_masks.masked_input`: ``d c (|peers| + 1)`` MACs); ``(d c,)``."""
-    G = minibatch_gradient(X, Y, theta.astype(np.float64), rows)
-    return masked_input(quantize(G.reshape(-1), b, p, n_summands=n_summands), u, b_seed, s_sk, peers, s_pks, p)
-
-
 class SecAgg(Protocol):
     """SecAgg (Bonawitz et al., CCS 2017, Fig. 4) on conventional minibatch FL; module docstring."""
 
@@ -203,7 +112,6 @@ class SecAgg(Protocol):
     State = SecAggState
     setup_dropouts = "none"                                   # keys are fresh each epoch: absentees recorded only
 
-    # -- parameters ------------------------------------------------------------------------
     @classmethod
     def degree(cls, config: SecAggConfig, n_devices: int) -> int:
         """Number of a user's neighbours (share holders): ``N - 1``."""
@@ -212,133 +120,86 @@ class SecAgg(Protocol):
     @classmethod
     def threshold(cls, config: SecAggConfig, n_devices: int) -> int:
         """The Shamir threshold ``t`` (configured, or ``floor(n / 2) + 1`` of the ``n`` neighbours)."""
-        return config.t if config.t is not None else cls.degree(config, n_devices) // 2 + 1
+        return config.t if config.t is not None else pm.default_threshold(cls.degree(config, n_devices))
 
     @classmethod
     def check(cls, config: SecAggConfig, n_devices: int) -> None:
-        """Refuse ``N < 2``, a threshold above the number of neighbours, and a field that cannot hold the sum.
-
-        Raises
-        ------
-        fednet.errors.ConfigError
-            Naming ``t`` or ``p``.
-        fednet.errors.CapacityError
-            If GF(p) cannot hold the sum of ``N`` quantised units ``2**quant_bits`` (names ``p``).
-        """
-        if n_devices < 2:
+        """Refuse ``N < 2``, ``t`` outside ``[1, n]`` and a field that cannot hold the sum
+        (:func:`fednet.codes.pairwise_masks.check_parameters`: ``ConfigError``, ``CapacityError``)."""
+        if n_devices < 2:                                           # before the degree, which needs N >= 2
             raise ConfigError(f"{cls.__name__} needs at least 2 users, got {n_devices}")
-        n, t = cls.degree(config, n_devices), cls.threshold(config, n_devices)
-        if not 1 <= t <= n:
-            raise ConfigError(f"t must satisfy 1 <= t <= {n} (the share holders of a user), got {t}")
-        try:
-            check_secret_field(config.p, n_devices)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
-        check_field_capacity(config.p, n_devices << config.quant_bits,
-                             what=f"the sum of N = {n_devices} quantised units 2^quant_bits = 2^{config.quant_bits}",
-                             param="p")
-
-    @property
-    def t(self) -> int:
-        """The threshold of this run."""
-        return self.threshold(self.config, self.sim.n_devices)
+        pm.check_parameters(cls.__name__, n_devices, cls.degree(config, n_devices), cls.threshold(config, n_devices),
+                            config.p, config.quant_bits)
 
     def neighbours(self, epoch: int) -> dict[int, list[int]]:
         """``N(u)`` for each user (ascending): every other user."""
-        N = self.sim.n_devices
-        return {u: [v for v in range(N) if v != u] for u in range(N)}
+        return pm.complete_neighbours(self.sim.n_devices)
 
     def stage_dropouts(self, epoch: int, stage: int, users: list[int]) -> set[int]:
-        """The users of ``users`` (alive at the start of round ``stage`` = 1, 2, 3) that drop before it.
-
-        Each with probability ``stage_dropout``, from the public keyed draw ``(user, "secagg-dropout", epoch,
-        stage)`` (nothing is drawn when it is 0).  Tests override this to drop chosen users.
-        """
+        """The users of ``users`` (alive at the start of round ``stage`` = 1, 2, 3) that drop before it: each with
+        probability ``stage_dropout``, from the public keyed draw ``(user, "secagg-dropout", epoch, stage)``
+        (nothing is drawn when it is 0).  Tests override this to drop chosen users."""
         q = self.config.stage_dropout
-        if q == 0.0:
-            return set()
-        return {u for u in users if self.sim.rng(u, "secagg-dropout", epoch, stage).random() < q}
+        return {u for u in users if self.sim.rng(u, "secagg-dropout", epoch, stage).random() < q} if q else set()
 
-    # -- set-up and bookkeeping -----------------------------------------------------------------
     def setup(self) -> Generator:
-        """No set-up phase: each device's minibatch size and the per-round crypto record."""
+        """No set-up phase: each device's minibatch size, the run's threshold ``t``, the per-round crypto record."""
         for dev in self.devices:
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * self.task.X[dev.index].shape[0])))
-        self._tally = {"device": CryptoCounts(), "server": CryptoCounts()}
-        self._rows_cache: dict[tuple[int, int], np.ndarray] = {}
-        self._host: tuple[int, Any, dict[int, np.ndarray]] = (-1, None, {})
+        self.t, self._tally = self.threshold(self.config, self.sim.n_devices), CryptoTally()
         return
         yield  # pragma: no cover
-
-    def _count(self, role: str):
-        def add(c: CryptoCounts) -> None:
-            self._tally[role] = self._tally[role] + c
-        return add
 
     def round_metrics(self, round: int) -> dict[str, Any]:
         """The round's cryptographic operations: ``device_<kind>`` and ``server_<kind>`` for each kind."""
         tally = getattr(self, "_tally", None) if round > 0 else None
-        out = {}
-        for role in ("device", "server"):
-            c = tally[role] if tally is not None else CryptoCounts()
-            out.update({f"{role}_{k}": getattr(c, k) for k in KINDS})
-        return out
+        return (tally if tally is not None else CryptoTally()).columns()
 
-    def _drop(self, users: list[int], epoch: int, stage: int) -> list[int]:
+    def _drop(self, users: list[int], epoch: int, stage: int) -> list[int] | None:
+        """The users left after round ``stage``'s dropouts; None (a decode failure) when fewer than ``t``."""
         gone = self.stage_dropouts(epoch, stage, users)
         self.round_dropped.update(gone)
-        return [u for u in users if u not in gone]
+        left = [u for u in users if u not in gone]
+        return left if len(left) >= self.t else None
 
     def _fail(self) -> None:
-        self.decode_failed = True
-        self.used = []
+        self.decode_failed, self.used = True, []
 
     # -- the round --------------------------------------------------------------------------------
     def round(self, epoch: int) -> Generator:
         """One aggregation: rounds 0-3 of Bonawitz et al. (Fig. 4), then the update (eqs. 4-5)."""
-        self._tally = {"device": CryptoCounts(), "server": CryptoCounts()}
-        cfg, t, p = self.config, self.t, self.config.p
-        m, K, ebits = self.task.d * self.task.c, secret_elements(cfg.p), field_bits(cfg.p)
-        nbrs = self.neighbours(epoch)
-        dev = self.devices
+        self._tally = CryptoTally()
+        t, p, dev, nbrs = self.t, self.config.p, self.devices, self.neighbours(epoch)
+        m, K, ebits = self.task.d * self.task.c, pm.secret_elements(p), pm.field_bits(p)
 
         # round 0: AdvertiseKeys
         adv = yield from self.net.gather(dev, self._advertise, kind="secagg_advertise", upload_elements=2,
                                          upload_bits=256, timing_key="secagg")
         self._pks = {d.index: keys for d, keys in adv.results}
         U1 = sorted(self._pks)
-        in1 = set(U1)
-        nb1 = {u: [v for v in nbrs[u] if v in in1] for u in U1}
+        nb1 = pm.restrict(nbrs, U1)
         if len(U1) < t or any(len(nb1[u]) < t for u in U1):
             return self._fail()
-        yield from self.net.send_all([[Outgoing(self.server, dev[u], self._keys_for(nb1[u]), "secagg_keys",
+        yield from self.net.send_all([[Outgoing(self.server, dev[u], pm.public_keys(self._pks, nb1[u]), "secagg_keys",
                                                 n_elements=2 * len(nb1[u]), element_bits=256, timing_key="secagg")
                                        for u in U1]])
 
         # round 1: ShareKeys (shares encrypted to each neighbour, relayed by the server)
-        U2 = self._drop(U1, epoch, 1)
-        if len(U2) < t:
+        if (U2 := self._drop(U1, epoch, 1)) is None:
             return self._fail()
-
-        def prepare(d: Node) -> Generator:
-            yield from self.net.compute(d, self._share_keys, d, nb1[d.index], timing_key="secagg")
-
-        pairs = [(dev[u], dev[v]) for u in U2 for v in nb1[u]]
-        for u in U1:
-            dev[u].state.inbox = {}
         delivered = yield from self.net.exchange(
-            [pairs], lambda s, d: s.state.sent.get(d.index), kind="secagg_shares", schedule="bundled",
-            n_elements=share_plain_bytes(p) + TAG_BYTES, element_bits=8, prepare=prepare, timing_key="secagg")
+            [[(dev[u], dev[v]) for u in U2 for v in nb1[u]]], lambda s, d: s.state.sent.get(d.index),
+            kind="secagg_shares", schedule="bundled", n_elements=pm.share_plain_bytes(p) + TAG_BYTES, element_bits=8,
+            prepare=lambda d: self.net.compute(d, self._share_keys, d, nb1[d.index], timing_key="secagg"),
+            timing_key="secagg")
         for (s, d), ct in delivered.items():
             dev[d].state.inbox[s] = ct
-        in2 = set(U2)
-        nb2 = {u: [v for v in nbrs[u] if v in in2] for u in U2}
+        self._nb2 = nb2 = pm.restrict(nbrs, U2)
 
         # round 2: MaskedInputCollection (the model down, training, the masked gradient up: conventional FL's draws)
-        alive = self._drop(U2, epoch, 2)
-        if len(alive) < t:
+        if (alive := self._drop(U2, epoch, 2)) is None:
             return self._fail()
-        self._nb2 = nb2
+        self._rows = self.minibatch_rows_many(dev, [d.state.batch for d in dev], epoch)  # at once, as conventional FL
         ups = yield from self.net.gather([dev[u] for u in alive], self._masked_gradient, kind="masked_input",
                                          download=self.theta.astype(np.float32), upload_elements=m,
                                          upload_bits=ebits)
@@ -348,117 +209,69 @@ class SecAgg(Protocol):
             return self._fail()
 
         # round 3: Unmasking
-        U3_alive = self._drop(U3, epoch, 3)
-        if len(U3_alive) < t:
+        if (U3_alive := self._drop(U3, epoch, 3)) is None:
             return self._fail()
         resp = yield from self.net.gather(
             [dev[u] for u in U3_alive], lambda d: self._unmask_response(d, U3), kind="secagg_unmask",
             download=np.asarray(U3, dtype=np.int64), download_kind="secagg_survivors", download_elements=len(U3),
             download_bits=32, upload_elements=lambda r: len(r[0]) * K, upload_bits=ebits, timing_key="secagg")
         responses = {d.index: r for d, r in resp.results}
-        holders = {v: [u for u in sorted(responses) if v in in2 and u in nb2 and v in nb2[u]] for v in U2}
+        holders = pm.share_holders(responses, U2, nb2)
         if any(len(holders[v]) < t for v in U2):
             return self._fail()
-        P = expected_pairs(U2, U3, nb2)
-        G = yield from self.net.server_compute(self._unmask, masked, responses, holders, U2, U3, P)
+        G = yield from self.net.server_compute(self._unmask, masked, responses, holders, U2, U3)
         self.used = U3
         self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in U3))          # eqs. (4)-(5)
 
     # -- the steps (through the mode) --------------------------------------------------------------
-    def _keys_for(self, users: list[int]) -> Any:
-        """The public keys the server sends a user: its neighbours' (None in timing mode)."""
-        if any(self._pks[v] is None for v in users):
-            return None
-        return {v: self._pks[v] for v in users}
-
     def _advertise(self, d: Node) -> Any:
-        """Round 0 of ``d``: two key pairs from secret bytes; uploads ``(c^PK, s^PK)``."""
+        """Round 0 of ``d``: two key pairs and its self-mask seed from secret bytes; uploads ``(c^PK, s^PK)``."""
         rng = self.mode.offline(self.sim.secret_rng, d, "secagg-keys", self.epoch)
-        secrets = self.mode.offline(lambda: (rng.bytes(32), rng.bytes(32), rng.bytes(32)))
-        keys = run_crypto(self.mode, lambda s: advertise(s[0], s[1]), secrets, crypto=advertise_counts(),
-                          tally=self._count("device"))
-        d.state.keys, d.state.b_seed = keys, None if secrets is None else secrets[2]
-        d.state.ckeys, d.state.sent = {}, {}
+        c, s, d.state.b_seed = self.mode.offline(lambda: (rng.bytes(32), rng.bytes(32), rng.bytes(32))) or (None,) * 3
+        keys = d.state.keys = run_crypto(self.mode, pm.advertise, c, s, crypto=pm.advertise_counts(),
+                                         tally=self._tally.adder("device"))
+        d.state.ckeys, d.state.sent, d.state.inbox = {}, {}, {}
         return None if keys is None else (keys[1], keys[3])
 
     def _share_keys(self, d: Node, nb: list[int]) -> None:
         """Round 1 of ``d``: Shamir shares of ``b_u || s_u^SK`` among ``nb``, encrypted to each."""
-        cfg, u, t = self.config, d.index, self.t
+        p, t, (c_sk, _, s_sk, _) = self.config.p, self.t, d.state.keys or (None,) * 4     # None: timing mode
         rng = self.mode.offline(self.sim.secret_rng, d, "secagg-shamir", self.epoch)
-
-        def share() -> tuple[dict, dict]:
-            c_sk, _, s_sk, _ = d.state.keys
-            return share_keys(u, d.state.b_seed, s_sk, c_sk, nb, {v: self._pks[v][0] for v in nb}, t, cfg.p, rng,
-                              self.epoch)
-        out = run_crypto(self.mode, share, crypto=share_keys_counts(len(nb), cfg.p),
-                         macs=share_keys_macs(len(nb), t, cfg.p), tally=self._count("device"))
+        out = run_crypto(self.mode, pm.share_keys, d.index, d.state.b_seed, s_sk, c_sk, nb,
+                         pm.public_keys(self._pks, nb, 0), t, p, rng, self.epoch,
+                         crypto=pm.share_keys_counts(len(nb), p), macs=pm.share_keys_macs(len(nb), t, p),
+                         tally=self._tally.adder("device"))
         if out is not None:
             d.state.sent, d.state.ckeys = out
 
-    def _rows(self, d: Node) -> np.ndarray:
-        """``d``'s minibatch this epoch (every device's drawn at once, as conventional FL's)."""
-        key = (d.index, self.epoch)
-        rows = self._rows_cache.get(key)
-        if rows is None:
-            self._rows_cache.clear()
-            drawn = self.minibatch_rows_many(self.devices, [x.state.batch for x in self.devices], self.epoch)
-            self._rows_cache.update(((x.index, self.epoch), r) for x, r in zip(self.devices, drawn))
-            rows = self._rows_cache[key]
-        return rows
-
     def _masked_gradient(self, d: Node) -> Any:
         """Round 2 of ``d``: ``y_u`` (``2 b_i d c + d c (n + 1)`` MACs, ``n`` KA, ``n + 1`` PRG expansions)."""
-        cfg, u = self.config, d.index
-        X, Y, rows = self.task.X[u], self.task.Y[u], self._rows(d)
-        peers, m, N = self._nb2[u], self.task.d * self.task.c, self.sim.n_devices
-
-        def step() -> np.ndarray:
-            s_pks = {v: self._pks[v][1] for v in peers}
-            return secagg_masked_gradient(X, Y, d.state.received, rows, cfg.quant_bits, cfg.p, N, u,
-                                          d.state.b_seed, d.state.keys[2], peers, s_pks)
-        return run_crypto(self.mode, step, crypto=masked_input_counts(len(peers), m),
-                          macs=2 * len(rows) * m + m * (len(peers) + 1), like=Shape((m,), np.int64),
-                          stand_in=lambda: u, tally=self._count("device"))
+        cfg, u, m, s_sk = self.config, d.index, self.task.d * self.task.c, (d.state.keys or (None,) * 4)[2]
+        rows, peers = self._rows[u], self._nb2[u]
+        return run_crypto(self.mode, pm.masked_gradient, self.task.X[u], self.task.Y[u], d.state.received, rows,
+                          cfg.quant_bits, cfg.p, self.sim.n_devices, u, d.state.b_seed, s_sk, peers,
+                          pm.public_keys(self._pks, peers, 1), crypto=pm.masked_input_counts(len(peers), m),
+                          macs=pm.masked_gradient_macs(len(rows), m, len(peers)), like=Shape((m,), np.int64),
+                          stand_in=lambda: u, tally=self._tally.adder("device"))
 
     def _unmask_response(self, d: Node, U3: list[int]) -> Any:
         """Round 3 of ``d``: its shares of ``b_v`` (``v ∈ U3``) or ``s_v^SK`` (others) for its senders ``v``."""
-        cfg, u = self.config, d.index
-        senders = list(self._nb2[u])
-        out = run_crypto(self.mode, lambda: unmask_response(u, d.state.inbox, d.state.ckeys, set(U3), cfg.p,
-                                                            self.epoch),
-                         crypto=unmask_response_counts(len(senders), cfg.p),
-                         like=(senders, Shape((len(senders), secret_elements(cfg.p)), np.int64)),
-                         tally=self._count("device"))
-        return out
+        p, u, senders = self.config.p, d.index, list(self._nb2[d.index])
+        return run_crypto(self.mode, pm.unmask_response, u, d.state.inbox, d.state.ckeys, set(U3), p, self.epoch,
+                          crypto=pm.unmask_response_counts(len(senders), p),
+                          like=(senders, Shape((len(senders), pm.secret_elements(p)), np.int64)),
+                          tally=self._tally.adder("device"))
 
-    def _unmask(self, masked: dict, responses: dict, holders: dict, U2: list[int], U3: list[int], P: int) -> Any:
-        """The server: rebuild the seeds from ``t`` shares each, remove the masks, dequantise ``(d, c)``."""
-        cfg, t, m = self.config, self.t, self.task.d * self.task.c
-        shape = (self.task.d, self.task.c)
-
-        def step() -> np.ndarray:
-            shares = {}
-            for v in U2:
-                hs = holders[v][:t]
-                shares[v] = (hs, np.stack([responses[h][1][responses[h][0].index(v)] for h in hs]))
-            z = unmask({u: masked[u] for u in U3}, shares, self._nb2, {u: self._pks[u][1] for u in U3}, t, cfg.p)
-            return dequantize(z, cfg.quant_bits, cfg.p).reshape(shape)
-        return run_crypto(self.mode, step, crypto=unmask_counts(m, len(U3), P),
-                          macs=unmask_macs(m, len(U3), len(U2), P, t, cfg.p), like=Shape(shape, np.float64),
-                          stand_in=lambda: sum_in_order([self._host_gradient(u) for u in U3]),
-                          tally=self._count("server"))
-
-    def _host_gradient(self, u: int) -> np.ndarray:
-        """Timing mode's stand-in of user ``u``'s unmasked input: ``Q(G_u) / 2**b`` (not charged)."""
-        if self._host[0] != self.epoch:
-            self._host = (self.epoch, self.theta.astype(np.float32).astype(np.float64), {})
-        _, theta, cache = self._host
-        g = cache.get(u)
-        if g is None:
-            cfg = self.config
-            g = cache[u] = quantised_gradient(self.task.X[u], self.task.Y[u], theta, self._rows(self.devices[u]),
-                                              cfg.quant_bits, cfg.p, self.sim.n_devices)
-        return g
+    def _unmask(self, masked: dict, responses: dict, holders: dict, U2: list[int], U3: list[int]) -> Any:
+        """The server: rebuild the seeds, remove the masks, dequantise ``(d, c)`` (timing: the host's plain sum)."""
+        cfg, t, m, shape = self.config, self.t, self.task.d * self.task.c, (self.task.d, self.task.c)
+        P = pm.expected_pairs(U2, U3, self._nb2)
+        return run_crypto(self.mode, pm.unmask_gradients, masked, responses, holders, self._nb2,
+                          pm.public_keys(self._pks, U3, 1), t, cfg.p, cfg.quant_bits, shape,
+                          crypto=pm.unmask_counts(m, len(U3), P), macs=pm.unmask_macs(m, len(U3), len(U2), P, t, cfg.p),
+                          like=Shape(shape, np.float64), tally=self._tally.adder("server"),
+                          stand_in=lambda: pm.quantised_gradient_sum(self.task.X, self.task.Y, self.theta, self._rows,
+                                                                     U3, cfg.quant_bits, cfg.p, self.sim.n_devices))
 
 
 class SecAggPlus(SecAgg):
@@ -469,23 +282,12 @@ class SecAggPlus(SecAgg):
 
     @classmethod
     def degree(cls, config: SecAggPlusConfig, n_devices: int) -> int:
-        """``k`` (configured, or ``min(N - 1, 2 ceil(log2 N))``).
-
-        Raises
-        ------
-        fednet.errors.ConfigError
-            If the configured ``k`` exceeds ``N - 1``.
-        """
-        if config.k is not None:
-            if config.k > n_devices - 1:
-                raise ConfigError(f"k must be at most N - 1 = {n_devices - 1}, got {config.k}")
-            return config.k
-        return min(n_devices - 1, 2 * math.ceil(math.log2(n_devices)))
+        """``k``: configured (at most ``N - 1``) or ``min(N - 1, 2 ceil(log2 N))``
+        (:func:`fednet.codes.pairwise_masks.harary_degree`)."""
+        return pm.harary_degree(config.k, n_devices)
 
     def neighbours(self, epoch: int) -> dict[int, list[int]]:
         """``N(u)`` in ``H_{k,N}`` relabelled by a public random permutation drawn each epoch (ascending)."""
         N = self.sim.n_devices
-        k = self.degree(self.config, N)
         perm = self.sim.rng(self.server, "secaggplus-graph", epoch).permutation(N)
-        g = nx.relabel_nodes(nx.hkn_harary_graph(k, N), {i: int(perm[i]) for i in range(N)})
-        return {u: sorted(g.neighbors(u)) for u in range(N)}
+        return pm.harary_neighbours(self.degree(self.config, N), N, perm)

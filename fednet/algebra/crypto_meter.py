@@ -53,7 +53,7 @@ from typing import Any
 from fednet.algebra.meter import charge
 
 __all__ = ["CryptoCounts", "CryptoRates", "CryptoMeter", "HOST_CRYPTO_RATES", "REFERENCE_MAC_RATE", "KINDS",
-           "charge_crypto", "run_crypto", "active_crypto_meters"]
+           "charge_crypto", "run_crypto", "active_crypto_meters", "CryptoTally"]
 
 
 @dataclass(frozen=True)
@@ -262,3 +262,26 @@ def run_crypto(mode: Any, fn: Callable[..., Any], *args: Any, crypto: CryptoCoun
         tally(crypto)
     return out
 
+
+
+class CryptoTally:
+    """A protocol's per-round record of crypto operations by role (its trace columns ``<role>_<kind>``).
+
+    Parameters
+    ----------
+    roles : sequence of str
+        The roles counted apart, in column order (default ``("device", "server")``).
+    """
+
+    def __init__(self, roles: tuple[str, ...] = ("device", "server")) -> None:
+        self.counts = {role: CryptoCounts() for role in roles}
+
+    def adder(self, role: str) -> Callable[[CryptoCounts], None]:
+        """A ``tally`` for :func:`run_crypto` that adds a step's counts to ``role``'s."""
+        def add(c: CryptoCounts) -> None:
+            self.counts[role] = self.counts[role] + c
+        return add
+
+    def columns(self) -> dict[str, int]:
+        """``{f"{role}_{kind}": count}``, roles in order, kinds in the order of :data:`KINDS`."""
+        return {f"{role}_{k}": getattr(c, k) for role, c in self.counts.items() for k in KINDS}
