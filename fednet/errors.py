@@ -27,6 +27,8 @@ class                        built-in base                       raised for
 :class:`SetupFailure`        ``RuntimeError`` (via               a setup phase that cannot
                              DecodeFailure)                      complete (devices absent under
                                                                  the protocol's reaction)
+:class:`ClusterError`        ``RuntimeError``                    a Dask cluster that cannot run
+                                                                 the study (no worker left)
 :class:`TrainingFailure`     ``RuntimeError``                    training that cannot go on: a
                                                                  non-finite loss or parameter,
                                                                  or values overflowing the field
@@ -40,7 +42,7 @@ This module imports nothing from fednet, so every layer may use it.
 from __future__ import annotations
 
 __all__ = ["FednetError", "ConfigError", "CapacityError", "DataError", "OutputError", "OutputLocked",
-           "DecodeFailure", "SetupFailure", "TrainingFailure"]
+           "DecodeFailure", "SetupFailure", "TrainingFailure", "ClusterError"]
 
 
 class FednetError(Exception):
@@ -94,3 +96,8 @@ class TrainingFailure(FednetError, RuntimeError):
     trace's ``failure`` column, the summary's ``failed``; :mod:`fednet.protocol.finite`). The message
     names the run, the round and the reason.
     """
+
+
+class ClusterError(FednetError, RuntimeError):
+    """A Dask cluster that cannot run the study: no worker left for longer than the stated timeout
+    (:data:`fednet.study.parallel.WORKERLESS_TIMEOUT_S`), e.g. a worker without a nanny that died."""

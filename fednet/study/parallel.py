@@ -49,7 +49,7 @@ except ImportError as e:  # pragma: no cover - dask is a dependency
     raise ImportError("parallel runs (--jobs, --scheduler) need dask.distributed: "
                       "pip install 'dask[distributed]'") from e
 
-from fednet.errors import ConfigError
+from fednet.errors import ClusterError, ConfigError
 from fednet.sim.engine.paths import EnginePaths
 from fednet.algebra.slices import compute_threads
 
@@ -289,6 +289,12 @@ def run_tasks(study: Study, run_indices: Sequence[int], seed: int, *args: Any) -
 #: Seconds :func:`open_client` waits for a ``--scheduler`` to answer before a named error.
 SCHEDULER_TIMEOUT_S = 10.0
 
+#: Seconds a running study waits while its Dask cluster has no worker (one lost without a nanny, or a scheduler whose
+#: workers all left) before it ends with :class:`~fednet.errors.ClusterError`; checked every
+#: :data:`WORKER_CHECK_S` seconds.
+WORKERLESS_TIMEOUT_S = 60.0
+WORKER_CHECK_S = 2.0
+
 
 def open_client(jobs: int | None = None, scheduler: str | None = None, *, blas_threads: int = 1) -> Any:
     """A ``distributed.Client`` on a new local cluster of ``jobs`` processes or on ``scheduler``.
@@ -521,9 +527,34 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
         if progress:
             client.subscribe_topic(topic, _on_event)
         results: dict[tuple[int, int], dict[str, Any]] = dict(finished)
+        stop, lost = threading.Event(), []
+
+        def watchdog() -> None:
+            """Cancel the study's tasks once the cluster has had no worker for WORKERLESS_TIMEOUT_S seconds."""
+            since = None
+            while not stop.wait(WORKER_CHECK_S):
+                try:
+                    n = len(client.scheduler_info().get("workers", {}))
+                except Exception:  # noqa: BLE001 - the scheduler itself is gone: the futures fail on their own
+                    return
+                if n:
+                    since = None
+                    continue
+                since = time.monotonic() if since is None else since
+                if time.monotonic() - since >= WORKERLESS_TIMEOUT_S:
+                    lost.append(WORKERLESS_TIMEOUT_S)
+                    client.cancel(list(futures))
+                    return
+
+        guard = threading.Thread(target=watchdog, name="fednet-workers", daemon=True)
+        guard.start()
         with bar:
             try:
                 for fut in as_completed(list(futures)):
+                    if lost:
+                        raise ClusterError(f"the Dask cluster ({client.scheduler.address}) has had no worker for "
+                                           f"{lost[0]:g} s (a worker lost without a nanny?): the study stopped; "
+                                           f"finished pairs are kept for --resume")
                     unit, records = futures[fut], fut.result()
                     for (i, seed), res in zip(unit, records if len(unit) > 1 else [records]):
                         results[(i, seed)] = res
@@ -546,6 +577,7 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                 client.cancel(list(futures))
                 raise
             finally:
+                stop.set()
                 if progress:
                     client.unsubscribe_topic(topic)
         traces: dict[str, dict[int, list[dict[str, Any]]]] = {run.name: {} for run in study.runs}
