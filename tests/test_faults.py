@@ -733,9 +733,14 @@ def test_stale_partial_is_cleaned_but_a_users_lookalike_is_not(tmp_path, tiny, h
     lookalike = tmp_path / f".out.partial-{pid}-user"
     lookalike.mkdir()
     (lookalike / "keep.txt").write_text("mine")
+    planted = tmp_path / f".out.partial-{pid}-planted"      # a forged marker beside the user's own file
+    planted.mkdir()
+    (planted / MARKER).write_text('{"fednet": "output", "files": []}')
+    (planted / "thesis.tex").write_text("mine too")
     assert run_cli(tiny, tmp_path / "out") == 0
     assert not stale.exists()
     assert (lookalike / "keep.txt").read_text() == "mine"
+    assert (planted / "thesis.tex").read_text() == "mine too"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -230,6 +230,28 @@ def _remove_marked(folder: Path) -> None:
         pass
 
 
+#: The names a result folder (or its staging folder) holds besides the run folders' ``trace.csv``.
+_RESULT_NAMES = frozenset({"summary.json", "study.json", "timing.json", "provenance.json", "accuracy_vs_time.png",
+                           MARKER})
+
+
+def _only_results(folder: Path) -> bool:
+    """Whether ``folder`` holds only what fednet writes into a result: :data:`_RESULT_NAMES` as plain files and run
+    folders holding at most a plain ``trace.csv`` (a staging folder of a killed run holds a part of that)."""
+    try:
+        for p in folder.iterdir():
+            if p.is_symlink():
+                return False
+            if p.is_dir():
+                if any(q.name != "trace.csv" or q.is_symlink() or not q.is_file() for q in p.iterdir()):
+                    return False
+            elif p.name not in _RESULT_NAMES or not p.is_file():
+                return False
+    except OSError:
+        return False
+    return True
+
+
 def _listing(folder: Path) -> list[str]:
     """Every path under ``folder`` (files, links, folders), relative, '/'-separated, not following links."""
     out = []
@@ -412,8 +434,9 @@ class StagedOutput:
 
         Called with the lock held, so no other run is writing to this output: a folder qualifies
         when its name is ``.<name>.partial-<pid>-...`` or ``.<name>.replaced-<pid>-...`` with
-        ``<pid>`` not this process, and it carries the marker or is empty (a user's folder that
-        happens to match the name is left alone). Without ``fcntl``, ``<pid>`` must also be dead.
+        ``<pid>`` not this process, and it is empty or carries the marker and holds nothing but files of the
+        names fednet writes there (:func:`_only_results`: a user's folder that happens to match the name, or
+        one with a planted marker beside the user's own files, is left alone). Without ``fcntl``, ``<pid>`` must also be dead.
         A previous result renamed away by a run killed before its new result was in place is
         renamed back to the output folder. Returns the removed folders.
         """
@@ -434,7 +457,7 @@ class StagedOutput:
                 if tag == _OLD and _read_marker(p) is not None and not self.out.exists():
                     p.rename(self.out)          # killed between the two renames: put it back
                     continue
-                if _read_marker(p) is not None or not any(p.iterdir()):
+                if (_read_marker(p) is not None and _only_results(p)) or not any(p.iterdir()):
                     _remove_marked(p)
                     removed.append(p)
         return removed
