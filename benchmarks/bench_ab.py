@@ -42,6 +42,7 @@ def once(tree: Path, protocol: str, mode: str, D: int, epochs: int) -> float:
 
 
 def main() -> None:
+    """Run the grid, alternating the two checkouts, and print the table (module docstring)."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--base", required=True, type=Path, help="the other checkout (A)")
     ap.add_argument("--devices", type=int, nargs="+", default=[25, 120, 1000])

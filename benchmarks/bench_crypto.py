@@ -42,6 +42,7 @@ def best(fn, reps: int = 5) -> float:
 
 
 def main() -> None:
+    """Measure and print the host's crypto rates (module docstring)."""
     n = 2000
     seeds = [os.urandom(32) for _ in range(n)]
     keygen = n / best(lambda: [X25519PrivateKey.from_private_bytes(s).public_key() for s in seeds])
@@ -49,6 +50,7 @@ def main() -> None:
     pks = [X25519PrivateKey.from_private_bytes(s).public_key() for s in seeds]
 
     def agree():
+        """``n`` key agreements, each hashed as the protocols use them."""
         for pk in pks:
             h = hashes.Hash(hashes.SHA256())
             h.update(sk.exchange(pk))

@@ -57,6 +57,7 @@ def engine_snapshot(proto: Any) -> dict[str, Any]:
     sim = proto.sim
 
     def msgs(lst: list) -> list[tuple]:
+        """Each message's kind, ends, bits, send and delivery times and hops."""
         return [(m.kind, m.src, m.dst, m.bits, repr(m.sent_at), repr(m.delivered_at), repr(m.hops)) for m in lst]
     return {
         "trace": [{k: repr(v) for k, v in row.items()} for row in proto.trace],
@@ -158,12 +159,10 @@ def check_engine(protocol: type, params: Mapping[str, Any] | None = None, *, tas
     configs = [""] if configurations is None else list(configurations)
 
     def run(config: str) -> tuple[dict[str, Any], EnginePaths]:
-        sim = Simulation(_graph(task, graph), seed, device_compute=compute or ShiftedExponential(0.5),
-                         record_views=record_views, availability=availability() if availability is not None else None,
-                         secret_seed=secret_seed, engine=EngineConfig.parse(config))
-        proto = protocol(sim, task, dict(params or {}), label=label or getattr(protocol, "name", None) or "check")
-        proto.run(rounds)
-        return engine_snapshot(proto), sim.engine_paths
+        snapshot, _, paths = _run(protocol, params or {}, task=task, graph=graph, rounds=rounds, seed=seed,
+                                  secret_seed=secret_seed, compute=compute, availability=availability, label=label,
+                                  engine=config, record_views=record_views)
+        return snapshot, paths
 
     reference, ref_paths = run("reference")
     report = EngineReport(["reference", *configs], {"reference": ref_paths})
@@ -230,14 +229,14 @@ def check_protocol(protocol: type, params: Mapping[str, Any] | None = None, *, t
     engine = check_engine(protocol, params, **common)
     checks.append("the reference semantics and the backends give the same simulation")
 
-    first, _ = _run(protocol, params, secret_seed=20261128, **common)
-    again, _ = _run(protocol, params, secret_seed=20261128, **common)
+    first, _, _ = _run(protocol, params, secret_seed=20261128, **common)
+    again, _, _ = _run(protocol, params, secret_seed=20261128, **common)
     diff = _first_difference(first, again)
     if diff is not None:
         raise AssertionError(f"{protocol.__name__}: two runs at one seed differ at {diff} (not deterministic)")
     checks.append("two runs at one public and one secret seed are identical")
 
-    other, _ = _run(protocol, params, secret_seed=7_700_001, **common)
+    other, _, _ = _run(protocol, params, secret_seed=7_700_001, **common)
     public = {k: v for k, v in first.items() if k != "trace"}
     public["trace"] = [{k: v for k, v in row.items() if k not in _SECRET_DEPENDENT} for row in first["trace"]]
     other_public = {k: v for k, v in other.items() if k != "trace"}
@@ -252,8 +251,8 @@ def check_protocol(protocol: type, params: Mapping[str, Any] | None = None, *, t
 
     mode_field = getattr(protocol, "Config", None) and protocol.Config.model_fields.get("mode")
     if mode_field is not None:
-        full, full_rows = _run(protocol, {**params, "mode": "full"}, secret_seed=20261128, **common)
-        timing, timing_rows = _run(protocol, {**params, "mode": "timing"}, secret_seed=20261128, **common)
+        full, full_rows, _ = _run(protocol, {**params, "mode": "full"}, secret_seed=20261128, **common)
+        timing, timing_rows, _ = _run(protocol, {**params, "mode": "timing"}, secret_seed=20261128, **common)
         for r, (a, b) in enumerate(zip(full["trace"], timing["trace"])):
             for col in sorted(set(a) | set(b)):
                 if col in FULL_ONLY or col == "loss":
@@ -275,14 +274,15 @@ def check_protocol(protocol: type, params: Mapping[str, Any] | None = None, *, t
 
 def _run(protocol: type, params: Mapping[str, Any], *, task: Any, graph: Any, rounds: int, seed: int,
          secret_seed: int, compute: ComputeModel | None, availability: Callable[[], Availability] | None,
-         label: str | None, engine: str = "", record_views: bool = False) -> tuple[dict[str, Any], list[dict]]:
-    """One run: its :func:`engine_snapshot` and its trace rows."""
+         label: str | None, engine: str = "", record_views: bool = False
+         ) -> tuple[dict[str, Any], list[dict], EnginePaths]:
+    """One run: its :func:`engine_snapshot`, its trace rows and its engine paths."""
     sim = Simulation(_graph(task, graph), seed, device_compute=compute or ShiftedExponential(0.5),
                      record_views=record_views, availability=availability() if availability is not None else None,
                      secret_seed=secret_seed, engine=EngineConfig.parse(engine))
     proto = protocol(sim, task, dict(params), label=label or getattr(protocol, "name", None) or "check")
     proto.run(rounds)
-    return engine_snapshot(proto), proto.trace
+    return engine_snapshot(proto), proto.trace, sim.engine_paths
 
 
 def _graph(task: Any, graph: nx.Graph | Callable[[], nx.Graph] | None) -> nx.Graph:

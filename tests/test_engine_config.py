@@ -11,13 +11,13 @@ import pytest
 
 from fednet.algebra.meter import matmul
 from fednet.errors import ConfigError
-from fednet.protocol.base import Protocol
 from fednet.sim.compute import Deterministic
 from fednet.sim.engine import BACKENDS, EngineConfig
 from fednet.sim.engine.results import EngineError
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 from factories import make_task
+from test_primitives import Probe, work  # noqa: E402 (shared probe protocol)
 
 #: These tests check the backends themselves (tests/conftest.py: every backend allowed).
 pytestmark = pytest.mark.backends
@@ -28,18 +28,6 @@ D = 6
 def sim_of(engine: EngineConfig | None = None, record_views: bool = False) -> Simulation:
     g = lte_star(D, loss=0.0, device_mac_rates=[1e3 * (i + 1) for i in range(D)])
     return Simulation(g, 0, device_compute=Deterministic(), record_views=record_views, engine=engine)
-
-
-def work(dev):
-    return matmul(np.ones((10, 10)), np.ones((10, 10)))
-
-
-class Probe(Protocol):
-    body = None
-
-    def round(self, epoch):
-        self.out = yield from type(self).body(self)
-        self.theta = self.theta + 0.0
 
 
 def run(body, sim: Simulation, rounds: int = 1) -> Probe:

@@ -160,6 +160,7 @@ def devices_statistics_bounds(q: FixedPoint, X: Sequence[np.ndarray], Y: Sequenc
         Per device, as :func:`statistics_bounds`.
     """
     def compute() -> list[tuple[float, float, float]]:
+        """Every device's bounds (the cached value)."""
         return [statistics_bounds(q, x, y) for x, y in zip(X, Y)]
     return compute() if memo is None else memo(("statistics_bounds", q.f), compute)
 

@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
-from fednet.algebra.meter import charge
+from fednet.algebra.meter import ScopedMeter, charge
 
 __all__ = ["CryptoCounts", "CryptoRates", "CryptoMeter", "HOST_CRYPTO_RATES", "REFERENCE_MAC_RATE", "KINDS",
            "charge_crypto", "run_crypto", "active_crypto_meters", "CryptoTally"]
@@ -147,7 +147,7 @@ _ACTIVE: contextvars.ContextVar[tuple["CryptoMeter", ...]] = contextvars.Context
                                                                                     default=())
 
 
-class CryptoMeter:
+class CryptoMeter(ScopedMeter):
     """Context manager accumulating the cryptographic operations charged while it is open.
 
     Attributes
@@ -157,6 +157,7 @@ class CryptoMeter:
     """
 
     __slots__ = ("_counts", "_token", "_isolated")
+    _stack = _ACTIVE
 
     def __init__(self, *, isolated: bool = False) -> None:
         self._counts = {k: 0 for k in KINDS}
@@ -173,16 +174,9 @@ class CryptoMeter:
         for k in KINDS:
             self._counts[k] += getattr(counts, k)
 
-    def __enter__(self) -> "CryptoMeter":
-        if self._token is not None:
-            raise RuntimeError("a CryptoMeter cannot be entered twice at the same time")
-        self._token = _ACTIVE.set((self,) if self._isolated else _ACTIVE.get() + (self,))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._token is not None
-        _ACTIVE.reset(self._token)
-        self._token = None
+    def _outer(self) -> tuple:
+        """The meters this one nests in: none when isolated."""
+        return () if self._isolated else _ACTIVE.get()
 
     def __repr__(self) -> str:
         return f"CryptoMeter({self.counts})"
@@ -247,6 +241,7 @@ def run_crypto(mode: Any, fn: Callable[..., Any], *args: Any, crypto: CryptoCoun
     name = getattr(fn, "__qualname__", repr(fn))
 
     def step(*a: Any, **k: Any) -> Any:
+        """``fn`` under an isolated meter, its counts and MACs checked against the closed forms (full mode)."""
         with CryptoMeter(isolated=True) as inner:
             out = fn(*a, **k)
         if inner.counts != crypto:
@@ -279,6 +274,7 @@ class CryptoTally:
     def adder(self, role: str) -> Callable[[CryptoCounts], None]:
         """A ``tally`` for :func:`run_crypto` that adds a step's counts to ``role``'s."""
         def add(c: CryptoCounts) -> None:
+            """Add ``c`` to ``role``'s counts."""
             self.counts[role] = self.counts[role] + c
         return add
 

@@ -34,10 +34,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
+from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["MacMeter", "charge", "recharged", "matmul", "bmatmul", "axpy", "active_meters", "macs_of",
+__all__ = ["MacMeter", "ScopedMeter", "charge", "recharged", "matmul", "bmatmul", "axpy", "active_meters", "macs_of",
            "charged_alike"]
 
 _ACTIVE: contextvars.ContextVar[tuple["MacMeter", ...]] = contextvars.ContextVar(
@@ -45,7 +46,37 @@ _ACTIVE: contextvars.ContextVar[tuple["MacMeter", ...]] = contextvars.ContextVar
 )
 
 
-class MacMeter:
+class ScopedMeter:
+    """A meter open within a ``with`` block: while open it is on its class's context stack (``_stack``, a
+    :class:`contextvars.ContextVar` of the meters open in the current context, outermost first), which the metered
+    operations charge.  Subclasses set ``_stack`` and a ``_token`` slot; :meth:`_outer` gives the meters it nests in.
+
+    Raises
+    ------
+    RuntimeError
+        On entering a meter that is already open.
+    """
+
+    __slots__ = ()
+    _stack: ClassVar[contextvars.ContextVar]
+
+    def _outer(self) -> tuple:
+        """The meters this one nests in (all open ones)."""
+        return type(self)._stack.get()
+
+    def __enter__(self):
+        if self._token is not None:
+            raise RuntimeError(f"a {type(self).__name__} cannot be entered twice at the same time")
+        self._token = type(self)._stack.set(self._outer() + (self,))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None
+        type(self)._stack.reset(self._token)
+        self._token = None
+
+
+class MacMeter(ScopedMeter):
     """Context manager that accumulates the MACs charged while it is open.
 
     Attributes
@@ -55,21 +86,11 @@ class MacMeter:
     """
 
     __slots__ = ("macs", "_token")
+    _stack = _ACTIVE
 
     def __init__(self) -> None:
         self.macs: int = 0
         self._token: contextvars.Token | None = None
-
-    def __enter__(self) -> "MacMeter":
-        if self._token is not None:
-            raise RuntimeError("a MacMeter cannot be entered twice at the same time")
-        self._token = _ACTIVE.set(_ACTIVE.get() + (self,))
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._token is not None
-        _ACTIVE.reset(self._token)
-        self._token = None
 
     def __repr__(self) -> str:
         return f"MacMeter(macs={self.macs})"

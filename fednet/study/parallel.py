@@ -527,6 +527,7 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
         if progress:
             client.subscribe_topic(topic, _on_event)
         results: dict[tuple[int, int], dict[str, Any]] = dict(finished)
+        from .runner import ENGINE_PATHS                   # (runner imports this module)
         stop, lost = threading.Event(), []
 
         def watchdog() -> None:
@@ -559,7 +560,6 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                     for (i, seed), res in zip(unit, records if len(unit) > 1 else [records]):
                         results[(i, seed)] = res
                         if "engine" in res:                # the worker's engine paths, for timing.json
-                            from .runner import ENGINE_PATHS
                             ENGINE_PATHS.setdefault(study.runs[i].name, EnginePaths()).merge(res["engine"])
                         if on_done is not None:
                             on_done(i, seed, res)

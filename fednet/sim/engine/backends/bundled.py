@@ -33,6 +33,7 @@ class BundledArrays(Backend):
     kind = "exchange"
 
     def can_run(self, net: Any, step: Step) -> bool | str:
+        """``True`` if this backend gives the reference\'s results for ``step`` now, else the reason."""
         if not isinstance(step.steps, AllToAll):
             return "the pairs are not one AllToAll step"
         if step.schedule != "bundled":
@@ -42,6 +43,7 @@ class BundledArrays(Backend):
         return True
 
     def run(self, net: Any, step: Step) -> Generator:
+        """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
         return (yield from bulk_bundled(net, step.steps, step.rows, kind=step.kind_of, n_elements=step.n_elements,
                                         element_bits=step.element_bits, prepare=step.prepare, mailbox=step.mailbox,
                                         timing_key=step.timing_key))

@@ -34,6 +34,7 @@ class GatherReplay(Backend):
     kind = "gather"
 
     def can_run(self, net: Any, step: Step) -> bool | str:
+        """``True`` if this backend gives the reference\'s results for ``step`` now, else the reason."""
         if step.deadline is not None:
             return "the step has a deadline"
         if not step.cancel:
@@ -43,6 +44,7 @@ class GatherReplay(Backend):
         return fast_reason(net, step.nodes)
 
     def run(self, net: Any, step: Step) -> Generator:
+        """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
         return (yield from fast_rounds(net, step.nodes, step.first, step.absent, step.download, step.download_kind,
                                        step.download_elements, step.download_bits, step.run, step.macs, step.kind_of,
                                        step.size_of, step.upload_bits, timing_key=step.timing_key,

@@ -31,6 +31,7 @@ class GroupsReplay(Backend):
     kind = "groups"
 
     def can_run(self, net: Any, step: Step) -> bool | str:
+        """``True`` if this backend gives the reference\'s results for ``step`` now, else the reason."""
         if len(step.groups) < 2:
             return "one group (its gather is dispatched on its own)"
         ok = fast_reason(net, [node for group in step.groups for node in group])
@@ -46,6 +47,7 @@ class GroupsReplay(Backend):
         return True
 
     def run(self, net: Any, step: Step) -> Generator:
+        """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
         env = net.sim.env
         fn, kind = step.fn, step.kind_of
         run = None if fn is None else net._charged(fn, f"gather {kind!r}", False)

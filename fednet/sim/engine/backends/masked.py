@@ -51,6 +51,7 @@ class MaskedReplay(Backend):
     kind = "masked"
 
     def can_run(self, net: Any, step: Step) -> bool | str:
+        """``True`` if this backend gives the reference\'s results for ``step`` now, else the reason."""
         sim, nodes = net.sim, step.nodes
         if not step.precomputed:
             return "the values need their inputs (full mode): computed as the processes reach them"
@@ -74,6 +75,7 @@ class MaskedReplay(Backend):
         return True
 
     def run(self, net: Any, step: Step) -> Generator:
+        """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
         got = replay_round(net, step)
         if isinstance(got, str):
             return Declined(got)

@@ -36,6 +36,7 @@ class RelayReplay(Backend):
     kind = "exchange"
 
     def can_run(self, net: Any, step: Step) -> bool | str:
+        """``True`` if this backend gives the reference\'s results for ``step`` now, else the reason."""
         if step.schedule not in ("relay_asap", "relay_steps"):
             return f"schedule {step.schedule!r} is not a relay schedule"
         if step.prepare is not None or step.mailbox is not None:
@@ -75,6 +76,7 @@ class RelayReplay(Backend):
         return True
 
     def run(self, net: Any, step: Step) -> Generator:
+        """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
         return (yield from replay_relays(net, step.steps, step.payload, step.ends, kind=step.kind_of,
                                          schedule=step.schedule, n_elements=step.n_elements,
                                          element_bits=step.element_bits, timing_key=step.timing_key,

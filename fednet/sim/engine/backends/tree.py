@@ -70,11 +70,13 @@ class EdgelessTree(Backend):
     kind = "tree"
 
     def can_run(self, net: Any, step: Step) -> bool | str:
+        """``True`` if this backend gives the reference\'s results for ``step`` now, else the reason."""
         if not step.edgeless:
             return "the tree has edges"
         return fast_reason(net, [net.sim.devices[v] for v in step.taking_part])
 
     def run(self, net: Any, step: Step) -> Generator:
+        """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
         devs = net.sim.devices
         return (yield from fast_rounds(net, [devs[v] for v in step.taking_part], step.first, step.absent,
                                        step.download, step.download_kind, None, step.download_bits, step.own, None,
@@ -89,6 +91,7 @@ class TreeReplay(Backend):
     kind = "tree"
 
     def can_run(self, net: Any, step: Step) -> bool | str:
+        """``True`` if this backend gives the reference\'s results for ``step`` now, else the reason."""
         sim = net.sim
         if step.edgeless:
             return "the tree has no edges"
@@ -108,6 +111,7 @@ class TreeReplay(Backend):
         return fast_reason(net, [sim.devices[v] for v in step.taking_part])
 
     def run(self, net: Any, step: Step) -> Generator:
+        """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
         sim = net.sim
         devs = sim.devices
         need = len(step.complete) if step.first is None else int(step.first)
