@@ -31,7 +31,6 @@ from pydantic import Field, model_validator
 from fednet.algebra.capacity import check_statistics_capacity
 from fednet.algebra.fields import field_dtype
 from fednet.algebra.fixed_point import FixedPoint
-from fednet.algebra.meter import charged_alike
 from fednet.codes import padded, secagg
 from fednet.codes.secagg import decode_aggregate, device_share, shamir_share_macs, share_secrets  # re-exported
 from fednet.codes.secagg_tree import aggregation_tree
@@ -253,8 +252,7 @@ class CodedSecAgg(Protocol):
         masters = yield from self.net.tree_aggregate(
                 self.column_tree, self._eq13, self._add, kind="tree_share", root_kind="master_share", first=kp,
                 download=eps, download_kind="epsilon", download_bits=cfg.k, n_elements=d * c,
-                element_bits=self._bits, batch=None if mode.exact else self._eq13_many,
-                combine_batch=None if mode.exact else self._add_many)
+                element_bits=self._bits, alike=True)        # timing mode: one stand-in, one count per node
         cols = [self.group_of[node.index][1] for node in masters.nodes]
         self.used = sorted(m[i] for m in self.groups for i in cols)
         exact, G = yield from self.net.server_compute(self._decode, masters.values, cols)     # Remark 3
@@ -275,15 +273,6 @@ class CodedSecAgg(Protocol):
         with secagg.widened(cfg.k, cfg.f, cfg.widen_compute):
             return self.mode.run(secagg.device_share, st.Phi, st.Psi, st.received if received is None else received,
                                  self.q, macs=secagg.device_share_macs(d, c), like=Shape((d, c), field_dtype(self.q)))
-
-    def _eq13_many(self, nodes: list[Node], received: Any) -> tuple[list, list[int]]:
-        """Timing mode: :meth:`_eq13` of ``nodes`` at once, one call for all (its stand-in and closed-form MACs
-        depend only on ``(d, c)``, ``q`` and the widening; :func:`~fednet.algebra.meter.charged_alike`)."""
-        return charged_alike(len(nodes), self._eq13, nodes[0], received)
-
-    def _add_many(self, accs: list, parts: list) -> tuple[list, list[int]]:
-        """Timing mode: :meth:`_add` of many pairs of stand-ins of one shape (as :meth:`_eq13_many`)."""
-        return charged_alike(len(accs), self._add, accs[0], parts[0])
 
     def _add(self, acc, part):
         """Device: add a child's running sum to its own (eq. 15)."""

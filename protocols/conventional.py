@@ -29,8 +29,9 @@ import numpy as np
 from pydantic import Field
 
 from fednet.learning.models import (STACK_BYTES, minibatch_gradient, minibatch_gradients,  # noqa: F401 (re-exported)
-                                    sum_gradients)
+                                    minibatch_gradients_of, sum_gradients)
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
+from fednet.protocol.primitives import batched
 from fednet.sim.simulation import Node
 
 
@@ -90,27 +91,18 @@ class ConventionalFL(Protocol):
         return
         yield  # pragma: no cover
 
+    @batched(minibatch_gradients_of)                      # the engine's batched backend: every device at once
     def local_gradient(self, dev: Node) -> np.ndarray:
         """Device ``dev``'s minibatch gradient on the model it received this round."""
         theta = dev.state.received.astype(np.float64)      # the float32 model it downloaded
         rows = self.minibatch_rows(dev, dev.state.batch)   # keyed (device, "minibatch", epoch): paired
         return minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], theta, rows)
 
-    def local_gradients(self, nodes: list[Node], received: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
-        """:meth:`local_gradient` of every node of ``nodes`` on the model ``received``, batched
-        (:data:`fednet.protocol.primitives.Batch`; :func:`fednet.learning.models.minibatch_gradients`)."""
-        theta = received.astype(np.float64)
-        rows = self.minibatch_rows_many(nodes, [dev.state.batch for dev in nodes])
-        if not hasattr(self, "_stacks"):
-            self._stacks: dict = {}
-        return minibatch_gradients([self.task.X[d.index] for d in nodes], [self.task.Y[d.index] for d in nodes],
-                                   theta, rows, self._stacks)
-
     def round(self, epoch: int) -> Generator:
         """One epoch: download Theta, minibatch gradient (eq. 3), upload; the server sums the first D - s and updates (eqs. 4-5)."""
         replies = yield from self.net.gather(self.devices, self.local_gradient, kind="gradient",
                                              first=self.sim.n_devices - self.config.drop_slowest,
-                                             download=self.theta.astype(np.float32), batch=self.local_gradients)
+                                             download=self.theta.astype(np.float32))
         if replies.stack_rows is not None:                  # the batch's stack and the arrivals' rows in it
             G = yield from self.net.server_compute(sum_gradients, *replies.stack_rows)          # eq. (3)
         else:

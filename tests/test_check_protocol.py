@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from fednet.algebra.meter import charge
+from fednet.learning.models import minibatch_gradients_of
 from fednet.protocol import registry
+from fednet.protocol.primitives import batched
 from fednet.testing import check_protocol
 from factories import make_task
 
@@ -53,8 +55,6 @@ def test_a_time_that_depends_on_a_secret_fails() -> None:
     conventional = registry.get("conventional")
 
     class Leaky(conventional):
-        local_gradients = None                                   # no batched twin: every node runs local_gradient
-
         def local_gradient(self, dev):
             secret = self.sim.secret_rng(dev, "pad", self.epoch).integers(1, 1000)
             charge(int(secret))                                  # the secret shows in the device's compute time
@@ -67,8 +67,6 @@ def test_a_run_that_is_not_deterministic_fails() -> None:
     conventional = registry.get("conventional")
 
     class Noisy(conventional):
-        local_gradients = None
-
         def local_gradient(self, dev):
             charge(random.randint(1, 10**6))                     # the host's unkeyed randomness
             return super().local_gradient(dev)
@@ -82,6 +80,7 @@ def test_a_batch_twin_that_differs_from_its_step_fails() -> None:
     conventional = registry.get("conventional")
 
     class Twin(conventional):
+        @batched(minibatch_gradients_of)                         # declares the batch of the step it overrides
         def local_gradient(self, dev):
             charge(7)                                            # the scalar step charges more than its batch twin
             return super().local_gradient(dev)

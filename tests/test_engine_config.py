@@ -13,7 +13,7 @@ from fednet.algebra.meter import matmul
 from fednet.errors import ConfigError
 from fednet.sim.compute import Deterministic
 from fednet.sim.engine import BACKENDS, EngineConfig
-from fednet.sim.engine.results import EngineError
+from fednet.sim.engine.results import EngineError, batched
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 from factories import make_task
@@ -72,11 +72,16 @@ def test_paths_record_the_backend_and_the_reasons() -> None:
     assert "the step has a deadline" in p.sim.engine_paths.explain()
 
 
+@batched(lambda nodes, received: ([work(n) for n in nodes], [1000] * len(nodes)))
+def _work_batched(node):
+    return work(node)
+
+
 def _tree_round(self):
     tree = nx.DiGraph([(0, 1), (2, 1), (3, 4), (5, 4)])
     out = yield from self.net.tree_aggregate(
-        tree, work, lambda a, b: a + b + 0 * matmul(np.ones((1, 1)), np.ones((1, 1))), kind="t", root_kind="r",
-        n_elements=100, batch=lambda nodes, received: ([work(n) for n in nodes], [1000] * len(nodes)))
+        tree, _work_batched, lambda a, b: a + b + 0 * matmul(np.ones((1, 1)), np.ones((1, 1))), kind="t",
+        root_kind="r", n_elements=100)
     return out
 
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from fednet.algebra.meter import charge, matmul
 from fednet.protocol.base import Protocol
-from fednet.protocol.primitives import AllToAll, StragglerShortfall
+from fednet.protocol.primitives import AllToAll, StragglerShortfall, batched
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
 from fednet.sim.engine import EngineConfig
 from fednet.sim.simulation import Simulation
@@ -43,6 +43,12 @@ def batch(nodes, received):
     """:func:`value` for many nodes at once (the batched backend's form)."""
     out = [matmul(np.full((2, 2), n.index + 1.0), np.ones((2, 2))) for n in nodes]
     return out, [8] * len(nodes)
+
+
+@batched(batch)
+def batched_value(dev):
+    """:func:`value`, declaring its batched form (the engine's ``batched`` backend picks it)."""
+    return value(dev)
 
 
 def combine(a, b):
@@ -97,10 +103,9 @@ def round_of(plan):
         for step in plan:
             try:
                 if step[0] == "gather":
-                    _, k, download, batched = step
-                    r = yield from self.net.gather(devs, value, kind="g", first=k,
-                                                   download=np.zeros(7) if download else None,
-                                                   batch=batch if batched else None)
+                    _, k, download, is_batched = step
+                    r = yield from self.net.gather(devs, batched_value if is_batched else value, kind="g", first=k,
+                                                   download=np.zeros(7) if download else None)
                 elif step[0] == "exchange":
                     _, stages, schedule = step
                     r = yield from self.net.exchange([[(devs[s], devs[d]) for s, d in st_] for st_ in stages],
@@ -112,12 +117,12 @@ def round_of(plan):
                     r = yield from self.net.exchange(AllToAll(devs[:m], devs), None, rows=lambda s: tables[s.index],
                                                      kind="a", schedule="bundled", n_elements=3)
                 elif step[0] == "tree":
-                    _, parents, batched = step
+                    _, parents, is_batched = step
                     tree = nx.DiGraph()
                     tree.add_nodes_from(range(len(devs)))
                     tree.add_edges_from((v, p) for v, p in enumerate(parents) if p >= 0)
-                    r = yield from self.net.tree_aggregate(tree, value, combine, kind="t", root_kind="r",
-                                                           n_elements=4, batch=batch if batched else None)
+                    r = yield from self.net.tree_aggregate(tree, batched_value if is_batched else value, combine,
+                                                           kind="t", root_kind="r", n_elements=4)
                 else:
                     _, cut, download = step
                     seen = []

@@ -137,14 +137,19 @@ def test_tree_parts_are_checked_and_follow_a_rewired_tree() -> None:
 
 
 def test_a_combine_batch_that_miscounts_is_refused(monkeypatch) -> None:
-    """combine_batch must meter the sum of the MACs it reports, as a step's batch must."""
-    from fednet.protocols.codedsecagg import CodedSecAgg
+    """combine_batch must meter the sum of the MACs it reports, as a step's batch must (CodedSecAgg's
+    ``alike`` tree in timing mode, whose combine batch is :func:`fednet.sim.engine.results.alike_batches`')."""
+    import fednet.protocol.primitives as primitives
 
-    real = CodedSecAgg._add_many
+    real = primitives.alike_batches
 
-    def undercharged(self, accs, parts):
-        values, macs = real(self, accs, parts)
-        return values, [m + 1 for m in macs]
-    monkeypatch.setattr(CodedSecAgg, "_add_many", undercharged)
+    def undercharged(fn, combine):
+        batch, combine_batch = real(fn, combine)
+
+        def miscounted(accs, parts):
+            values, macs = combine_batch(accs, parts)
+            return values, [m + 1 for m in macs]
+        return batch, miscounted
+    monkeypatch.setattr(primitives, "alike_batches", undercharged)
     with pytest.raises(AssertionError, match="combine_batch returned"):
         _csa(24, dict(z=1, groups=4), 2)()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +25,7 @@ __all__ = [
     "ridge_gradients",
     "minibatch_gradient",
     "minibatch_gradients",
+    "minibatch_gradients_of",
     "sum_gradients",
     "STACK_BYTES",
     "ridge_loss",
@@ -286,6 +288,27 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
                 out[p] = g[j]
                 macs[p] = per
     return out, macs
+
+
+def minibatch_gradients_of(protocol: Any, nodes: list, received: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
+    """The batched form of a protocol's device step "``G_i`` of eq. (3) on the model it received".
+
+    What ``protocol.local_gradient(node)`` gives for every node of ``nodes`` (the same floats): the devices'
+    minibatches from ``protocol.minibatch_rows_many`` (each node's ``state.batch`` rows), the model
+    ``received`` as float64, and :func:`minibatch_gradients` with a cache kept on the protocol.  Declared on
+    conventional FL's step with :func:`fednet.sim.engine.results.batched`, for the engine's ``batched``
+    backend to pick.
+
+    Returns
+    -------
+    gradients, macs
+        As :func:`minibatch_gradients`.
+    """
+    theta = received.astype(np.float64)
+    rows = protocol.minibatch_rows_many(nodes, [dev.state.batch for dev in nodes])
+    stacks = protocol.__dict__.setdefault("_gradient_stacks", {})
+    X, Y = protocol.task.X, protocol.task.Y
+    return minibatch_gradients([X[d.index] for d in nodes], [Y[d.index] for d in nodes], theta, rows, stacks)
 
 
 try:  # a compiled loop for the sum of a stack's rows in a given order (numba ships with galois)

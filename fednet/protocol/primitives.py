@@ -6,26 +6,12 @@ asks the engine to execute it: the reference semantics (:mod:`fednet.sim.engine.
 backend that gives the same results bit for bit (:mod:`fednet.sim.engine.backends`), chosen by the simulation's
 :class:`~fednet.sim.engine.config.EngineConfig` and recorded in ``sim.engine_paths``.
 
-==============================  =========================================================================
-:meth:`~Net.send`               one message (device to server, server to device, or device to device
-                                relayed through the server)
-:meth:`~Net.broadcast`          the server sends one payload to many devices in parallel
-:meth:`~Net.send_all`           many messages: in steps with a barrier between steps, or all at once
-:meth:`~Net.compute_each`       a computation on each of a set of nodes, in parallel
-:meth:`~Net.compute`            a computation on one node
-:meth:`~Net.server_compute`     a computation on the server
-:meth:`~Net.first_k`            run a piece of work on many nodes, keep the first ``k`` to finish,
-                                cancel the rest (or stop at a deadline)
-:meth:`~Net.gather`             download, compute, upload on each node; the first ``k`` results
-:meth:`~Net.gather_groups`      gathers of disjoint groups, each followed by its own server step
-:meth:`~Net.exchange`           device-to-device share exchange along given steps, with the sharing
-                                schedules ``relay_steps``, ``relay_asap``, ``upload_once``, ``bundled``
-:meth:`~Net.tree_aggregate`     partial sums climb a :class:`networkx.DiGraph` (child -> parent)
-                                to its roots, which upload to the server; the first ``k`` roots
-:meth:`~Net.masked_sum`         a masked secure sum in one round (LightSecAgg's: encoded masks, masked
-                                uploads, the survivors' aggregated masks)
-:meth:`~Net.mailbox`            a :class:`Mailbox` for the shares of an exchange
-==============================  =========================================================================
+Messages: :meth:`~Net.send`, :meth:`~Net.broadcast`, :meth:`~Net.send_all`; computation: :meth:`~Net.compute`,
+:meth:`~Net.compute_each`, :meth:`~Net.server_compute`; steps over many nodes: :meth:`~Net.first_k`,
+:meth:`~Net.gather`, :meth:`~Net.gather_groups`, :meth:`~Net.exchange` (with its sharing schedules),
+:meth:`~Net.tree_aggregate`, :meth:`~Net.masked_sum`; and :meth:`~Net.mailbox`, :meth:`~Net.delay`,
+:meth:`~Net.queue`, :meth:`~Net.background`, :meth:`~Net.cancel`.  A step function may declare its batched form
+(:func:`batched`), which the engine's backends pick.
 
 ``first_k``, ``gather`` and ``tree_aggregate`` return a :class:`GatherResult`: the results in order of arrival
 *and* the failures (who was unavailable, who was cancelled, who missed the deadline). Failures are never silent: the
@@ -57,13 +43,15 @@ from fednet.sim.engine.backends import BY_KIND
 from fednet.sim.engine.forest import forest_parts, taking_part
 from fednet.sim.engine.mailbox import AllToAll, Mailbox, cyclic_steps
 from fednet.sim.engine.results import (SCHEDULES, Batch, GatherResult, Outgoing, StragglerShortfall, UnchargedCompute,
-                                       compute_key, payload_size, uploaded_elements)
+                                       alike_batches, batch_of, batched, compute_key, payload_size,
+                                       uploaded_elements)
 from fednet.sim.engine.step import Step, execute
 from fednet.sim.network import Message
 from fednet.sim.simulation import Node, Simulation
 
 __all__ = ["Net", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
-           "payload_size", "SCHEDULES", "cyclic_steps", "AllToAll", "compute_key", "compute_seconds", "Batch"]
+           "payload_size", "SCHEDULES", "cyclic_steps", "AllToAll", "compute_key", "compute_seconds",
+           "Batch", "batched"]
 
 
 class Net:
@@ -403,7 +391,6 @@ class Net:
                                                      free or macs is not None)
         return (yield from self.sim.compute(self.sim.server, run, *args, macs=macs, **kwargs))
 
-
     def first_k(self, work: Sequence[tuple[Node, Generator]], k: int | None = None, *,
                 deadline: float | None = None, dropped: Sequence[Node] = (), cancel: bool = True) -> Generator:
         """Run each ``(node, generator)`` in parallel; keep the first ``k`` to finish, cancel the rest.
@@ -445,8 +432,7 @@ class Net:
                upload_elements: int | Callable[[Any], int] | None = None, upload_bits: int | None = None,
                macs: Callable[[Node], int] | None = None, deadline: float | None = None,
                free: bool = False, cancel: bool = True,
-               wait: Callable[[Node], simpy.Event] | None = None, timing_key: str = "",
-               batch: Batch | None = None) -> Generator:
+               wait: Callable[[Node], simpy.Event] | None = None, timing_key: str = "") -> Generator:
         """Each node: receive ``download`` (if given), compute ``fn(node)``, upload the result.
 
         Nodes work in parallel, each starting its computation as soon as its own download
@@ -487,9 +473,9 @@ class Net:
             ``""`` (default): the download, computation and upload take the shared keyed draws; a
             gather only this protocol has (LightSecAgg's aggregated masks) names its own key, used
             for its messages (:meth:`send`) and its computation (:meth:`compute_each`).
-        batch : callable(nodes, received) -> (values, macs), optional
-            ``fn`` for many nodes at once (:data:`Batch`): used by the ``batched`` backend (each node is still
-            charged its own MACs and its own keyed time).
+
+        The ``batched`` backend computes every node's ``fn`` at once where ``fn`` declares its batched form
+        (:func:`~fednet.sim.engine.results.batched`); each node is still charged its own MACs and keyed time.
 
         Returns
         -------
@@ -517,7 +503,7 @@ class Net:
             download_kind=download_kind, download_elements=download_elements, download_bits=download_bits, run=run,
             macs=macs, kind_of=kind, size_of=uploaded_elements(upload_elements), upload_bits=upload_bits,
             timing_key=timing_key, deadline=deadline, cancel=cancel, wait=wait,
-            batch=None if fn is None else batch, charged=charged)))
+            batch=batch_of(fn), charged=charged)))
 
     def gather_groups(self, groups: Sequence[Sequence[Node]], fn: Callable[[Node], Any] | None, *, kind: str,
                       first: Sequence[int | None], then: Callable[[int, GatherResult], Generator],
@@ -530,12 +516,8 @@ class Net:
         self.gather(groups[g], fn, first=first[g], ...)`` and then ``yield from then(g, result)`` (CodedPaddedFL's
         groups, each decoded by the server as soon as its own gather ends, Sec. V-E); returns when all have ended.
 
-        Where no other process can act meanwhile (two groups or more), the ``groups`` backend replays the gathers
-        without a process per device (:mod:`fednet.sim.engine.backends.groups`): every group's download, compute and
-        upload events are walked in the order SimPy would process them (the groups' node-by-node replays of
-        :func:`~fednet.sim.engine.backends.gather.fast_rounds`, interleaved), and each group's ``then`` starts at its
-        ``first[g]``-th arrival, the groups in the order SimPy resumes them.  The same draws, counters, messages and
-        results, bit for bit (``tests/test_gather_groups.py``).
+        Where no other process can act meanwhile, the ``groups`` backend replays the gathers without a process per
+        device (:mod:`fednet.sim.engine.backends.groups`; the same results bit for bit).
 
         Parameters
         ----------
@@ -573,8 +555,7 @@ class Net:
                        kind: str, root_kind: str, first: int | None = None, download: Any = None,
                        download_kind: str = "model", download_bits: int | None = None,
                        n_elements: int | None = None, element_bits: int | None = None,
-                       free: bool = False, batch: Batch | None = None,
-                       combine_batch: Callable[[list, list], tuple[list, list[int]]] | None = None) -> Generator:
+                       free: bool = False, alike: bool = False) -> Generator:
         """Partial aggregates climb a tree, children to parents, to its roots, which upload to the server.
 
         Every node of ``tree`` (device indices; an edge ``u -> v`` makes ``v`` the parent of ``u``)
@@ -608,14 +589,12 @@ class Net:
             Size and width of every tree message and upload.
         free : bool
             ``fn`` and ``combine`` deliberately charge nothing.
-        batch : callable(nodes, received) -> (values, macs), optional
-            ``fn`` for many nodes at once (:data:`Batch`), used by the ``batched`` backend for a tree without
-            edges, and by the ``tree`` backend for a tree with edges where no other process can act meanwhile
-            (:mod:`fednet.sim.engine.backends.tree`; the same results).
-        combine_batch : callable(accs, parts) -> (values, macs), optional
-            ``combine`` of many pairs at once (value ``i`` and MAC count ``i`` what ``combine(accs[i],
-            parts[i])`` gives and meters; the call meters their sum, checked), for the replay; without it the
-            replay calls ``combine`` pair by pair.
+        alike : bool
+            In timing mode every call of ``fn`` (and of ``combine``) charges the same MACs and gives the same
+            stand-in (CodedSecAgg), so the backends run each once per batch
+            (:func:`~fednet.sim.engine.results.alike_batches`; ``check_engine`` compares).  Otherwise ``fn``'s
+            declared batch (:func:`~fednet.sim.engine.results.batched`), if any, serves the ``batched`` backend
+            (a tree without edges) and the ``tree`` backend (:mod:`fednet.sim.engine.backends.tree`).
 
         Returns
         -------
@@ -632,6 +611,8 @@ class Net:
         edgeless = tree.number_of_edges() == 0
         parts = forest_parts(self._tree_parts_of, tree, edgeless)
         complete, nodes, absent = taking_part(self.sim, self.available, parts, edgeless)
+        batch, combine_batch = (alike_batches(fn, combine) if alike and not self.protocol.mode.exact
+                                else (batch_of(fn), None))
         own = self._charged(fn, f"tree_aggregate {kind!r}", free)
         add = self._charged(combine, f"tree_aggregate {kind!r} combine", free)
         return (yield from self._execute(Step(

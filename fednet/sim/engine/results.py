@@ -8,21 +8,71 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 
+from fednet.algebra.meter import charged_alike
 from fednet.errors import DecodeFailure
 from fednet.sim.simulation import Node
 
 __all__ = ["GatherResult", "Outgoing", "StragglerShortfall", "UnchargedCompute", "EngineError", "payload_size",
-           "Batch", "SCHEDULES", "compute_key", "uploaded_elements"]
+           "Batch", "batched", "batch_of", "alike_batches", "SCHEDULES", "compute_key", "uploaded_elements"]
 
 #: ``batch(nodes, received) -> (values, macs)``: the step ``fn`` of a gather for many nodes at once, ``values[p]``
 #: being what ``fn(nodes[p])`` returns once ``nodes[p].state.received`` is ``received`` and ``macs[p]`` the MACs that
 #: call meters; the batched kernels meter ``sum(macs)`` in all (checked).  It must not change any state (it runs for
 #: every node, also those cancelled before they would have computed).
 Batch = Callable[[list, Any], tuple[Sequence[Any], Sequence[int]]]
+
+
+def batched(many: Callable[..., tuple[Sequence[Any], Sequence[int]]]) -> Callable[[Callable], Callable]:
+    """Declare ``many`` the batched form of a step function or method (what the engine's backends pick).
+
+    ``many(nodes, received)`` for a function, ``many(owner, nodes, received)`` for a method (``owner`` being the
+    object the method is bound to) must be a :data:`Batch` of the step: the values and MAC counts the step gives
+    node by node, computed at once (the batched kernels live beside their scalar kernels, in ``fednet.learning``
+    or ``fednet.codes``).  The declaration belongs to that function only: a subclass that overrides the method
+    without declaring it again runs node by node, so a batch can never stand in for code it does not compute.
+    ``fednet.testing.check_engine`` compares the two.
+
+    Examples
+    --------
+    >>> @batched(minibatch_gradients_of)            # doctest: +SKIP
+    ... def local_gradient(self, dev): ...
+    """
+    def declare(fn: Callable) -> Callable:
+        fn.many = many
+        return fn
+    return declare
+
+
+def batch_of(fn: Callable | None) -> Batch | None:
+    """The :data:`Batch` declared for step ``fn`` with :func:`batched` (bound to ``fn``'s owner), or None."""
+    many = getattr(fn, "many", None)
+    if many is None:
+        return None
+    owner = getattr(fn, "__self__", None)
+    return many if owner is None else partial(many, owner)
+
+
+def alike_batches(fn: Callable, combine: Callable | None = None) -> tuple[Batch, Callable[[list, list], Any]]:
+    """Batches of a step whose every call charges the same MACs and gives the same value (timing mode's
+    stand-ins of one shape): ``fn`` (and ``combine``) run once per batch (:func:`fednet.algebra.meter.charged_alike`).
+
+    Returns
+    -------
+    batch : Batch
+        ``batch(nodes, received)``.
+    combine_batch : callable(accs, parts) -> (values, macs) or None
+    """
+    def batch(nodes: list, received: Any) -> tuple[list, list[int]]:
+        return charged_alike(len(nodes), fn, nodes[0], received)
+
+    def combine_batch(accs: list, parts: list) -> tuple[list, list[int]]:
+        return charged_alike(len(accs), combine, accs[0], parts[0])
+    return batch, (None if combine is None else combine_batch)
 
 
 class EngineError(RuntimeError):
