@@ -92,6 +92,14 @@ class MacMeter(ScopedMeter):
         self.macs: int = 0
         self._token: contextvars.Token | None = None
 
+    def __enter__(self) -> MacMeter:
+        # ScopedMeter.__enter__ inlined: entered once a step or more per device and round, the extra call of
+        # _outer measured 4 % of a CodedPaddedFL epoch at D = 120 (timing mode)
+        if self._token is not None:
+            raise RuntimeError("a MacMeter cannot be entered twice at the same time")
+        self._token = _ACTIVE.set(_ACTIVE.get() + (self,))
+        return self
+
     def __repr__(self) -> str:
         return f"MacMeter(macs={self.macs})"
 
