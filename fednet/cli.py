@@ -2,7 +2,7 @@
 
 ``fednet run STUDY.toml [--out DIR] [--seed N] [--data-dir DIR] [--set KEY.PATH=VALUE ...]
 [--epochs N] [--runs LABEL ...] [--targets ACC ...] [--jobs [N] | --scheduler ADDRESS] [--blas-threads N]
-[--threads N] [--resume]``
+[--threads N] [--resume] [--secret-seed N]``
     Run a study (a TOML file, or the name of a bundled one such as ``quickstart``) with a
     progress bar; write ``summary.json``, ``timing.json``, ``provenance.json``,
     ``accuracy_vs_time.png`` and per-run ``trace.csv`` to ``DIR`` (default
@@ -20,6 +20,11 @@
     the threads its sliced kernels use (:mod:`fednet.algebra.slices`; the same outputs for any N).
     ``--resume`` reuses the (run, seed) pairs an interrupted run of the same command finished
     (:mod:`fednet.study.checkpoint`) and runs only the others.
+    Every study runs under one secret seed (the root of its pads, masks and noise; never derived from
+    the public seeds): ``--secret-seed N``, else ``$FEDNET_SECRET_SEED``, else the resumed pairs', else
+    drawn from OS entropy. It is written to ``DIR/secret_seed.json`` (mode 0600, apart from the public
+    results) so that a run whose numbers depend on its secrets (``summary.json``: ``secret_dependent``)
+    can be replayed exactly with ``--secret-seed N``.
 ``fednet describe PROTOCOL``
     Every parameter of a protocol: type, default, bounds and documentation.
 ``fednet schema``
@@ -81,6 +86,16 @@ def _positive(text: str) -> int:
     return n
 
 
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return n
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from fednet.study.config import load_study
     from fednet.study.runner import run_study
@@ -97,7 +112,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         result = run_study(study, out, data_dir=args.data_dir, progress=not args.quiet,
                            command=["fednet", *(sys.argv[1:] if args.argv is None else args.argv)],
                            jobs=args.jobs, scheduler=args.scheduler, blas_threads=args.blas_threads,
-                           resume=args.resume, threads=args.threads)
+                           resume=args.resume, threads=args.threads, secret_seed=args.secret_seed)
     except ImportError as e:
         if args.jobs is None and args.scheduler is None:
             raise
@@ -113,7 +128,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.explain_engine:
         print("\n" + explain_engine(result.timing.get("engine", {})))
     print(f"\nresults in {result.out_dir}/ (summary.json, timing.json, provenance.json, accuracy_vs_time.png, "
-          "<run>/trace.csv)")
+          "<run>/trace.csv; secret_seed.json, private: it replays the runs' secrets)")
     return 0
 
 
@@ -328,6 +343,9 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--resume", action="store_true",
                        help="reuse the (run, seed) pairs an interrupted run of the same command finished "
                             "(kept beside --out) and run only the others")
+    p_run.add_argument("--secret-seed", type=_non_negative, metavar="N",
+                       help="root of the runs' secrets (pads, masks, noise), to replay a result exactly from its "
+                            "secret_seed.json (default $FEDNET_SECRET_SEED, else drawn and recorded there)")
     p_run.add_argument("--blas-threads", type=_positive, default=1, metavar="N",
                        help="BLAS/OpenMP threads per simulation (default 1)")
     p_run.add_argument("--threads", type=_positive, metavar="N",

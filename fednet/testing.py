@@ -249,6 +249,19 @@ def check_protocol(protocol: type, params: Mapping[str, Any] | None = None, *, t
                              f"(a secret drawn from the public streams, or a time that depends on a secret)")
     checks.append("another secret seed leaves every time, bit, MAC count and public draw unchanged")
 
+    declared = protocol.secret_dependent(protocol.Config.model_validate(params))
+    if not declared:
+        for r, (a, b) in enumerate(zip(first["trace"], other["trace"])):
+            for col in ("accuracy", "loss"):
+                if a.get(col) != b.get(col) and not (a.get(col) != a.get(col) and b.get(col) != b.get(col)):
+                    raise AssertionError(
+                        f"{protocol.__name__}: another secret seed changes round {r}'s {col!r} ({a.get(col)} != "
+                        f"{b.get(col)}) but {protocol.__name__}.secret_dependent(config) is False: declare it, so "
+                        f"that a study records that these numbers replay only under their secret seed")
+        checks.append("the model does not depend on the secret draws (secret_dependent is False)")
+    else:
+        checks.append("the model may depend on the secret draws (declared secret_dependent)")
+
     mode_field = getattr(protocol, "Config", None) and protocol.Config.model_fields.get("mode")
     if mode_field is not None:
         full, full_rows, _ = _run(protocol, {**params, "mode": "full"}, secret_seed=20261128, **common)

@@ -154,6 +154,7 @@ class CodedPaddedFL(Protocol):
     """
 
     name = "codedpaddedfl"
+    secrets_reach_model = frozenset({"full"})   # full mode: the padded values' fixed-point rounding (Sec. V-B)
     Config = CodedPaddedFLConfig
     State = CodedPaddedFLState
     ServerStateType = CodedPaddedFLServerState
@@ -223,8 +224,7 @@ class CodedPaddedFL(Protocol):
                                                  exclusive=True)   # nothing else uses these links meanwhile
         for (src, dst), share in delivered.items():
             self.devices[dst].state.received_shares[src] = share
-        # the paper's count, alpha = 1: no encoding (Sec. V-D)
-        yield from self.net.compute_each(nodes, self._encode_device,
+        yield from self.net.compute_each(nodes, self._encode_device,     # the paper's alpha = 1: no encoding (V-D)
                                          free=cfg.alpha == 1 and cfg.encode_count == "alpha_minus_1")
 
     def _encode(self, dev: int, term: Callable[[int], tuple]) -> tuple:

@@ -125,6 +125,7 @@ class FedVS(VerticalProtocol):
     """FedVS (Alg. 1) on the engine's primitives (module docstring)."""
 
     name = "fedvs"
+    secrets_reach_model = True          # the stochastic rounding of the shares draws from the secret streams
     Config = FedVSConfig
     State = FedVSState
 

@@ -101,6 +101,7 @@ class WaitDP(Wait):
     """Wait with a Laplace noise layer on every client's embedding (Sec. 6.2, baseline 4; module docstring)."""
 
     name = "fedvs_wait_dp"
+    secrets_reach_model = True          # the Laplace noise is a secret
     Config: ClassVar = WaitDPConfig
 
     def embed(self, dev, rows: np.ndarray) -> np.ndarray:

@@ -578,8 +578,8 @@ def test_every_protocol_runs_end_to_end_through_the_cli(tmp_path, capsys) -> Non
     out = tmp_path / "out"
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == sorted([MARKER, "summary.json", "study.json", "timing.json", "provenance.json", "accuracy_vs_time.png"]
-                           + [p for p in PROTOCOLS if p != "approx_gc"])
+    assert names == sorted([MARKER, "summary.json", "study.json", "timing.json", "provenance.json", "accuracy_vs_time.png",
+                            "secret_seed.json"] + [p for p in PROTOCOLS if p != "approx_gc"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "s.toml"]
 
 

@@ -15,7 +15,7 @@ from fednet.study.threads import limit_threads
 
 distributed = pytest.importorskip("distributed")
 
-from fednet.study.parallel import _environment, cached_task  # noqa: E402
+from fednet.study.parallel import cached_task, scoped_environment  # noqa: E402
 
 SMALL = """
 name = "small"
@@ -133,10 +133,10 @@ def test_task_error_reaches_the_client(client, tmp_path: Path) -> None:
 
 def test_environment_is_set_and_restored(monkeypatch) -> None:
     monkeypatch.setenv("FEDNET_SECRET_SEED", "7")
-    with _environment({"FEDNET_SECRET_SEED": None}):
+    with scoped_environment({"FEDNET_SECRET_SEED": None}):
         assert "FEDNET_SECRET_SEED" not in os.environ
     assert os.environ["FEDNET_SECRET_SEED"] == "7"
-    with _environment({"FEDNET_SECRET_SEED": "11"}):
+    with scoped_environment({"FEDNET_SECRET_SEED": "11"}):
         assert os.environ["FEDNET_SECRET_SEED"] == "11"
     assert os.environ["FEDNET_SECRET_SEED"] == "7"
 

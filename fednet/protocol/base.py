@@ -188,6 +188,9 @@ class Protocol:
     setup_dropouts: ClassVar[str] = "reshare"
     #: Most setup attempts under ``setup_dropouts = "reshare"`` before :class:`SetupFailure`.
     max_setup_attempts: ClassVar[int] = 100
+    #: Whether secret draws reach the model (stochastic rounding, noise), or the modes in which they do:
+    #: :meth:`secret_dependent`'s default.
+    secrets_reach_model: ClassVar[bool | frozenset[str]] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -263,6 +266,21 @@ class Protocol:
         (protocols that proceed with whoever is present). Raise ``ValueError`` naming
         ``network.dropout``, the parameter it conflicts with, and a setting that works.
         """
+
+    @classmethod
+    def secret_dependent(cls, config: ProtocolConfig) -> bool:
+        """Whether the run's numbers (accuracy, loss, the model) depend on its secret draws (issue 31, item 5).
+
+        True where secrets reach the model: a stochastic rounding or fixed-point rounding of padded values drawn
+        from :meth:`fednet.sim.Simulation.secret_rng`, differential-privacy noise.  Such a run is reproducible only
+        under its recorded secret seed (``secret_seed.json`` of a study's results; ``fednet run --secret-seed``);
+        ``summary.json`` marks it ``secret_dependent``.  Times, bits and MAC counts never depend on secrets
+        (``fednet.testing.check_protocol`` checks that, and checks a False here against a run under another
+        secret seed).  Default: the class attribute :attr:`secrets_reach_model` (False: masks and pads that cancel
+        exactly); override for a dependence on the configuration (a mode, say).
+        """
+        reach = cls.secrets_reach_model
+        return reach if isinstance(reach, bool) else getattr(config, "mode", "full") in reach
 
     @classmethod
     def trajectory_group(cls, config: ProtocolConfig, n_devices: int) -> Hashable | None:

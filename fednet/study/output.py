@@ -232,6 +232,7 @@ def _remove_marked(folder: Path) -> None:
 
 #: The names a result folder (or its staging folder) holds besides the run folders' ``trace.csv``.
 _RESULT_NAMES = frozenset({"summary.json", "study.json", "timing.json", "provenance.json", "accuracy_vs_time.png",
+                           "secret_seed.json",
                            MARKER})
 
 

@@ -33,14 +33,13 @@ between client and scheduler if the network is not trusted.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 try:
@@ -51,19 +50,20 @@ except ImportError as e:  # pragma: no cover - dask is a dependency
 
 from fednet.errors import ClusterError, ConfigError
 from fednet.sim.engine.paths import EnginePaths
+from fednet.sim.rng import SECRET_SEED_ENV
 from fednet.algebra.slices import compute_threads
 
 from .config import Study
-from .threads import limit_threads
+from .threads import limit_threads, scoped_environment
 
-__all__ = ["FORWARDED_ENV", "BlasLimits", "limit_threads", "cached_task", "run_task", "run_tasks",
+__all__ = ["FORWARDED_ENV", "SECRET_SEED_ENV", "scoped_environment", "BlasLimits", "limit_threads", "cached_task", "run_task", "run_tasks",
            "open_client",
            "simulate_parallel", "default_jobs"]
 
 log = logging.getLogger(__name__)
 
 #: Environment variables the client forwards into every task (value, or None for unset).
-FORWARDED_ENV = ("FEDNET_SECRET_SEED",)
+FORWARDED_ENV = (SECRET_SEED_ENV,)
 
 #: Prepared tasks kept per worker process (a data draw of MNIST at 2000 features is ~0.5 GB).
 CACHE_SIZE = 2
@@ -174,27 +174,6 @@ def cached_task(study: Study, feature_seed: int, data_dir: str | os.PathLike | N
     return task, time.perf_counter() - t0
 
 
-@contextlib.contextmanager
-def _environment(env: Mapping[str, str | None] | None) -> Iterator[None]:
-    if not env:
-        yield
-        return
-    before = {k: os.environ.get(k) for k in env}
-    try:
-        for k, v in env.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _round_reporter(topic: str | None, tag: str) -> Any:
     """An ``on_round`` callback that logs the rounds done to ``topic`` (at most every 0.5 s), or None."""
     if topic is None:
@@ -256,7 +235,7 @@ def run_task(study: Study, run_index: int, seed: int, data_dir: str | os.PathLik
     run = study.runs[run_index]
     fs = study.data.feature_seed_for(seed)
     registry.get(run.protocol)  # import the protocol (and its libraries) before the thread limit
-    with _environment(env), limit_threads(blas_threads), compute_threads(threads):
+    with scoped_environment(env), limit_threads(blas_threads), compute_threads(threads):
         task, data_s = cached_task(study, fs, data_dir)
         t0 = time.perf_counter()
         ENGINE_PATHS.pop(run.name, None)

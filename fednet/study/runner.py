@@ -11,6 +11,8 @@ at the end, so a failed or interrupted study leaves no partial result directory;
                                 Python, platform, command line
     OUT/accuracy_vs_time.png    accuracy against simulated time, every run and seed
     OUT/study.json              the validated study, as run
+    OUT/secret_seed.json        the study's secret seed (:func:`study_secret_seed`; mode 0600, private): it
+                                replays the runs ``summary.json`` marks ``secret_dependent``
     OUT/<run label>/trace.csv   one row per (seed, round)
     OUT/.fednet-output          marker: the files fednet wrote (only such folders are replaced)
     .OUT.fednet-checkpoint/     beside OUT while the study runs: each finished (run, seed), kept after an
@@ -52,7 +54,7 @@ from fednet.learning.task import LearningTask
 from fednet.protocol import registry
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
 from fednet.sim.dropout import ExtremeDropout
-from fednet.sim.rng import Streams, secret_seed_from_env
+from fednet.sim.rng import SECRET_SEED_ENV, Streams, secret_seed_from_env
 from fednet.sim.engine.paths import EnginePaths
 from fednet.sim.simulation import Simulation
 from fednet.topologies import builder
@@ -63,6 +65,7 @@ from fednet.topologies.lte import lte_star
 from .checkpoint import Checkpoint, Record
 from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
 from .output import StagedOutput
+from .threads import scoped_environment
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
 
 __all__ = ["prepare_task", "vertical_task", "load_source", "build_network", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
@@ -304,6 +307,10 @@ class StudyResult:
     timing: dict[str, Any] = field(default_factory=dict)
     provenance: dict[str, Any] = field(default_factory=dict)
     study: Study | None = None
+    #: The study's secret seed (:func:`study_secret_seed`) and where it came from; kept apart from the public
+    #: outputs (written to ``secret_seed.json``, mode 0600, never into ``summary.json`` or ``provenance.json``).
+    secret_seed: int | None = None
+    secret_source: str | None = None
 
     def table(self) -> str:
         """The summary as a plain-text table (:func:`~fednet.study.results.format_summary`)."""
@@ -373,6 +380,22 @@ def _write_trace(path: Path, by_seed: dict[int, list[dict[str, Any]]], seeds: Se
             w.writerows(by_seed[seed])
 
 
+def write_secret_seed(path: Path, study: Study, seed: int, source: str | None) -> None:
+    """Write a study's secret seed to ``path`` (mode 0600 from its creation; never through a link).
+
+    Keep the file private: with it anyone can regenerate every pad, mask and noise of the runs.  Replay with
+    ``fednet run STUDY --secret-seed N`` (or ``FEDNET_SECRET_SEED=N``).
+    """
+    doc = {"secret_seed": int(seed), "source": source,
+           "replay": f"fednet run {study.name} --secret-seed {int(seed)}  (or FEDNET_SECRET_SEED={int(seed)})",
+           "note": "private: it regenerates every pad, mask, noise and stochastic rounding of these runs; the public "
+                   "results (summary.json, trace.csv) do not depend on it except where summary.json marks a run "
+                   "secret_dependent"}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(json.dumps(doc, indent=2) + "\n")
+
+
 def write_results(result: StudyResult, study: Study, directory: str | os.PathLike, *, plot: bool = True) -> None:
     """Write a study's result files into an existing ``directory`` (module docstring for the layout)."""
     directory = Path(directory)
@@ -384,6 +407,8 @@ def write_results(result: StudyResult, study: Study, directory: str | os.PathLik
     (directory / "timing.json").write_text(dumps_strict(result.timing), encoding="utf-8")
     (directory / "provenance.json").write_text(dumps_strict(result.provenance), encoding="utf-8")
     (directory / "study.json").write_text(study.model_dump_json(indent=2), encoding="utf-8")
+    if result.secret_seed is not None:
+        write_secret_seed(directory / SECRET_FILE, study, result.secret_seed, result.secret_source)
     if plot:
         from .plots import plot_accuracy_vs_time
 
@@ -475,6 +500,9 @@ def _assemble(study: Study, traces: dict[str, dict[int, list[dict[str, Any]]]], 
                            feature_seeds=fseeds if study.data.feature_seed == "per_seed" else None)}
     for run in study.runs:
         summary["runs"][run.name]["trace_csv"] = f"{slug(run.name)}/trace.csv"
+        cls = registry.get(run.protocol)
+        if cls.secret_dependent(cls.Config.model_validate(study.run_params(run))):
+            summary["runs"][run.name]["secret_dependent"] = True     # replay it with its secret_seed.json
     timing = {"unit": "host seconds (wall clock; not reproducible)", "data_s": data_s,
               "runs": {label: {str(s): v for s, v in by.items()} for label, by in wall.items()},
               **extra_timing, "total_s": time.perf_counter() - t_start,
@@ -497,10 +525,69 @@ def _simulate_parallel(study: Study, *, jobs: int | None, scheduler: str | None,
     return _assemble(study, traces, wall, data_s, {"parallel": info, **_resumed(study, finished)}, t_start, command)
 
 
+#: The file of a result folder that holds the study's secret seed (mode 0600; a user may withhold it).
+SECRET_FILE = "secret_seed.json"
+
+
+def study_secret_seed(study: Study, secret_seed: int | None = None,
+                      finished: Mapping[tuple[int, int], Record] | None = None) -> tuple[int, str]:
+    """The secret seed every run of a study draws its secrets from, and where it came from.
+
+    Secrets (pads, masks, noise, Shamir coefficients, stochastic rounding) never derive from the public seeds, but a
+    run whose numbers depend on them (:meth:`fednet.protocol.base.Protocol.secret_dependent`) must still be
+    replayable: so every study runs under one recorded secret seed (issue 31, item 5).  In order:
+
+    1. ``secret_seed`` (``fednet run --secret-seed N``);
+    2. ``$FEDNET_SECRET_SEED``;
+    3. the seed the finished pairs of a resumed checkpoint ran under (so a resumed study is one study);
+    4. 63 fresh bits of OS entropy (:func:`secrets.randbits`), redrawn while equal to a public seed.
+
+    Returns
+    -------
+    seed : int
+    source : str
+        ``"--secret-seed"``, ``"FEDNET_SECRET_SEED"``, ``"checkpoint"`` or ``"drawn"``.
+
+    Raises
+    ------
+    fednet.errors.ConfigError
+        For a negative or non-integer ``secret_seed``, one equal to a public seed of the study, or one that differs
+        from the seed the resumed pairs ran under (their secrets would not be this study's).
+    """
+    import secrets as _secrets
+
+    resumed = {rec.get("secret_seed") for rec in (finished or {}).values()}
+    if len(resumed) > 1:
+        raise ConfigError(f"the checkpoint's finished pairs ran under {len(resumed)} different secret seeds; "
+                          f"run without --resume")
+    before = next(iter(resumed), None)
+    if secret_seed is not None:
+        if isinstance(secret_seed, bool) or not isinstance(secret_seed, (int, np.integer)) or secret_seed < 0:
+            raise ConfigError(f"secret_seed must be a non-negative integer, got {secret_seed!r}")
+        seed, source = int(secret_seed), "--secret-seed"
+    elif secret_seed_from_env() is not None:
+        seed, source = int(secret_seed_from_env()), "FEDNET_SECRET_SEED"
+    elif before is not None:
+        seed, source = int(before), "checkpoint"
+    else:
+        seed = _secrets.randbits(63)
+        while seed in study.seeds:
+            seed = _secrets.randbits(63)
+        return seed, "drawn"
+    if seed in study.seeds:
+        raise ConfigError(f"the secret seed ({source}) must differ from the study's public seeds {study.seeds}, "
+                          f"got {seed}: secrets derived from a public seed are not secret")
+    if before is not None and seed != before:
+        raise ConfigError(f"the secret seed ({source}) differs from the one the checkpoint's finished pairs ran "
+                          f"under; --resume with the same secret seed, or run without --resume")
+    return seed, source
+
+
 def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
               data_dir: str | os.PathLike | None = None, progress: bool = True, plot: bool = True,
               command: Sequence[str] | None = None, jobs: int | None = None, scheduler: str | None = None,
-              blas_threads: int | None = 1, resume: bool = False, threads: int | None = None) -> StudyResult:
+              blas_threads: int | None = 1, resume: bool = False, threads: int | None = None,
+              secret_seed: int | None = None) -> StudyResult:
     """Run every (run, seed) of a study; write its results to ``out_dir`` unless it is None.
 
     Parameters
@@ -536,6 +623,11 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
         evaluation's rows, :mod:`fednet.algebra.slices`; the outputs are the same for any count).
         Default: 1 serially and on a ``scheduler``; with ``jobs`` and fewer (run, seed) pairs than
         ``jobs``, the spare cores (``jobs // pairs``).
+    secret_seed : int, optional
+        The root of every run's secrets (:func:`study_secret_seed`: default ``$FEDNET_SECRET_SEED``, the resumed
+        checkpoint's, or drawn). It is written to ``secret_seed.json`` (mode 0600) beside the public results, so
+        that a run whose numbers depend on its secrets (``summary.json`` marks it ``secret_dependent``) can be
+        replayed exactly; it never enters ``summary.json`` or ``provenance.json``.
 
     Returns
     -------
@@ -594,15 +686,26 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
             return _simulate(study, data_dir=data_dir, progress=progress, command=command, finished=finished,
                              on_done=on_done)
 
+    def _secret_run(finished: Mapping[tuple[int, int], Record] | None = None,
+                    save: Callable[[int, int, Record], None] | None = None) -> StudyResult:
+        """:func:`_run` under the study's secret seed (set in ``$FEDNET_SECRET_SEED`` while the runs run, so the
+        Dask workers get it too; restored after), each finished pair's record keeping it for ``--resume``."""
+        secret, source = study_secret_seed(study, secret_seed, finished)
+        on_done = None if save is None else (lambda i, seed, rec: save(i, seed, {**rec, "secret_seed": secret}))
+        with scoped_environment({SECRET_SEED_ENV: str(secret)}):
+            result = _run(finished, on_done)
+        result.secret_seed, result.secret_source = secret, source
+        return result
+
     if out_dir is None:
         if resume:
             raise ConfigError("resume=True needs an output folder (out_dir is None): the checkpoint lives beside it")
-        return _run()
+        return _secret_run()
     out_dir = Path(out_dir)
     with StagedOutput(out_dir) as tmp:
         checkpoint = Checkpoint(out_dir, study)
         finished = checkpoint.open(resume)
-        result = _run(finished, checkpoint.save)
+        result = _secret_run(finished, checkpoint.save)
         try:
             write_results(result, study, tmp, plot=plot)
         except OSError as e:            # a full disk, a read-only file system: one named error, nothing left

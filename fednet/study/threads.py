@@ -9,10 +9,11 @@ floating-point results do not depend on the host's core count.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
-__all__ = ["limit_threads"]
+__all__ = ["limit_threads", "scoped_environment"]
 
 
 @contextlib.contextmanager
@@ -52,3 +53,25 @@ def limit_threads(n: int | None) -> Iterator[None]:
         finally:
             if torch is not None:
                 torch.set_num_threads(torch_before)
+
+
+@contextlib.contextmanager
+def scoped_environment(env: Mapping[str, str | None] | None) -> Iterator[None]:
+    """Set (a value) or unset (None) the variables of ``env`` while the block runs; restore them after."""
+    if not env:
+        yield
+        return
+    before = {k: os.environ.get(k) for k in env}
+    try:
+        for k, v in env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
