@@ -203,3 +203,41 @@ def test_codedsecagg_round_that_would_wrap_is_refused():
     with pytest.raises(CapacityError, match=r"k = 20 too small.*the aggregate gradient of round \d+ reaches"):
         proto.run(30)
     assert len(proto.trace) >= 2
+
+
+# -- resolution: a format that fits but rounds the data away (issue 31, item 6) ---------------
+def test_rounding_error_is_the_relative_rms_error() -> None:
+    from fednet.algebra.capacity import rounding_error
+
+    x = [np.array([0.3, -0.2]), np.array([[1.0]])]          # at 2^-2: 0.25, -0.25, 1.0
+    expected = np.sqrt((0.05**2 + 0.05**2 + 0.0) / (0.09 + 0.04 + 1.0))
+    assert rounding_error(x, 2) == pytest.approx(expected, rel=1e-12)
+    assert rounding_error([np.zeros(3)], 2) == 0.0
+
+
+def test_a_format_that_rounds_the_data_away_is_refused_with_the_smallest_sufficient_f() -> None:
+    from fednet.algebra.capacity import ROUNDING_LIMIT, rounding_error
+
+    task = make_task(D=6)
+    assert rounding_error(task.X, 6) > ROUNDING_LIMIT >= rounding_error(task.X, 7)   # so f = 7 is the smallest
+    with pytest.raises(CapacityError, match=r"f = 4 rounds the devices' data \(X\) with a relative RMS error of "
+                                            r"0\.06.*use f >= 7"):
+        CodedPaddedFL(make_sim(D=6), task, dict(alpha=2, f=4, mode="timing")).run(1)
+    with pytest.raises(CapacityError, match=r"use f >= 7"):
+        CodedSecAgg(make_sim(D=6), task, dict(z=1, groups=2, f=6, mode="timing")).run(1)
+    CodedPaddedFL(make_sim(D=6), task, dict(alpha=2, f=7, mode="timing")).run(1)          # accepted
+
+
+def test_the_summary_reports_the_observed_decode_error() -> None:
+    from fednet.study.results import summarize
+
+    proto = CodedPaddedFL(make_sim(D=6), make_task(D=6), dict(alpha=2, mode="full"))
+    rows = proto.run(2)
+    got = summarize({"padded": {0: rows}}, [0.5], None)["runs"]["padded"]["decode_error"]
+    assert got["max"]["0"] == max(r["decode_error"] for r in rows if "decode_error" in r) and got["exceeded"] == []
+    assert got["bound"]["0"] >= got["max"]["0"]
+    bad = [dict(r) for r in rows]
+    bad[-1]["decode_error"] = 2 * got["bound"]["0"] + 1.0                   # past its bound: named in the summary
+    assert summarize({"padded": {0: bad}}, [0.5], None)["runs"]["padded"]["decode_error"]["exceeded"] == ["0"]
+    timing = CodedPaddedFL(make_sim(D=6), make_task(D=6), dict(alpha=2, mode="timing")).run(2)
+    assert "decode_error" not in summarize({"padded": {0: timing}}, [0.5], None)["runs"]["padded"]

@@ -253,6 +253,9 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
         failures = {s: f for s, f in failures.items() if f is not None}
         if failures:            # only then: the summaries of runs that never fail keep their bytes
             run["failed"] = {str(s): {"round": r, "reason": why} for s, (r, why) in failures.items()}
+        decoding = _decode_errors(by_seed)
+        if decoding is not None:  # full mode's observer measured the decoding (issue 31, item 6)
+            run["decode_error"] = decoding
         for t in targets:
             recs = [r for r in table if r["run"] == label and r["target"] == float(t)]
             reached = [r for r in recs if r["reached"]]
@@ -284,6 +287,23 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
                     entry["speedup_stats_reason"] = f"both runs reached {t:g} at {len(ok)} of {len(ratios)} seeds"
             run["per_target"][_key(t)] = entry
         out["runs"][label] = run
+    return out
+
+
+def _decode_errors(by_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[str, Any] | None:
+    """Per seed, the largest ``decode_error`` the observer measured and its stated ``decode_bound`` (None when no
+    row has them: timing mode, or a protocol without an observer); ``exceeded``: the seeds where it passed it."""
+    out: dict[str, Any] = {"max": {}, "bound": {}}
+    for s in sorted(by_seed):
+        pairs = [(r["decode_error"], r.get("decode_bound")) for r in by_seed[s]
+                 if isinstance(r.get("decode_error"), (int, float)) and r["decode_error"] == r["decode_error"]]
+        if pairs:
+            out["max"][str(s)] = max(float(e) for e, _ in pairs)
+            bounds = [float(b) for _, b in pairs if isinstance(b, (int, float)) and b == b]
+            out["bound"][str(s)] = max(bounds) if bounds else None
+    if not out["max"]:
+        return None
+    out["exceeded"] = [s for s, e in out["max"].items() if out["bound"][s] is not None and e > out["bound"][s]]
     return out
 
 
