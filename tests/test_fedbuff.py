@@ -13,7 +13,7 @@ from factories import make_task
 from fednet.algebra.meter import MacMeter
 from fednet.protocol import registry
 from fednet.protocols.fedbuff import FedBuff, buffered_sum, staleness_weight
-from fednet.sim.compute import Deterministic, ShiftedExponential
+from fednet.sim.compute import ShiftedExponential
 from fednet.sim.simulation import Simulation
 from fednet.topologies.lte import lte_star
 
