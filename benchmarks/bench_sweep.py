@@ -69,7 +69,11 @@ PROTOCOLS: dict[str, tuple[tuple[str, ...], Any]] = {
     "codedpaddedfl": (("full", "timing"), lambda D: {"alpha": 4, "groups": max(1, D // 25)}),
     "codedsecagg": (("full", "timing"), lambda D: {"z": 1, "groups": 1 if D <= 25 else 8}),
     "lightsecagg": (("full", "timing"), lambda D: {"z": 1, "U": D - max(1, D // 10)}),
+    "fedbuff": (("full",), lambda D: {"buffer_size": max(1, D // 10)}),     # a round: K client updates
 }
+
+#: Client updates ("device-epochs") a round of each protocol makes, by D (default: every device once).
+UPDATES_PER_ROUND = {"fedbuff": lambda D: max(1, D // 10)}
 
 CATEGORIES = ("simpy", "device", "math", "rng", "trace", "other")
 
@@ -138,9 +142,10 @@ def run_config(protocol: str, mode: str, D: int, *, d: int, n: int, c: int, epoc
                 "events_per_epoch": (ev_end - ev_setup) / max(done, 1), "sim_s_per_epoch": sim.now / max(done, 1)}
 
     r = _simulate(None)
+    updates = UPDATES_PER_ROUND.get(protocol, lambda D: D)(D)
     out = {"protocol": protocol, "mode": mode, "D": D, "d": d, "params": params, **r,
-           "device_epochs_per_s": D / r["epoch_s"] if r["epoch_s"] > 0 else float("inf"),
-           "events_per_device_epoch": r["events_per_epoch"] / D}
+           "device_epochs_per_s": updates / r["epoch_s"] if r["epoch_s"] > 0 else float("inf"),
+           "events_per_device_epoch": r["events_per_epoch"] / updates}
     if profile:
         prof = cProfile.Profile()
         _simulate(prof)
