@@ -252,3 +252,29 @@ def test_available_many_and_peeked_draws() -> None:
     s.advance(nodes[:2], "uplink", 2)
     assert peek.tolist() == t.uniforms(nodes, "uplink", 2).tolist()
     assert s.uniform(7, "uplink", 2) == peek[2] and s.uniform(3, "uplink", 2) == t.uniform(3, "uplink", 2)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_chunked_minibatch_gradients_equal_per_device(monkeypatch, threads: int) -> None:
+    """Devices whose points are not stacked (beyond STACK_BYTES, or no cache) are batched in chunks of gathered
+    minibatches (bounded memory at any D, issue 32): the same floats and MACs as device by device."""
+    import fednet.learning.models as models
+    from fednet.algebra.meter import MacMeter
+    from fednet.algebra.slices import compute_threads
+
+    rng = np.random.default_rng(5)
+    X = [rng.normal(size=(40, 6)) for _ in range(23)]
+    Y = [rng.normal(size=(40, 2)) for _ in range(23)]
+    rows = np.stack([rng.choice(40, 7, replace=False) for _ in range(23)])
+    th = rng.normal(size=(6, 2))
+    monkeypatch.setattr(models, "STACK_BYTES", 0)                      # no stack fits
+    monkeypatch.setattr(models, "CHUNK_BYTES", 3 * 7 * 8 * 8)          # three devices' minibatches a chunk
+    with compute_threads(threads), MacMeter() as m:
+        got, macs = models.minibatch_gradients(X, Y, th, rows, {})
+    assert got.shape == (23, 6, 2) and m.macs == sum(macs) == 23 * 2 * 7 * 6 * 2
+    for i in range(23):
+        assert got[i].tobytes() == models.minibatch_gradient(X[i], Y[i], th, rows[i]).tobytes()
+    bad = rows.copy()
+    bad[4, 0] = 40
+    with pytest.raises(IndexError, match=r"minibatch rows must lie in \[0, 40\)"):
+        models.minibatch_gradients(X, Y, th, bad, {})

@@ -10,7 +10,6 @@ and are not charged.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -193,6 +192,35 @@ def ridge_gradients(x: np.ndarray, y: np.ndarray, theta: np.ndarray, scale: floa
 STACK_BYTES = 64 * 2**20
 
 
+#: Largest buffer (bytes) of gathered minibatches that :func:`minibatch_gradients` forms at once from devices whose
+#: points it keeps no stack of: their gradients are computed chunk by chunk, in bounded memory at any D (issue 32).
+CHUNK_BYTES = 16 * 2**20
+
+
+def _chunked_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], rows: np.ndarray, theta: np.ndarray,
+                       scale: float) -> np.ndarray:
+    """:func:`ridge_gradients` of the minibatches ``X[p][rows[p]]`` of devices of one shape and batch size, gathered
+    into a buffer of at most :data:`CHUNK_BYTES` a chunk of devices at a time (the rows were checked; the same
+    BLAS products as device by device, so the same floats); the chunks run on the threads a run is lent."""
+    K, b = rows.shape
+    d, c = X[0].shape[1], Y[0].shape[1]
+    step = max(1, CHUNK_BYTES // max(1, b * (d + c) * X[0].itemsize))
+
+    def chunk(s: int, e: int) -> np.ndarray:
+        parts = []
+        for lo in range(s, e, step):
+            hi = min(e, lo + step)
+            xb = np.empty((hi - lo, b, d), dtype=X[0].dtype)
+            yb = np.empty((hi - lo, b, c), dtype=Y[0].dtype)
+            for j in range(lo, hi):
+                np.take(X[j], rows[j], axis=0, out=xb[j - lo], mode="clip")
+                np.take(Y[j], rows[j], axis=0, out=yb[j - lo], mode="clip")
+            parts.append(ridge_gradients(xb, yb, theta, scale=scale))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    done = map_slices(chunk, K)
+    return done[0] if len(done) == 1 else np.concatenate(done)
+
+
 def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta: np.ndarray,
                         rows: Sequence[np.ndarray], cache: dict | None = None) -> tuple[list[np.ndarray], list[int]]:
     """:func:`minibatch_gradient` of many devices at one model, batched over devices of equal shapes.
@@ -252,15 +280,16 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
             whole = len(part) == len(X)
             per = 2 * b * xs[1] * theta.shape[1]
             charge(per * len(part))                 # the slices run unmetered (fednet.algebra.slices)
-            if stacked is None:                     # large points: device by device (no stack to copy)
-                done = map_slices(lambda s, e: [minibatch_gradient(X[p], Y[p], theta, rows[p]) for p in part[s:e]],
-                                  len(part))
-                for p, g in zip(part, itertools.chain.from_iterable(done)):
-                    out[p], macs[p] = g, per
-                continue
             sel = rows if whole and one else np.stack([rows[p] for p in part])
             if sel.size and (sel.min() < 0 or sel.max() >= xs[0]):
                 raise IndexError(f"minibatch rows must lie in [0, {xs[0]}), got {sel.min()} ... {sel.max()}")
+            if stacked is None:                     # no stack kept: chunks of minibatches gathered device by device
+                g = _chunked_gradients([X[p] for p in part], [Y[p] for p in part], sel, theta, xs[0] / b)
+                if whole:
+                    return g, [per] * len(X)
+                for j, p in enumerate(part):
+                    out[p], macs[p] = g[j], per
+                continue
             which = np.arange(len(members)) if len(part) == len(members) else np.searchsorted(members, part)
             at = (sel + (which * xs[0])[:, None]).ravel()
             # the minibatches are gathered into buffers kept between rounds, one pair per group and batch
