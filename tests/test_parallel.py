@@ -255,3 +255,27 @@ def test_runs_sharing_a_trajectory_are_one_task() -> None:
                                                          "seeds=[0]", 'network.availability="dresfl_extreme"'],
                         only_runs=["LightSecAgg z=1 U=120", "LightSecAgg z=12 U=120"], max_epochs=3)
     assert _task_units(absent, [(0, 0), (1, 0)]) == [[(0, 0)], [(1, 0)]]     # devices may be absent: no sharing
+
+
+def test_default_jobs_leaves_busy_cores_out_and_says_so(monkeypatch, caplog) -> None:
+    """issue 32: a worker per core on a busy host is slower than serial; the busy cores are left out, loudly."""
+    import logging
+
+    import fednet.study.parallel as parallel
+
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 4)
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (1.4, 1.0, 1.0))
+    with caplog.at_level(logging.WARNING, logger="fednet.study.parallel"):
+        assert parallel.default_jobs() == 3
+    assert "1 of 4 cores are busy (load average 1.40): starting 3 workers" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fednet.study.parallel"):
+        parallel.check_jobs(4)
+    assert "--jobs 4: only 3 of 4 cores are free" in caplog.text
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (9.0, 9.0, 9.0))
+    assert parallel.free_cores()[0] == 1                          # never below one worker
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (0.2, 0.0, 0.0))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fednet.study.parallel"):
+        assert parallel.default_jobs() == 4 and parallel.check_jobs(4) is None
+    assert caplog.text == ""
