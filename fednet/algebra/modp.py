@@ -534,21 +534,35 @@ def lincomb_mod(coeffs: np.ndarray, arrays: np.ndarray, q: int) -> np.ndarray:
 
     Parameters
     ----------
-    coeffs : ndarray, shape (r, n) or (n,), over GF(q)
+    coeffs : ndarray, shape (r, n) or (n,), over GF(q), or PreparedMatrix of shape (r, n)
+        A :class:`PreparedMatrix` (over the same ``q``) is used as it is: coefficients that recur (a Lagrange
+        matrix every user applies every round) are split into limbs once (:func:`fednet.algebra.fields.
+        prepared_lagrange`), not at every call.
     arrays : ndarray, shape (n, *shape), over GF(q)
     q : int
 
     Returns
     -------
     ndarray, shape (r, *shape) or (*shape,) over GF(q); charges ``r * n * size`` MACs.
+
+    Raises
+    ------
+    ValueError
+        If the shapes do not agree, or a prepared ``coeffs`` is over another modulus.
     """
-    coeffs = np.asarray(coeffs)
     arrays = np.asarray(arrays)
-    vec = coeffs.ndim == 1
-    c2 = coeffs[None, :] if vec else coeffs
-    if arrays.shape[0] != c2.shape[1]:
-        raise ValueError(f"lincomb_mod: {c2.shape[1]} coefficients for {arrays.shape[0]} arrays")
+    if isinstance(coeffs, PreparedMatrix):
+        if coeffs.q != int(q):
+            raise ValueError(f"lincomb_mod: the prepared coefficients are over GF({coeffs.q}), not GF({q})")
+        prep, vec, rows, n = coeffs, False, coeffs.shape[0], coeffs.shape[1]
+    else:
+        coeffs = np.asarray(coeffs)
+        vec = coeffs.ndim == 1
+        c2 = coeffs[None, :] if vec else coeffs
+        prep, rows, n = None, c2.shape[0], c2.shape[1]
+    if arrays.shape[0] != n:
+        raise ValueError(f"lincomb_mod: {n} coefficients for {arrays.shape[0]} arrays")
     inner = arrays.shape[1:]
     flat = arrays.reshape(arrays.shape[0], -1)
-    out = PreparedMatrix(c2, q).matmul(flat).reshape((c2.shape[0],) + inner)
+    out = (prep or PreparedMatrix(c2, q)).matmul(flat).reshape((rows,) + inner)
     return out[0] if vec else out

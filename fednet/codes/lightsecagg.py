@@ -26,6 +26,7 @@ from fednet.algebra.fields import (
     distinct_points,
     field_dtype,
     lagrange_coefficients,
+    prepared_lagrange,
     uniform,
 )
 from fednet.algebra.modp import add_mod, lincomb_mod, sub_mod, sum_mod
@@ -178,7 +179,7 @@ def lsa_encode_mask(
     a = distinct_points(alphas, q, name="alphas")
     _disjoint(a, b)
     pieces = lsa_mask_pieces(z, U, T, q, rng)
-    return lincomb_mod(lagrange_coefficients(b, a, q), pieces, q)
+    return lincomb_mod(prepared_lagrange(b, a, q), pieces, q)     # the same (N, U) matrix for every user
 
 
 def lsa_aggregate_encoded(encoded: Sequence[np.ndarray] | np.ndarray, q: int) -> np.ndarray:
