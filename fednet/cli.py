@@ -29,8 +29,9 @@
     Every parameter of a protocol: type, default, bounds and documentation.
 ``fednet schema``
     The JSON schema of a study file.
-``fednet summarize DIR`` / ``fednet plot DIR``
-    Reprint the summary table / redraw ``accuracy_vs_time.png`` from a saved study.
+``fednet summarize DIR [--per-seed] [--format text|markdown|latex|csv]`` / ``fednet plot DIR [--output F.pdf] [--log-x] [--dpi N]``
+    Reprint the summary table (or one tidy row per run and target as Markdown, LaTeX or CSV) / redraw
+    ``accuracy_vs_time.png`` from a saved study (the mean over seeds with their range; PNG, PDF or SVG).
 ``fednet list``
     Name the registered protocols, topologies and bundled studies.
 ``fednet topology STUDY [--run LABEL] [--seed N] [--plot tree.png]``
@@ -185,7 +186,7 @@ def _unreadable(out: Path, e: BaseException) -> Exception:
 def _cmd_summarize(args: argparse.Namespace) -> int:
     import json
 
-    from fednet.study.results import format_per_seed, format_summary
+    from fednet.study.results import format_frame, format_per_seed, format_summary, summary_frame
 
     out = _saved(args)
     if out is None:
@@ -194,10 +195,15 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
         summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
         if not isinstance(summary, dict) or not isinstance(summary.get("runs"), dict):
             raise ValueError("summary.json holds no table of runs")
+        if args.format != "text":
+            text = format_frame(summary_frame(summary), args.format)
         table = format_summary(summary)
         per_seed = format_per_seed(summary) if args.per_seed or summary.get("feature_seeds") else None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise _unreadable(out, e) from e
+    if args.format != "text":
+        print(text, end="")
+        return 0
     print(f"{summary.get('study', out.name)} ({out})\n")
     print(table)
     if per_seed is not None:
@@ -212,7 +218,7 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     if out is None:
         return 2
     try:
-        path = plot_results(out, args.output)
+        path = plot_results(out, args.output, log_x=args.log_x, dpi=args.dpi)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise _unreadable(out, e) from e
     print(path)
@@ -363,10 +369,16 @@ def main(argv: list[str] | None = None) -> int:
     p_sum = sub.add_parser("summarize", help="reprint the summary of a saved study")
     p_sum.add_argument("dir", help="a study's output directory")
     p_sum.add_argument("--per-seed", action="store_true", help="also the time to each target at each seed")
+    p_sum.add_argument("--format", choices=["text", "markdown", "latex", "csv"], default="text",
+                       help="text (default): the table; markdown, latex, csv: one tidy row per run and target "
+                            "(fednet.study.results.summary_frame)")
     p_sum.set_defaults(func=_cmd_summarize)
     p_plot = sub.add_parser("plot", help="redraw accuracy_vs_time.png of a saved study")
     p_plot.add_argument("dir", help="a study's output directory")
-    p_plot.add_argument("--output", help="PNG path (default DIR/accuracy_vs_time.png)")
+    p_plot.add_argument("--output", help="output file, PNG, PDF or SVG by its extension "
+                                         "(default DIR/accuracy_vs_time.png)")
+    p_plot.add_argument("--log-x", action="store_true", help="logarithmic time axis")
+    p_plot.add_argument("--dpi", type=_positive, default=300, help="resolution of a PNG (default 300)")
     p_plot.set_defaults(func=_cmd_plot)
     p_top = sub.add_parser("topology", help="build and show a run's network and group tree (nothing is run)")
     p_top.add_argument("study", help="study TOML file or bundled study name")

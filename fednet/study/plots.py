@@ -11,20 +11,54 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from matplotlib.figure import Figure
 
-__all__ = ["plot_accuracy_vs_time", "plot_results"]
+__all__ = ["plot_accuracy_vs_time", "plot_results", "DPI"]
+
+
+#: Resolution of raster figures (PNG); PDF and SVG (chosen by the file's extension) are vector graphics.
+DPI = 300
+
+
+def _seconds_unit(longest: float) -> tuple[float, str]:
+    """The time unit of the summary table (:func:`fednet.study.results.format_summary`): seconds, or hours for
+    studies of three hours or more, so a figure and its table read alike."""
+    return (3600.0, "h") if longest >= 3 * 3600 else (1.0, "s")
+
+
+def _step_mean(curves: list[tuple[np.ndarray, np.ndarray]], grid: np.ndarray) -> np.ndarray:
+    """The accuracy of each seed's model at each time of ``grid``, stacked (seeds, grid): that of its last row at or
+    before the time; before its first row (the set-up) its first row's (the initial model's), after its last row
+    its last (a run that stopped keeps its model)."""
+    out = np.empty((len(curves), len(grid)))
+    for i, (t, a) in enumerate(curves):
+        idx = np.searchsorted(t, grid, side="right") - 1
+        out[i] = a[np.clip(idx, 0, None)]
+    return out
 
 
 def plot_accuracy_vs_time(traces: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]],
-                          targets: Sequence[float], path: str | Path, *, title: str = "") -> Path:
-    """Plot test accuracy against simulated time for every run (one colour) and seed (one line).
+                          targets: Sequence[float], path: str | Path, *, title: str = "", log_x: bool = False,
+                          dpi: int = DPI) -> Path:
+    """Plot test accuracy against simulated time: per run the mean over its seeds with their range as a band, each
+    seed a thin line.
+
+    Seeds are compared at equal simulated times: each seed's accuracy at a time is that of its last row at or
+    before it (its initial model's during its set-up, its last model's after it stopped).  The targets are dashed
+    lines labelled at the right.  The time unit is the summary table's (seconds, or hours for long studies).
 
     Parameters
     ----------
     traces : {run label: {seed: trace rows}}
-    targets : accuracies drawn as dashed horizontal lines
-    path : output PNG
+    targets : accuracies drawn as labelled dashed lines
+    path : output file; its extension picks the format (``.png``, ``.pdf``, ``.svg``)
+    title : str
+        Figure title (the number of seeds is appended).
+    log_x : bool
+        Logarithmic time axis (set-up phases of very different lengths).
+    dpi : int
+        Resolution of a PNG (300 by default).
 
     Returns
     -------
@@ -32,29 +66,53 @@ def plot_accuracy_vs_time(traces: Mapping[str, Mapping[int, Sequence[Mapping[str
         ``path``.
     """
     longest = max((rows[-1]["time_s"] for by_seed in traces.values() for rows in by_seed.values()), default=0.0)
-    scale, unit = (3600.0, "h") if longest > 3 * 3600 else (60.0, "min") if longest > 180 else (1.0, "s")
+    scale, unit = _seconds_unit(longest)
     fig = Figure(figsize=(7.5, 4.8))
     ax = fig.add_subplot()
+    n_seeds = max((len(by_seed) for by_seed in traces.values()), default=0)
     for i, (label, by_seed) in enumerate(traces.items()):
         color = f"C{i % 10}"
-        for j, (seed, rows) in enumerate(sorted(by_seed.items())):
-            ax.plot([r["time_s"] / scale for r in rows], [r["accuracy"] for r in rows], color=color,
-                    lw=1.4 if j == 0 else 0.7, alpha=1.0 if j == 0 else 0.45, label=label if j == 0 else None)
+        curves = []
+        for rows in (by_seed[s] for s in sorted(by_seed)):
+            t = np.array([r["time_s"] for r in rows], dtype=float) / scale
+            a = np.array([r["accuracy"] for r in rows], dtype=float)
+            ax.plot(t, a, color=color, lw=0.6, alpha=0.35)
+            curves.append((t, a))
+        if not curves:
+            continue
+        end = max(t[-1] for t, _ in curves)
+        start = min(t[0] for t, _ in curves)
+        if log_x:
+            lo = max(min((x for t, _ in curves for x in t if x > 0), default=1e-9), 1e-12)
+            grid = np.geomspace(lo, max(end, lo * 1.0001), 800)
+        else:
+            grid = np.linspace(start, end, 800)
+        acc = _step_mean(curves, grid)
+        ax.plot(grid, acc.mean(axis=0), color=color, lw=1.8,
+                label=f"{label} (mean of {len(curves)})" if len(curves) > 1 else label)
+        if len(curves) > 1:
+            ax.fill_between(grid, acc.min(axis=0), acc.max(axis=0), color=color, alpha=0.15, lw=0)
     for t in targets:
         ax.axhline(t, color="0.5", ls="--", lw=0.8)
+        ax.annotate(f"{t:.0%}", xy=(1.0, t), xycoords=("axes fraction", "data"), xytext=(3, 0),
+                    textcoords="offset points", va="center", fontsize=7, color="0.4")
     lows = [t for t in targets] + [0.5]
     ax.set_ylim(max(0.0, min(lows) - 0.15), 1.0)
-    ax.set_xlabel(f"simulated time [{unit}]")
+    if log_x:
+        ax.set_xscale("log")
+    ax.set_xlabel(f"simulated time [{unit}]" + (" (log scale)" if log_x else ""))
     ax.set_ylabel("test accuracy")
-    ax.set_title(title)
+    ax.set_title(f"{title} ({n_seeds} seed{'s' if n_seeds != 1 else ''}; band: range over seeds)" if title
+                 else f"{n_seeds} seed{'s' if n_seeds != 1 else ''}; band: range over seeds", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=dpi)
     return Path(path)
 
 
-def plot_results(out_dir: str | Path, path: str | Path | None = None) -> Path:
+def plot_results(out_dir: str | Path, path: str | Path | None = None, *, log_x: bool = False,
+                 dpi: int = DPI) -> Path:
     """Redraw ``accuracy_vs_time.png`` of a saved study from its traces (``fednet plot DIR``).
 
     Parameters
@@ -62,10 +120,13 @@ def plot_results(out_dir: str | Path, path: str | Path | None = None) -> Path:
     out_dir : path-like
         A study's output directory (:func:`fednet.study.results.load_results`).
     path : path-like, optional
-        Output PNG (default ``out_dir/accuracy_vs_time.png``).
+        Output file, PNG, PDF or SVG by its extension (default ``out_dir/accuracy_vs_time.png``).
+    log_x, dpi
+        As :func:`plot_accuracy_vs_time`.
     """
     from .results import load_results
 
     res = load_results(out_dir)
     path = Path(out_dir) / "accuracy_vs_time.png" if path is None else Path(path)
-    return plot_accuracy_vs_time(res.traces(), res.summary["targets"], path, title=res.summary.get("study", ""))
+    return plot_accuracy_vs_time(res.traces(), res.summary["targets"], path, title=res.summary.get("study", ""),
+                                 log_x=log_x, dpi=dpi)

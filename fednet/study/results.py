@@ -41,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["time_to_target", "crossing", "mean_ci", "log_interval", "target_table", "summarize",
            "format_summary", "format_per_seed", "dumps_strict", "Results", "load_results", "rounds_frame",
-           "targets_frame", "LEVEL"]
+           "targets_frame", "summary_frame", "format_frame", "FORMATS", "LEVEL"]
 
 #: Confidence level of every interval in the summaries.
 LEVEL = 0.95
@@ -247,6 +247,7 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
             "accuracy_last_round": {str(s): _last_accuracy(by_seed[s]) for s in seeds},
             "accuracy_max": {str(s): _max_accuracy(by_seed[s]) for s in seeds},
             "last_round": {str(s): int(by_seed[s][-1]["round"]) for s in seeds},
+            "setup_s": {str(s): _setup_seconds(by_seed[s]) for s in seeds},
             "per_target": {},
         }
         failures = {s: training_failure(by_seed[s]) for s in seeds}
@@ -288,6 +289,14 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
             run["per_target"][_key(t)] = entry
         out["runs"][label] = run
     return out
+
+
+def _setup_seconds(rows: Sequence[Mapping[str, Any]]) -> float:
+    """Simulated seconds of the set-up phase: the time of the round-0 row (0.0 without one)."""
+    for r in rows:
+        if int(r.get("round", -1)) == 0:
+            return float(r["time_s"])
+    return 0.0
 
 
 def _decode_errors(by_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[str, Any] | None:
@@ -362,6 +371,11 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     level = summary.get("level", LEVEL)
     runs = summary["runs"]
     header = ["run", "test acc, last round (mean)"]
+    setups = {label: [v for v in run.get("setup_s", {}).values() if v is not None] for label, run in runs.items()}
+    show_setup = any(v > 0 for vals in setups.values() for v in vals)
+    if show_setup:          # a one-off set-up that dominates a short study should not hide in the time to target
+        setup_scale, setup_unit = _time_unit(v for vals in setups.values() for v in vals)
+        header.append(f"set-up [{setup_unit}] (mean)")
     units = {}
     for t in targets:
         k = _key(t)
@@ -371,6 +385,8 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     for label, run in runs.items():
         accs = [a for a in run.get("accuracy_last_round", run.get("final_accuracy", {})).values() if a is not None]
         row = [label, f"{np.mean(accs):.4f}" if accs else "-"]
+        if show_setup:
+            row.append(_num(float(np.mean(setups[label])), setup_scale) if setups[label] else "-")
         for t in targets:
             e = run["per_target"][_key(t)]
             scale = units[_key(t)][0]
@@ -395,8 +411,9 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                 row.append(f"{_num(float(np.exp(np.mean(np.log(ok)))))} ({len(ok)}/{len(e['speedup'])})" if ok
                            else f"- (0/{len(e['speedup'])})")
         lines.append(row)
-    note = (f"times: geometric mean over seeds [{level:.0%} interval, log scale]; speed-up: time(baseline) / "
-            f"time(run), paired by seed, geometric mean [{level:.0%} interval]; (k/n): reached at k of n seeds")
+    note = (f"times: geometric mean over seeds [{level:.0%} interval, log scale], set-up included; speed-up: "
+            f"time(baseline) / time(run), paired by seed, geometric mean [{level:.0%} interval]; (k/n): reached at k "
+            f"of n seeds; n = {max((len(r['seeds']) for r in runs.values()), default=0)} seeds")
     failed = [f"{label} seed {seed}: training failed at round {f['round']}: {f['reason']}"
               for label, run in runs.items() for seed, f in run.get("failed", {}).items()]
     return _table(lines) + "\n" + note + "".join("\n" + line for line in failed)
@@ -450,6 +467,74 @@ def targets_frame(traces: Traces, targets: Sequence[float], baseline: str | None
     return df
 
 
+def summary_frame(summary: Mapping[str, Any]) -> "pd.DataFrame":
+    """``summary.json`` as one tidy row per (run, target), for papers and notebooks.
+
+    Columns: ``run``, ``target``, ``seeds`` (how many), ``reached`` (how many reached it), ``accuracy_last``
+    (mean over seeds), ``setup_s`` (mean simulated seconds of the set-up phase), ``time_s``, ``time_s_low``,
+    ``time_s_high`` (geometric mean over the seeds and its interval, simulated seconds; NaN unless every seed
+    reached the target), ``speedup``, ``speedup_low``, ``speedup_high`` (paired against the baseline; NaN for the
+    baseline and where not every seed of both reached it) and ``note`` (why an interval is missing, or that it has
+    zero width: every seed gave the same time).
+    """
+    import pandas as pd
+
+    rows = []
+    nan = float("nan")
+    for label, run in summary["runs"].items():
+        accs = [a for a in run.get("accuracy_last_round", {}).values() if a is not None]
+        setup = [v for v in run.get("setup_s", {}).values() if v is not None]
+        for t in summary["targets"]:
+            e = run["per_target"][_key(t)]
+            st, sp = e.get("time_s_stats") or {}, e.get("speedup_stats") or {}
+            note = e.get("time_s_stats_reason") or e.get("speedup_stats_reason") or ""
+            if st and st.get("ci_low") is not None and st["ci_low"] == st["ci_high"]:
+                note = note or "zero-width interval: every seed gave the same time"
+            rows.append({
+                "run": label, "target": float(t), "seeds": len(run["seeds"]),
+                "reached": int(e.get("n_reached", sum(v is not None for v in e["time_s"].values()))),
+                "accuracy_last": float(np.mean(accs)) if accs else nan,
+                "setup_s": float(np.mean(setup)) if setup else nan,
+                "time_s": st.get("geomean", nan) if st else nan,
+                "time_s_low": st.get("ci_low", nan) if st else nan,
+                "time_s_high": st.get("ci_high", nan) if st else nan,
+                "speedup": sp.get("geomean", nan) if sp else nan,
+                "speedup_low": sp.get("ci_low", nan) if sp else nan,
+                "speedup_high": sp.get("ci_high", nan) if sp else nan,
+                "note": note,
+            })
+    return pd.DataFrame(rows).astype({c: float for c in ("time_s", "time_s_low", "time_s_high", "speedup",
+                                                          "speedup_low", "speedup_high", "setup_s")})
+
+
+#: The formats ``fednet summarize --format`` writes (:func:`format_frame`).
+FORMATS = ("text", "markdown", "latex", "csv")
+
+
+def format_frame(frame: "pd.DataFrame", fmt: str) -> str:
+    """A summary frame (:func:`summary_frame`) as Markdown (a GitHub table), LaTeX (booktabs, via pandas) or CSV.
+
+    Raises
+    ------
+    ValueError
+        For a format other than ``markdown``, ``latex`` or ``csv``.
+    """
+    if fmt == "csv":
+        return frame.to_csv(index=False)
+    if fmt == "latex":
+        style = frame.style.hide(axis="index").format(precision=4, na_rep="--", escape="latex")
+        return style.format_index(escape="latex", axis=1).to_latex(hrules=True)
+    if fmt == "markdown":
+        def cell(v: Any) -> str:
+            if isinstance(v, float):
+                return "" if v != v else f"{v:.4g}"
+            return str(v).replace("|", "\\|")
+        lines = ["| " + " | ".join(frame.columns) + " |", "|" + "---|" * len(frame.columns)]
+        lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+        return "\n".join(lines) + "\n"
+    raise ValueError(f"format must be one of {FORMATS[1:]} here, got {fmt!r}")
+
+
 @dataclass
 class Results:
     """A study's results as tidy tables (:func:`load_results`, :meth:`StudyResult.frames`).
@@ -476,6 +561,10 @@ class Results:
     def summary_table(self) -> str:
         """:func:`format_summary` of :attr:`summary`."""
         return format_summary(self.summary)
+
+    def summary_frame(self) -> "pd.DataFrame":
+        """:func:`summary_frame` of :attr:`summary`: one tidy row per (run, target)."""
+        return summary_frame(self.summary)
 
     def traces(self) -> dict[str, dict[int, list[dict[str, Any]]]]:
         """``{run label: {seed: rows}}`` rebuilt from :attr:`rounds` (for plots)."""
