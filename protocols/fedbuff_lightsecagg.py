@@ -5,7 +5,7 @@ aggregation in federated learning", MLSys 2022, Sec. 4 (the mask code: one-shot 
 mask from any ``U`` users' aggregated encoded masks) and Sec. 6 (LightSecAgg in asynchronous FL: masks are encoded
 per update and the server reconstructs the aggregate mask of the updates it buffered, whichever model versions they
 were computed on); Nguyen et al., AISTATS 2022 (FedBuff: the buffer, the staleness weight, the concurrency limit;
-``protocols/fedbuff.py``).
+``fednet.protocol.buffered``).
 
 Per client update ``u`` (client ``i`` on the model version it downloaded):
 
@@ -43,7 +43,7 @@ from fednet.algebra.quantize import dequantize, quantize
 from fednet.codes.lightsecagg import default_lsa_points, lsa_decode_aggregate_mask, lsa_encode_mask, masked_gradient
 from fednet.learning.models import minibatch_gradient
 from fednet.protocol.primitives import StragglerShortfall
-from fednet.protocols.fedbuff import FedBuff, FedBuffConfig, FedBuffState, staleness_weight
+from fednet.protocol.buffered import BufferedAsync, FedBuffConfig, FedBuffState, staleness_weight
 from fednet.sim.simulation import Node
 
 __all__ = ["FedBuffLightSecAggConfig", "FedBuffLightSecAgg"]
@@ -95,7 +95,7 @@ class FedBuffLightSecAggState(FedBuffState):
     shares: dict[int, np.ndarray] = field(default_factory=dict)
 
 
-class FedBuffLightSecAgg(FedBuff):
+class FedBuffLightSecAgg(BufferedAsync):
     """FedBuff whose buffered sum is a LightSecAgg secure sum (module docstring)."""
 
     name = "fedbuff_lightsecagg"

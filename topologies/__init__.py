@@ -6,17 +6,18 @@ device, ``group``, and optional device-to-device edges). ``TOPOLOGIES`` maps the
 use in ``network.kind`` to builders; a study may instead name its own builder as
 ``"package.module:function"`` (:func:`builder`), called as ``function(n_devices, rng=..., **params)``.
 
-Modules: :mod:`.lte` (the LTE star of the papers), :mod:`.groups` (grouping rules and membership),
+Modules: :mod:`.lte` (the LTE star of the papers, and ``lte_cells``: the star's devices sharing the airtime of
+cells, :mod:`fednet.sim.cells`), :mod:`.groups` (grouping rules and membership),
 :mod:`.distributions` (per-device values), :mod:`.secagg_tree` (CodedSecAgg's group tree as a DiGraph).
 """
 
 from collections.abc import Callable
 
-from .lte import lte_star
+from .lte import lte_cells, lte_star
 
 __all__ = ["TOPOLOGIES", "builder"]
 
-TOPOLOGIES: dict[str, Callable] = {"lte_star": lte_star}
+TOPOLOGIES: dict[str, Callable] = {"lte_star": lte_star, "lte_cells": lte_cells}
 
 
 def builder(kind: str) -> Callable:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import networkx as nx
 import numpy as np
 
-__all__ = ["MAC_RATE_LEVELS", "paper_mac_rates", "lte_star", "SERVER"]
+__all__ = ["MAC_RATE_LEVELS", "paper_mac_rates", "lte_star", "lte_cells", "assign_cells", "SERVER"]
 
 #: Device MAC rates of Sec. VII, in MAC/s.
 MAC_RATE_LEVELS: tuple[float, ...] = (25e6, 5e6, 2.5e6, 1.25e6)
@@ -117,4 +117,64 @@ def lte_star(n_devices: int, *, uplink_bps: float | Sequence[float] = 5e6,
     for i, r in enumerate(rates):
         g.add_node(i, role="device", mac_rate=float(r))
         g.add_edge(i, SERVER, uplink_bps=ups[i], downlink_bps=downs[i], loss=losses[i])
+    return g
+
+
+def lte_cells(n_devices: int, *, n_cells: int = 1, uplink_bps: float | Sequence[float] = 5e6,
+              downlink_bps: float | Sequence[float] = 10e6, loss: float | Sequence[float] = 0.1,
+              header_overhead: float = 0.1, packet_bits: int | None = None, server_mac_rate: float = 8.24e12,
+              device_mac_rates: Sequence[float] | None = None, scheduler: str = "round_robin",
+              rng: np.random.Generator | None = None) -> nx.Graph:
+    """:func:`lte_star` whose devices share the airtime of ``n_cells`` cells (:mod:`fednet.sim.cells`).
+
+    Device ``i`` is in cell ``i * n_cells // n_devices`` (consecutive blocks). Each device's ``uplink_bps`` /
+    ``downlink_bps`` is the rate it has when alone in its cell; the transfers in progress in a cell share its
+    uplink (and, apart, its downlink) by equal airtime (``scheduler = "round_robin"``), so ``n`` devices uploading
+    at once each get ``1/n`` of their rate.  With one device per cell this is the star.
+
+    Parameters
+    ----------
+    n_devices, uplink_bps, downlink_bps, loss, header_overhead, packet_bits, server_mac_rate, device_mac_rates, rng
+        As :func:`lte_star`.
+    n_cells : int
+        Cells (``1 <= n_cells <= n_devices``).
+    scheduler : {"round_robin"}
+        How a cell shares its airtime (:data:`fednet.sim.cells.SCHEDULERS`).
+
+    Returns
+    -------
+    networkx.Graph
+        :func:`lte_star`'s graph, each device with a ``cell`` attribute, the graph with ``cell_scheduler``.
+
+    Raises
+    ------
+    ValueError
+        Naming the offending argument and value.
+    """
+    if not 1 <= n_cells <= n_devices:          # checked before any rate is drawn
+        raise ValueError(f"n_cells must be in [1, n_devices = {n_devices}], got {n_cells}")
+    g = lte_star(n_devices, uplink_bps=uplink_bps, downlink_bps=downlink_bps, loss=loss,
+                 header_overhead=header_overhead, packet_bits=packet_bits, server_mac_rate=server_mac_rate,
+                 device_mac_rates=device_mac_rates, rng=rng)
+    return assign_cells(g, n_cells, scheduler)
+
+
+def assign_cells(g: nx.Graph, n_cells: int, scheduler: str = "round_robin") -> nx.Graph:
+    """Put the devices of a star in ``n_cells`` cells, consecutive blocks (:func:`lte_cells`); returns ``g``.
+
+    Raises
+    ------
+    ValueError
+        For ``n_cells`` outside ``[1, D]`` or an unknown ``scheduler``.
+    """
+    from fednet.sim.cells import SCHEDULERS
+
+    devices = [v for v, a in g.nodes(data=True) if a.get("role") == "device"]
+    if not 1 <= n_cells <= len(devices):
+        raise ValueError(f"n_cells must be in [1, n_devices = {len(devices)}], got {n_cells}")
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
+    g.graph["cell_scheduler"] = scheduler
+    for i, v in enumerate(devices):
+        g.nodes[v]["cell"] = i * n_cells // len(devices)
     return g

@@ -135,11 +135,15 @@ class Link(Stamped):
         Per-packet loss probability in [0, 1).
     resource : simpy.Resource
         Capacity-1 FIFO resource: one message on the link at a time.
+    air : fednet.sim.cells.SharedAir or None
+        The cell's shared airtime this link transmits on (:mod:`fednet.sim.cells`); None: a dedicated link (the
+        papers' star).
     """
 
     rate_bps: float
     loss: float
     resource: Any
+    air: Any = None
 
 
 def negative_binomials_from_uniforms(u: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:

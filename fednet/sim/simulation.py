@@ -44,6 +44,7 @@ from fednet.errors import ConfigError
 from .engine.config import EngineConfig
 from .engine.paths import EnginePaths
 from .compute import AlwaysAvailable, Availability, BernoulliDropout, ComputeModel, Deterministic, ShiftedExponential
+from .cells import SCHEDULERS, SharedAir
 from .network import Link, Message, transmission_time
 from .rng import Streams
 from .stamp import STAMP, Stamped
@@ -356,6 +357,19 @@ class Simulation:
             cpu=Slot(self.env),
             attrs={k: v for k, v in sattrs.items() if k != "role"})
         self.nodes: list[Node] = [*self.devices, self.server]
+        #: The shared cells by id: ``(uplink air, downlink air)`` (:mod:`fednet.sim.cells`); empty: the star.
+        self.cells: dict[Any, tuple[SharedAir, SharedAir]] = {}
+        scheduler = graph.graph.get("cell_scheduler", "round_robin")
+        for dev in self.devices:
+            cell = dev.attrs.get("cell")
+            if cell is None:
+                continue
+            if scheduler not in SCHEDULERS:
+                raise ConfigError(f"cell_scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
+            if cell not in self.cells:
+                self.cells[cell] = (SharedAir(self.env, f"cell {cell} uplink"),
+                                    SharedAir(self.env, f"cell {cell} downlink"))
+            dev.uplink.air, dev.downlink.air = self.cells[cell]
         index = {d.name: d.index for d in self.devices}
         #: Direct device-to-device links by (sender index, receiver index).
         self.d2d: dict[tuple[int, int], Link] = {}
@@ -587,7 +601,10 @@ class Simulation:
             yield req
             seconds, extra = self.hop_draw(msg, device, direction)
             start = self.now
-            yield self.env.timeout(seconds)
+            if link.air is None:
+                yield self.env.timeout(seconds)
+            else:                                   # a shared cell: the airtime is served by equal shares
+                yield from link.air.transmit(seconds)
         self.hop_done(msg, device, direction, extra, start, self.now)
 
     def _direct_hop(self, msg: Message, link: Link, src: Node) -> Generator:

@@ -379,6 +379,14 @@ class NetworkSpec(_Strict):
         if self.params and self.kind == "lte_star":
             raise ValueError(f"params are for user builders (kind = 'module:function'); "
                              f"lte_star takes the network fields, got params {sorted(self.params)}")
+        if self.kind == "lte_cells":
+            extra = sorted(set(self.params) - {"n_cells", "scheduler"})
+            if extra:
+                raise ValueError(f"lte_cells takes the network fields and params n_cells, scheduler; got {extra}")
+            n_cells = self.params.get("n_cells", 1)
+            if isinstance(n_cells, bool) or not isinstance(n_cells, int) or not 1 <= n_cells <= self.n_devices:
+                raise ValueError(f"params.n_cells must be an integer in [1, n_devices = {self.n_devices}], "
+                                 f"got {n_cells!r}")
         g = self.groups
         if g is not None:
             from fednet.topologies.groups import check_membership

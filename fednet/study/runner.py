@@ -60,7 +60,7 @@ from fednet.sim.simulation import Simulation
 from fednet.topologies import builder
 from fednet.topologies.distributions import per_device
 from fednet.topologies.groups import assign_groups, make_groups
-from fednet.topologies.lte import lte_star
+from fednet.topologies.lte import assign_cells, lte_star
 
 from .checkpoint import Checkpoint, Record
 from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
@@ -200,7 +200,7 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
     """
     D = spec.n_devices
     topo_rng = Streams(seed, 1).generator("topology")
-    if spec.kind == "lte_star":
+    if spec.kind in ("lte_star", "lte_cells"):       # the network fields; lte_cells adds the cells (params)
         if spec.device_mac_rates == "paper":
             rates = None
         else:
@@ -210,6 +210,8 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
                 for name in ("uplink_bps", "downlink_bps", "loss")}
         g = lte_star(D, **link, header_overhead=spec.header_overhead, packet_bits=spec.packet_bits,
                      server_mac_rate=spec.server_mac_rate, device_mac_rates=rates, rng=topo_rng)
+        if spec.kind == "lte_cells":
+            g = assign_cells(g, **spec.params)
     else:
         g = builder(spec.kind)(D, rng=topo_rng, **spec.params)
         if not isinstance(g, nx.Graph):

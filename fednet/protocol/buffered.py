@@ -1,0 +1,161 @@
+"""Buffered asynchronous aggregation (FedBuff, Nguyen et al., AISTATS 2022, Algorithm 1): the protocol family of
+``fedbuff`` and ``fedbuff_lightsecagg`` (``protocols/``), the way :mod:`fednet.protocol.neural` is the MLP baselines'.
+
+:class:`BufferedAsync` runs the clients' loops and the server's buffer on the engine's primitives; its choices are
+stated in ``protocols/fedbuff.py``'s docstring.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from fednet.algebra.meter import axpy
+from fednet.learning.models import minibatch_gradient, sum_gradients
+from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
+from fednet.sim.simulation import Node
+
+__all__ = ["FedBuffConfig", "FedBuffState", "BufferedAsync", "staleness_weight", "buffered_sum"]
+
+
+class FedBuffConfig(ProtocolConfig):
+    """FedBuff's parameters (Nguyen et al., Algorithm 1).
+
+    Attributes
+    ----------
+    buffer_size : int
+        ``K``: updates per server step (10 in the paper's experiments).
+    concurrency : int or None
+        Clients training at once (the paper's ``concurrency``); None: every device.
+    staleness : {"sqrt", "none"}
+        Staleness weight: ``1 / sqrt(1 + tau)`` (the paper's) or 1.
+    server_lr : float
+        ``eta_g``, scaling the buffered sum before the server step (1: the task's step as it is).
+    minibatch_fraction : float
+        Fraction of a client's points in its minibatch (0.2, as conventional FL in Schlegel et al., Sec. VII-A).
+    """
+
+    buffer_size: int = Field(10, ge=1)
+    concurrency: int | None = Field(None, ge=1)
+    staleness: Literal["sqrt", "none"] = "sqrt"
+    server_lr: float = Field(1.0, gt=0.0)
+    minibatch_fraction: float = Field(0.2, gt=0.0, le=1.0)
+
+
+@dataclass
+class FedBuffState(NodeState):
+    """A client's minibatch size ``b_i``, its iterations so far and the last model version it trained on."""
+
+    batch: int = 0
+    iteration: int = 0
+    version: int = -1
+
+
+def staleness_weight(rule: str, tau: int) -> float:
+    """``s(tau)``: ``1 / sqrt(1 + tau)`` for ``"sqrt"`` (Nguyen et al., Sec. 5), 1.0 for ``"none"``.
+
+    Raises
+    ------
+    ValueError
+        For a negative ``tau`` or an unknown rule.
+    """
+    if tau < 0:
+        raise ValueError(f"staleness must be >= 0, got {tau}")
+    if rule == "none":
+        return 1.0
+    if rule == "sqrt":
+        return 1.0 / math.sqrt(1.0 + tau)
+    raise ValueError(f"staleness rule must be 'sqrt' or 'none', got {rule!r}")
+
+
+def buffered_sum(gradients: list[np.ndarray], weights: list[float], server_lr: float) -> np.ndarray:
+    """``server_lr * sum_k w_k G_k`` in arrival order, metered: the plain sum of eq. (3) when every weight is 1
+    (``d c`` MACs a gradient), else one scaling and one addition a gradient (``2 d c`` MACs), and ``d c`` more
+    for ``server_lr != 1``."""
+    if any(w != 1.0 for w in weights):
+        gradients = [axpy(w, g, 0.0) for w, g in zip(weights, gradients)]
+    total = sum_gradients(gradients)
+    return total if server_lr == 1.0 else axpy(server_lr, total, 0.0)
+
+
+class BufferedAsync(Protocol):
+    """FedBuff's buffered asynchronous aggregation (module docstring): the base of ``fedbuff`` and
+    ``fedbuff_lightsecagg`` (``protocols/``), not registered itself."""
+
+    Config = FedBuffConfig
+    State = FedBuffState
+    setup_dropouts = "none"                               # no set-up exchange: absentees recorded only
+
+    @classmethod
+    def check(cls, config: FedBuffConfig, n_devices: int) -> None:
+        """Refuse ``buffer_size > concurrency`` or ``concurrency > n_devices`` (the buffer could never fill)."""
+        slots = n_devices if config.concurrency is None else config.concurrency
+        if slots > n_devices:
+            raise ValueError(f"concurrency must be at most the number of devices ({n_devices}), got {slots}")
+        if config.buffer_size > slots:
+            raise ValueError(f"buffer_size must be at most concurrency ({slots}: every buffered update comes from a "
+                             f"different client of one version at most), got {config.buffer_size}")
+
+    def setup(self) -> Generator:
+        """No set-up exchange: each client's minibatch size; the server's queue, slots and version."""
+        for dev in self.devices:
+            dev.state.batch = max(1, int(round(self.config.minibatch_fraction * self.task.X[dev.index].shape[0])))
+        self.version, self.started = 0, False
+        self.arrivals, self.slots = self.net.queue(), self.net.queue()
+        for _ in range(self.sim.n_devices if self.config.concurrency is None else self.config.concurrency):
+            self.slots.put(True)
+        self.new_version = self.env.event()
+        self._staleness: list[int] = []
+        return
+        yield  # pragma: no cover
+
+    def local_gradient(self, dev: Node, received: np.ndarray, iteration: int) -> np.ndarray:
+        """Client ``dev``'s minibatch gradient (eq. 3) on the model it downloaded, rows keyed by its iteration."""
+        rows = self.minibatch_rows(dev, dev.state.batch, iteration)
+        return minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], received.astype(np.float64), rows)
+
+    def client_loop(self, dev: Node) -> Generator:
+        """Client ``dev``: wait for a version it has not trained on and a slot; download, train, upload; repeat."""
+        st = dev.state
+        while True:
+            if st.version == self.version or not self.net.available(dev):
+                st.version = self.version             # trained on this version already, or absent: skip it
+                yield self.new_version
+                continue
+            yield self.slots.get()
+            st.version, st.iteration = self.version, st.iteration + 1
+            msg = yield from self.net.send(self.server, dev, self.theta.astype(np.float32), kind="model")
+            G = yield from self.net.compute(dev, self.local_gradient, dev, msg.payload, st.iteration)
+            yield from self.net.send(dev, self.server, G, kind="gradient")
+            self.slots.put(True)
+            self.arrivals.put((dev, st.version, G))
+
+    def round(self, epoch: int) -> Generator:
+        """One server step: wait for ``K`` buffered updates, weight them by staleness, step, start a new version."""
+        cfg = self.config
+        if not self.started:                              # the clients start with the first round's draws
+            self.started = True
+            for dev in self.devices:
+                self.net.background(self.client_loop(dev))
+        buffer = []
+        while len(buffer) < cfg.buffer_size:
+            buffer.append((yield self.arrivals.get()))
+        self._staleness = [self.version - v for _, v, _ in buffer]
+        weights = [staleness_weight(cfg.staleness, tau) for tau in self._staleness]
+        G = yield from self.net.server_compute(buffered_sum, [g for _, _, g in buffer], weights, cfg.server_lr)
+        self.used = [dev.index for dev, _, _ in buffer]
+        counts = self.point_counts
+        self.mode.update(self, G, int(counts[self.used].sum()))                          # eqs. (4)-(5)
+        self.version += 1
+        event, self.new_version = self.new_version, self.env.event()
+        event.succeed()                                   # the waiting clients download the new version
+
+    def round_metrics(self, round: int) -> dict[str, Any]:
+        """``version`` after the step; the buffered updates' ``staleness`` (arrival order) and ``max_staleness``."""
+        return {"version": self.version, "staleness": " ".join(map(str, self._staleness)),
+                "max_staleness": max(self._staleness, default=0)}
