@@ -128,3 +128,46 @@ def test_a_study_runs_in_cells(tmp_path) -> None:
         load_study(write(tmp_path, base.replace("n_cells = 2", "n_cells = 7"), "bad.toml"))
     with pytest.raises(StudyError, match="lte_cells takes the network fields and params n_cells, scheduler"):
         load_study(write(tmp_path, base.replace("n_cells = 2", "n_cells = 2, radius = 3"), "bad2.toml"))
+
+
+def test_the_latency_floor_delays_delivery_not_the_link() -> None:
+    """hop_latency_s L: a message arrives L after its last bit; the next one on the link does not wait for it;
+    a relayed message pays it on both hops; a synchronous round of download and upload pays exactly 2 L."""
+    L = 0.01
+    g = lte_star(2, uplink_bps=R, downlink_bps=R, loss=0.0, header_overhead=0.0, device_mac_rates=[1e6] * 2,
+                 hop_latency_s=L)
+    sim, got = Simulation(g, 0, device_compute=Deterministic()), []
+
+    def two():
+        for _ in range(2):
+            msg = Message(0, sim.server.index, "x", None, B, 1)
+            sim.env.process(_deliver(msg))
+            yield sim.env.timeout(0)
+
+    def _deliver(msg):
+        yield from sim.transfer(msg)
+        got.append(sim.now)
+    sim.env.process(two())
+    relayed = []
+
+    def relay():
+        yield from sim.transfer(Message(1, 0, "r", None, B, 1))
+        relayed.append(sim.now)
+    sim.env.process(relay())
+    sim.env.run()
+    assert got == pytest.approx([B / R + L, 2 * B / R + L]) and relayed == pytest.approx([2 * (B / R + L)])
+    assert "latency floor" in _conventional(L)[1] and _conventional(0.0)[1] == ""
+    with_floor, without = _conventional(L)[0], _conventional(0.0)[0]
+    for r, (a, b) in enumerate(zip(with_floor, without)):
+        assert a["time_s"] - b["time_s"] == pytest.approx(2 * L * r, abs=1e-12)    # +2 L a round
+        assert a["accuracy"] == b["accuracy"]
+
+
+def _conventional(L: float):
+    from fednet.protocol import registry
+    from factories import make_task
+
+    g = lte_star(5, loss=0.1, device_mac_rates=[1e6, 2e6, 5e5, 1e6, 3e6], hop_latency_s=L)
+    sim = Simulation(g, 2, device_compute=Deterministic(), secret_seed=3)
+    rows = registry.get("conventional")(sim, make_task(D=5), {}).run(4)
+    return rows, ("latency floor" if "latency floor" in sim.engine_paths.explain() else "")

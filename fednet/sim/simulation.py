@@ -311,6 +311,11 @@ class Simulation:
         self.overhead = float(graph.graph.get("header_overhead", 0.0))
         if not (self.overhead >= 0 and math.isfinite(self.overhead)):
             raise ConfigError(f"header_overhead must be a finite fraction >= 0, got {self.overhead!r}")
+        #: Latency floor of every hop, simulated seconds (graph attribute ``hop_latency_s``, default 0: the papers'):
+        #: a message is delivered this long after its last bit left the link, which meanwhile serves the next one.
+        self.hop_latency = float(graph.graph.get("hop_latency_s", 0.0))
+        if not (math.isfinite(self.hop_latency) and self.hop_latency >= 0):
+            raise ConfigError(f"hop_latency_s must be finite and >= 0 seconds, got {self.hop_latency!r}")
         pb = graph.graph.get("packet_bits")
         self.packet_bits = None if pb is None else int(_positive(pb, "packet_bits"))
 
@@ -606,6 +611,8 @@ class Simulation:
             else:                                   # a shared cell: the airtime is served by equal shares
                 yield from link.air.transmit(seconds)
         self.hop_done(msg, device, direction, extra, start, self.now)
+        if self.hop_latency:                        # the floor: scheduling, grant and core latency (link free)
+            yield self.env.timeout(self.hop_latency)
 
     def _direct_hop(self, msg: Message, link: Link, src: Node) -> Generator:
         with link.resource.request() as req:
@@ -619,6 +626,8 @@ class Simulation:
         self.counters.messages += 1
         self.counters.retransmissions += extra
         msg.hops.append(("d2d", src.index, start, self.now))
+        if self.hop_latency:
+            yield self.env.timeout(self.hop_latency)
 
     def transfer(self, msg: Message) -> Generator[Any, Any, Message]:
         """Move a message to its destination (``yield from``); returns it once delivered.

@@ -209,7 +209,8 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
         link = {name: per_device(getattr(spec, name), D, _stream(seed, name, getattr(spec, name)), name)
                 for name in ("uplink_bps", "downlink_bps", "loss")}
         g = lte_star(D, **link, header_overhead=spec.header_overhead, packet_bits=spec.packet_bits,
-                     server_mac_rate=spec.server_mac_rate, device_mac_rates=rates, rng=topo_rng)
+                     server_mac_rate=spec.server_mac_rate, device_mac_rates=rates, rng=topo_rng,
+                     hop_latency_s=spec.hop_latency_s)
         if spec.kind == "lte_cells":
             g = assign_cells(g, **spec.params)
     else:
