@@ -171,3 +171,42 @@ def _conventional(L: float):
     sim = Simulation(g, 2, device_compute=Deterministic(), secret_seed=3)
     rows = registry.get("conventional")(sim, make_task(D=5), {}).run(4)
     return rows, ("latency floor" if "latency floor" in sim.engine_paths.explain() else "")
+
+
+def test_energy_is_airtime_times_power_plus_joules_per_mac() -> None:
+    """tx_power_w x uplink airtime + rx_power_w x downlink airtime + j_per_mac x MACs, per row; the summary gives
+    the joules until each target; the backends decline (they do not account energy)."""
+    from fednet.protocol import registry
+    from fednet.study.results import summarize
+    from factories import make_task
+
+    energy = {"tx_power_w": 0.2, "rx_power_w": 0.05, "kappa": 1e-28, "cpu_hz": 2e9, "cycles_per_mac": 3.0}
+    g = lte_star(4, loss=0.0, header_overhead=0.0, device_mac_rates=[1e6] * 4, uplink_bps=R, downlink_bps=2 * R,
+                 energy=energy)
+    sim = Simulation(g, 0, device_compute=Deterministic(), secret_seed=1)
+    rows = registry.get("conventional")(sim, make_task(D=4), {}).run(3)
+    jpm = 1e-28 * (2e9) ** 2 * 3.0
+    for r in rows[1:]:
+        want = 0.2 * r["bits_up"] / R + 0.05 * r["bits_down"] / (2 * R) + jpm * r["device_macs"]
+        assert r["energy_j"] == pytest.approx(want, rel=1e-12)
+    assert "energy model" in sim.engine_paths.explain()
+    s = summarize({"c": {0: rows}}, [0.0], None)["runs"]["c"]
+    assert s["energy_j_total"]["0"] == pytest.approx(sum(r["energy_j"] for r in rows))
+    assert s["per_target"]["0"]["energy_j"]["0"] == pytest.approx(rows[0]["energy_j"])    # reached at round 0
+    plain = Simulation(lte_star(4, device_mac_rates=[1e6] * 4), 0)
+    assert "energy_j" not in registry.get("conventional")(plain, make_task(D=4), {}).run(1)[-1]
+    with pytest.raises(ValueError, match="energy takes"):
+        lte_star(2, device_mac_rates=[1e6] * 2, energy={"watts": 1})
+
+
+def test_a_study_reports_energy_to_each_target(tmp_path) -> None:
+    from fednet.study.config import StudyError, load_study
+    from fednet.study.runner import run_study
+    from test_faults import study_text, write
+
+    text = study_text(network="energy = { tx_power_w = 0.2, cpu_hz = 1e9 }", epochs=2)
+    res = run_study(load_study(write(tmp_path, text)), None, progress=False)
+    run = next(iter(res.summary["runs"].values()))
+    assert run["energy_j_total"]["0"] > 0 and "energy_j" in next(iter(run["per_target"].values()))
+    with pytest.raises(StudyError, match="energy takes"):
+        load_study(write(tmp_path, study_text(network="energy = { watts = 1.0 }"), "bad.toml"))

@@ -9,12 +9,13 @@ VII-A); for other D drawn uniformly at random from those four rates (Sec. VII-C)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import networkx as nx
 import numpy as np
 
-__all__ = ["MAC_RATE_LEVELS", "paper_mac_rates", "lte_star", "lte_cells", "assign_cells", "SERVER"]
+__all__ = ["MAC_RATE_LEVELS", "paper_mac_rates", "lte_star", "lte_cells", "assign_cells", "energy_attributes",
+           "ENERGY_KEYS", "SERVER"]
 
 #: Device MAC rates of Sec. VII, in MAC/s.
 MAC_RATE_LEVELS: tuple[float, ...] = (25e6, 5e6, 2.5e6, 1.25e6)
@@ -62,7 +63,7 @@ def lte_star(n_devices: int, *, uplink_bps: float | Sequence[float] = 5e6,
              downlink_bps: float | Sequence[float] = 10e6, loss: float | Sequence[float] = 0.1,
              header_overhead: float = 0.1, packet_bits: int | None = None, server_mac_rate: float = 8.24e12,
              device_mac_rates: Sequence[float] | None = None, rng: np.random.Generator | None = None,
-             hop_latency_s: float = 0.0) -> nx.Graph:
+             hop_latency_s: float = 0.0, energy: Mapping[str, float] | None = None) -> nx.Graph:
     """A star of ``n_devices`` devices around one server (the paper's defaults).
 
     Parameters
@@ -89,6 +90,12 @@ def lte_star(n_devices: int, *, uplink_bps: float | Sequence[float] = 5e6,
         bit, the link meanwhile free: scheduling request and grant, processing and core network. Typical values:
         about 0.01 per direction for LTE, 0.004 for 5G NR eMBB (its user-plane latency target, one way, 3GPP
         TR 38.913, Sec. 7.5).
+    energy : mapping, optional
+        The devices' energy model (:attr:`fednet.sim.simulation.Simulation.energy`; None: none, the papers'):
+        ``tx_power_w`` and ``rx_power_w`` (W while sending / receiving; 0.2 W is 23 dBm, LTE's maximum UE power)
+        and the computation's ``kappa`` (effective switched capacitance, J/(cycle Hz^2); 1e-28 in Yang et al.,
+        "Energy efficient federated learning over wireless communication networks", IEEE TWC 2021), ``cpu_hz``
+        (the CPU frequency ``f``) and ``cycles_per_mac`` (1): ``kappa f^2`` joules per cycle.
 
     Returns
     -------
@@ -123,17 +130,45 @@ def lte_star(n_devices: int, *, uplink_bps: float | Sequence[float] = 5e6,
         raise ValueError(f"hop_latency_s must be finite and >= 0 seconds, got {hop_latency_s}")
     g = nx.Graph(header_overhead=float(header_overhead), packet_bits=packet_bits, hop_latency_s=float(hop_latency_s))
     g.add_node(SERVER, role="server", mac_rate=float(server_mac_rate))
+    model = energy_attributes(energy)
     for i, r in enumerate(rates):
-        g.add_node(i, role="device", mac_rate=float(r))
+        g.add_node(i, role="device", mac_rate=float(r), **model)
         g.add_edge(i, SERVER, uplink_bps=ups[i], downlink_bps=downs[i], loss=losses[i])
     return g
+
+
+#: The keys of an energy model (:func:`lte_star`'s ``energy``) and their defaults.
+ENERGY_KEYS = {"tx_power_w": 0.2, "rx_power_w": 0.1, "kappa": 1e-28, "cpu_hz": 1e9, "cycles_per_mac": 1.0}
+
+
+def energy_attributes(energy: Mapping[str, float] | None) -> dict[str, float]:
+    """The node attributes of an energy model: ``tx_power_w``, ``rx_power_w``, ``j_per_mac = kappa f^2 c`` ({} for
+    None); missing keys take :data:`ENERGY_KEYS`' defaults.
+
+    Raises
+    ------
+    ValueError
+        For an unknown key or a negative or non-finite value.
+    """
+    if energy is None:
+        return {}
+    unknown = sorted(set(energy) - set(ENERGY_KEYS))
+    if unknown:
+        raise ValueError(f"energy takes {sorted(ENERGY_KEYS)}, got unknown {unknown}")
+    v = {**ENERGY_KEYS, **{k: float(x) for k, x in energy.items()}}
+    for k, x in v.items():
+        if not (math.isfinite(x) and x >= 0):
+            raise ValueError(f"energy.{k} must be finite and >= 0, got {x}")
+    return {"tx_power_w": v["tx_power_w"], "rx_power_w": v["rx_power_w"],
+            "j_per_mac": v["kappa"] * v["cpu_hz"] ** 2 * v["cycles_per_mac"]}
 
 
 def lte_cells(n_devices: int, *, n_cells: int = 1, uplink_bps: float | Sequence[float] = 5e6,
               downlink_bps: float | Sequence[float] = 10e6, loss: float | Sequence[float] = 0.1,
               header_overhead: float = 0.1, packet_bits: int | None = None, server_mac_rate: float = 8.24e12,
               device_mac_rates: Sequence[float] | None = None, scheduler: str = "round_robin",
-              rng: np.random.Generator | None = None, hop_latency_s: float = 0.0) -> nx.Graph:
+              rng: np.random.Generator | None = None, hop_latency_s: float = 0.0,
+              energy: Mapping[str, float] | None = None) -> nx.Graph:
     """:func:`lte_star` whose devices share the airtime of ``n_cells`` cells (:mod:`fednet.sim.cells`).
 
     Device ``i`` is in cell ``i * n_cells // n_devices`` (consecutive blocks). Each device's ``uplink_bps`` /
@@ -144,7 +179,7 @@ def lte_cells(n_devices: int, *, n_cells: int = 1, uplink_bps: float | Sequence[
     Parameters
     ----------
     n_devices, uplink_bps, downlink_bps, loss, header_overhead, packet_bits, server_mac_rate, device_mac_rates, rng,
-    hop_latency_s
+    hop_latency_s, energy
         As :func:`lte_star`.
     n_cells : int
         Cells (``1 <= n_cells <= n_devices``).
@@ -165,7 +200,7 @@ def lte_cells(n_devices: int, *, n_cells: int = 1, uplink_bps: float | Sequence[
         raise ValueError(f"n_cells must be in [1, n_devices = {n_devices}], got {n_cells}")
     g = lte_star(n_devices, uplink_bps=uplink_bps, downlink_bps=downlink_bps, loss=loss,
                  header_overhead=header_overhead, packet_bits=packet_bits, server_mac_rate=server_mac_rate,
-                 device_mac_rates=device_mac_rates, rng=rng, hop_latency_s=hop_latency_s)
+                 device_mac_rates=device_mac_rates, rng=rng, hop_latency_s=hop_latency_s, energy=energy)
     return assign_cells(g, n_cells, scheduler)
 
 

@@ -549,6 +549,8 @@ class Protocol:
             event=event or ("phase" if round == 0 else "round"),
             dropped=" ".join(map(str, sorted(self.round_dropped))), decode_failed=self.decode_failed,
         ).as_dict()
+        if getattr(self.sim, "energy", None):                  # the devices' joules of this row (issue 28, item 4)
+            row["energy_j"] = c.device_energy_j
         if round == 0 and self.setup_dropouts == "reshare" and not isinstance(self.sim.availability, AlwaysAvailable):
             row["setup_attempts"] = self.setup_attempts
         if failure is None:

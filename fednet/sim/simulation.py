@@ -72,6 +72,8 @@ class Counters:
         Link traversals.
     retransmissions : int
         Retransmitted packets.
+    device_energy_j : float
+        Joules the devices spent (:attr:`Simulation.energy`: radio airtime and computation; 0 without a model).
     """
 
     bits_up: int = 0
@@ -81,6 +83,7 @@ class Counters:
     server_macs: int = 0
     messages: int = 0
     retransmissions: int = 0
+    device_energy_j: float = 0.0
 
 
 @dataclass(eq=False)
@@ -362,6 +365,19 @@ class Simulation:
             cpu=Slot(self.env),
             attrs={k: v for k, v in sattrs.items() if k != "role"})
         self.nodes: list[Node] = [*self.devices, self.server]
+        #: Each device's energy model (issue 28, item 4), from its node attributes ``tx_power_w``, ``rx_power_w`` (W
+        #: while its radio sends / receives: joules = power x airtime) and ``j_per_mac`` (J per MAC: the standard
+        #: ``kappa f^2`` per CPU cycle times cycles per MAC): ``{device index: (tx W, rx W, J/MAC)}``; empty: none
+        #: (the papers'), and no ``energy_j`` trace column.
+        self.energy: dict[int, tuple[float, float, float]] = {}
+        for dev in self.devices:
+            spec = [dev.attrs.get(k) for k in ("tx_power_w", "rx_power_w", "j_per_mac")]
+            if any(v is not None for v in spec):
+                vals = tuple(0.0 if v is None else float(v) for v in spec)
+                if not all(math.isfinite(v) and v >= 0 for v in vals):
+                    raise ConfigError(f"device {dev.name!r}: tx_power_w, rx_power_w and j_per_mac must be finite "
+                                      f"and >= 0, got {spec}")
+                self.energy[dev.index] = vals
         #: The shared cells by id: ``(uplink air, downlink air)`` (:mod:`fednet.sim.cells`); empty: the star.
         self.cells: dict[Any, tuple[SharedAir, SharedAir]] = {}
         scheduler = graph.graph.get("cell_scheduler", "round_robin")
@@ -611,6 +627,9 @@ class Simulation:
             else:                                   # a shared cell: the airtime is served by equal shares
                 yield from link.air.transmit(seconds)
         self.hop_done(msg, device, direction, extra, start, self.now)
+        if self.energy and device.index in self.energy:   # its radio is on for its own airtime only
+            tx, rx, _ = self.energy[device.index]
+            self.counters.device_energy_j += (tx if direction == "up" else rx) * seconds
         if self.hop_latency:                        # the floor: scheduling, grant and core latency (link free)
             yield self.env.timeout(self.hop_latency)
 
@@ -626,6 +645,10 @@ class Simulation:
         self.counters.messages += 1
         self.counters.retransmissions += extra
         msg.hops.append(("d2d", src.index, start, self.now))
+        if self.energy:
+            dst = msg.dst
+            self.counters.device_energy_j += (self.energy.get(src.index, (0.0, 0.0, 0.0))[0]
+                                              + self.energy.get(dst, (0.0, 0.0, 0.0))[1]) * seconds
         if self.hop_latency:
             yield self.env.timeout(self.hop_latency)
 
@@ -710,6 +733,8 @@ class Simulation:
             self.counters.server_macs += total
         else:
             self.counters.device_macs += total
+            if self.energy and node.index in self.energy:
+                self.counters.device_energy_j += self.energy[node.index][2] * total
         return result, seconds
 
     def run(self, process: Generator, until: float | None = None) -> Any:

@@ -291,6 +291,10 @@ class NetworkSpec(_Strict):
     hop_latency_s : float
         Latency floor of every hop, simulated seconds in [0, 10] (0: the papers'; about 0.01 for LTE, 0.004 for
         5G NR eMBB's one-way user-plane target, 3GPP TR 38.913 Sec. 7.5): scheduling, grant, core network.
+    energy : table, optional
+        The devices' energy model (``tx_power_w``, ``rx_power_w``, ``kappa``, ``cpu_hz``, ``cycles_per_mac``;
+        :func:`fednet.topologies.lte.energy_attributes`): the trace gains ``energy_j`` per row and the summary the
+        energy to each target; omitted: none (the papers').
     server_mac_rate : float
         MAC/s (8.24e12), finite and at least 1 MAC/s.
     device_mac_rates : "paper", list of float, or distribution table
@@ -328,6 +332,7 @@ class NetworkSpec(_Strict):
     header_overhead: float = Field(0.1, ge=0, le=100)
     packet_bits: int | None = Field(None, gt=0, le=2**40)
     hop_latency_s: float = Field(0.0, ge=0, le=10)
+    energy: dict[str, float] | None = None
     server_mac_rate: float = Field(8.24e12, gt=0)
     device_mac_rates: Literal["paper"] | list[float] | dict[str, Any] = "paper"
     groups: GroupSpec | None = None
@@ -383,6 +388,13 @@ class NetworkSpec(_Strict):
         if self.params and self.kind == "lte_star":
             raise ValueError(f"params are for user builders (kind = 'module:function'); "
                              f"lte_star takes the network fields, got params {sorted(self.params)}")
+        if self.energy is not None:
+            from fednet.topologies.lte import energy_attributes
+
+            try:
+                energy_attributes(self.energy)
+            except ValueError as e:
+                raise ValueError(str(e)) from None
         if self.kind == "lte_cells":
             extra = sorted(set(self.params) - {"n_cells", "scheduler"})
             if extra:

@@ -254,6 +254,9 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
         failures = {s: f for s, f in failures.items() if f is not None}
         if failures:            # only then: the summaries of runs that never fail keep their bytes
             run["failed"] = {str(s): {"round": r, "reason": why} for s, (r, why) in failures.items()}
+        energy = all(any("energy_j" in r for r in by_seed[s]) for s in seeds) and bool(seeds)
+        if energy:              # the devices' energy model (issue 28, item 4): joules per seed, in all
+            run["energy_j_total"] = {str(s): _energy_through(by_seed[s], None) for s in seeds}
         decoding = _decode_errors(by_seed)
         if decoding is not None:  # full mode's observer measured the decoding (issue 31, item 6)
             run["decode_error"] = decoding
@@ -275,6 +278,9 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
                 entry["time_s_stats_reason"] = (f"reached by {len(reached)} of {len(recs)} seeds"
                                                 if len(reached) < len(recs) else
                                                 "reached at simulated time 0 at some seed (no log-scale interval)")
+            if energy:                       # joules the devices spent until the target was reached
+                entry["energy_j"] = {str(r["seed"]): _energy_through(by_seed[r["seed"]], r["round"]) if r["reached"]
+                                     else None for r in recs}
             entry["time_s_range"] = [min(times), max(times)] if times else None
             entry["time_s_spread"] = max(times) / min(times) if times else None
             if baseline is not None and label != baseline and baseline in traces:
@@ -289,6 +295,12 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
             run["per_target"][_key(t)] = entry
         out["runs"][label] = run
     return out
+
+
+def _energy_through(rows: Sequence[Mapping[str, Any]], last_round: int | None) -> float:
+    """The devices' joules of ``rows`` up to and including round ``last_round`` (all rows for None)."""
+    return float(sum(float(r.get("energy_j", 0.0)) for r in rows
+                     if last_round is None or int(r["round"]) <= int(last_round)))
 
 
 def _setup_seconds(rows: Sequence[Mapping[str, Any]]) -> float:

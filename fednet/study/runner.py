@@ -210,7 +210,7 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
                 for name in ("uplink_bps", "downlink_bps", "loss")}
         g = lte_star(D, **link, header_overhead=spec.header_overhead, packet_bits=spec.packet_bits,
                      server_mac_rate=spec.server_mac_rate, device_mac_rates=rates, rng=topo_rng,
-                     hop_latency_s=spec.hop_latency_s)
+                     hop_latency_s=spec.hop_latency_s, energy=spec.energy)
         if spec.kind == "lte_cells":
             g = assign_cells(g, **spec.params)
     else:

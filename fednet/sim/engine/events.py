@@ -146,6 +146,9 @@ SIM_METHODS = ("transfer", "compute", "_hop", "hop_draw", "hop_done", "deliver",
 def plain_engine(net: Any) -> bool | str:
     """``True`` if none of the methods a backend replays is overridden -- the net's ``send`` / ``_message``
     (:meth:`fednet.protocol.primitives.Net.overridden`) and the simulation's :data:`SIM_METHODS` -- else the reason."""
+    if getattr(net.sim, "energy", None):
+        return ("the devices have an energy model: the backends do not account energy, so the reference processes "
+                "run")
     if getattr(net.sim, "hop_latency", 0.0):
         return ("every hop has a latency floor (hop_latency_s): the backends replay hops without it, so the "
                 "reference processes run")
