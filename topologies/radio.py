@@ -1,0 +1,156 @@
+"""Geometry and channel: devices placed around a base station, rates and losses from path loss and fading
+(issue 28, items 1-2, first part).
+
+Each device is placed uniformly in a disc (or a ring ``[min_distance_m, radius_m]``) around the base station, its
+mean SNR follows from a named path-loss model with log-normal shadowing, transmit power, noise density, noise
+figure and bandwidth, and its link from **link adaptation to a block-error target under Rayleigh block fading**:
+with the channel gain ``|h|^2 ~ Exp(1)`` drawn anew for every packet (transmission), a packet sent at rate ``r`` over
+bandwidth ``B`` is lost when ``B log2(1 + SNR |h|^2) < r``, which happens with probability
+
+    ``q(r) = 1 - exp(-(2^(r / B) - 1) / SNR)``                        (the Rayleigh outage probability)
+
+so the rate that meets a target ``q`` is ``r = B log2(1 + SNR ln(1 / (1 - q)))`` and every packet is lost
+(retransmitted by HARQ) with probability ``q``, independently: exactly fednet's per-packet loss model
+(:func:`fednet.sim.network.transmission_time`).  ``rate_model = "shannon"`` instead sends at ``B log2(1 + SNR /
+gap)`` (the mean-SNR capacity less a gap) and loses each packet with its outage probability ``q(r)``.
+
+Path-loss models (``d`` in km, dB): ``"3gpp_macro"``: ``128.1 + 37.6 log10 d`` (3GPP TR 36.814, Table A.2.1.1.2-3,
+urban macro at 2 GHz; used by Chen et al., IEEE TWC 2021, and Yang et al., IEEE TWC 2021); ``"free_space"`` at
+``carrier_hz``.  Positions and shadowing come from the topology's keyed stream, so every protocol compared at a seed
+sees the same channels.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import networkx as nx
+import numpy as np
+
+from .lte import SERVER, assign_cells, lte_star
+
+__all__ = ["PATHLOSS_MODELS", "pathloss_db", "outage_probability", "rate_for_outage", "radio_star"]
+
+PATHLOSS_MODELS = ("3gpp_macro", "free_space")
+
+
+def pathloss_db(d_m: np.ndarray, model: str = "3gpp_macro", carrier_hz: float = 2e9) -> np.ndarray:
+    """Path loss in dB at distances ``d_m`` (metres) under a named model (module docstring).
+
+    Raises
+    ------
+    ValueError
+        For an unknown model or a distance that is not positive.
+    """
+    d = np.asarray(d_m, dtype=np.float64)
+    if np.any(~(d > 0)):
+        raise ValueError("distances must be positive metres")
+    if model == "3gpp_macro":
+        return 128.1 + 37.6 * np.log10(d / 1000.0)
+    if model == "free_space":
+        return 20 * np.log10(d) + 20 * np.log10(carrier_hz) - 147.55
+    raise ValueError(f"pathloss model must be one of {PATHLOSS_MODELS}, got {model!r}")
+
+
+def outage_probability(rate_bps: float, bandwidth_hz: float, snr: float) -> float:
+    """``1 - exp(-(2^(r/B) - 1) / SNR)``: the probability that a Rayleigh-faded packet at rate ``r`` is lost."""
+    return -math.expm1(-math.expm1(rate_bps / bandwidth_hz * math.log(2.0)) / snr)
+
+
+def rate_for_outage(target: float, bandwidth_hz: float, snr: float) -> float:
+    """The rate (bit/s) whose Rayleigh outage probability is ``target``: ``B log2(1 + SNR ln(1 / (1 - target)))``."""
+    return bandwidth_hz * math.log2(1.0 + snr * -math.log1p(-target))
+
+
+def radio_star(n_devices: int, *, radius_m: float = 500.0, min_distance_m: float = 35.0,
+               pathloss: str = "3gpp_macro", shadowing_db: float = 8.0, carrier_hz: float = 2e9,
+               tx_power_dbm: float = 23.0, bs_power_dbm: float = 46.0, noise_dbm_hz: float = -174.0,
+               noise_figure_db: float = 9.0, uplink_hz: float = 1e6, downlink_hz: float = 1e6,
+               rate_model: str = "bler_target", bler: float = 0.1, gap_db: float = 0.0,
+               n_cells: int | None = None, header_overhead: float = 0.1, packet_bits: int | None = 12_000,
+               server_mac_rate: float = 8.24e12, device_mac_rates: list[float] | None = None,
+               hop_latency_s: float = 0.0, energy: Mapping[str, float] | None = None,
+               rng: np.random.Generator | None = None) -> nx.Graph:
+    """A star whose devices' rates and packet losses come from their places and the channel (module docstring).
+
+    Parameters
+    ----------
+    n_devices : int
+    radius_m, min_distance_m : float
+        Devices uniform (in area) in the ring between these distances from the base station (metres).
+    pathloss : {"3gpp_macro", "free_space"}
+    shadowing_db : float
+        Standard deviation of log-normal shadowing (dB; 8 in TR 36.814).
+    carrier_hz : float
+        Carrier frequency (free space only).
+    tx_power_dbm, bs_power_dbm : float
+        Device and base-station transmit powers (23 and 46 dBm).
+    noise_dbm_hz, noise_figure_db : float
+        Thermal noise density (-174 dBm/Hz) and receiver noise figure (9 dB).
+    uplink_hz, downlink_hz : float
+        Bandwidth of each device's uplink and downlink (Hz).
+    rate_model : {"bler_target", "shannon"}
+        Link adaptation to the ``bler`` target, or Shannon at the mean SNR less ``gap_db`` (module docstring).
+    bler : float
+        Block-error target, in (0, 1).
+    gap_db : float
+        SNR gap of the ``shannon`` model (dB).
+    n_cells : int, optional
+        Also share the airtime of this many cells (:func:`fednet.topologies.lte.assign_cells`).
+    header_overhead, packet_bits, server_mac_rate, device_mac_rates, hop_latency_s, energy
+        As :func:`fednet.topologies.lte.lte_star` (packets of 12,000 bits, LTE's 1,500 bytes, by default:
+        the losses are per packet).
+    rng : numpy.random.Generator
+        The topology's stream (positions, shadowing, drawn MAC rates).
+
+    Returns
+    -------
+    networkx.Graph
+        :func:`~fednet.topologies.lte.lte_star`'s graph, each device with ``distance_m``, ``snr_up_db`` and
+        ``snr_down_db``.
+
+    Raises
+    ------
+    ValueError
+        Naming the offending argument and value.
+    """
+    if rng is None:
+        raise ValueError("radio_star needs the topology's rng (positions and shadowing are drawn)")
+    if not 0 < min_distance_m < radius_m:
+        raise ValueError(f"need 0 < min_distance_m < radius_m, got {min_distance_m} and {radius_m}")
+    if rate_model not in ("bler_target", "shannon"):
+        raise ValueError(f"rate_model must be 'bler_target' or 'shannon', got {rate_model!r}")
+    if not 0 < bler < 1:
+        raise ValueError(f"bler must be in (0, 1), got {bler}")
+    for name, v in (("uplink_hz", uplink_hz), ("downlink_hz", downlink_hz)):
+        if not v > 0:
+            raise ValueError(f"{name} must be positive, got {v}")
+    r2 = rng.uniform(min_distance_m ** 2, radius_m ** 2, n_devices)
+    d = np.sqrt(r2)
+    shadow = rng.normal(0.0, shadowing_db, n_devices) if shadowing_db > 0 else np.zeros(n_devices)
+    loss_db = pathloss_db(d, pathloss, carrier_hz) + shadow
+
+    def link(power_dbm: float, hz: float) -> tuple[np.ndarray, list[float], list[float]]:
+        noise_dbm = noise_dbm_hz + 10 * math.log10(hz) + noise_figure_db
+        snr_db = power_dbm - loss_db - noise_dbm
+        rates, losses = [], []
+        for s in 10 ** (snr_db / 10):
+            if rate_model == "bler_target":
+                r = rate_for_outage(bler, hz, float(s))
+            else:
+                r = hz * math.log2(1.0 + float(s) / 10 ** (gap_db / 10))
+            rates.append(max(r, 1.0))
+            losses.append(min(outage_probability(rates[-1], hz, float(s)), 0.999))
+        return snr_db, rates, losses
+
+    snr_up, up, loss_up = link(tx_power_dbm, uplink_hz)
+    snr_down, down, loss_down = link(bs_power_dbm, downlink_hz)
+    g = lte_star(n_devices, uplink_bps=up, downlink_bps=down, loss=loss_up, header_overhead=header_overhead,
+                 packet_bits=packet_bits, server_mac_rate=server_mac_rate, device_mac_rates=device_mac_rates,
+                 rng=rng, hop_latency_s=hop_latency_s, energy=energy)
+    for i in range(n_devices):
+        g.nodes[i].update(distance_m=float(d[i]), snr_up_db=float(snr_up[i]), snr_down_db=float(snr_down[i]))
+        edge = g.edges[i, SERVER]
+        edge["uplink_loss"], edge["downlink_loss"] = loss_up[i], loss_down[i]
+    return assign_cells(g, n_cells) if n_cells is not None else g
