@@ -80,3 +80,13 @@ def test_a_study_runs_on_a_radio_star(tmp_path) -> None:
     text = study_text(network='kind = "radio_star"\nparams = { radius_m = 300.0, bler = 0.1 }', epochs=2)
     res = run_study(load_study(write(tmp_path, text)), None, progress=False)
     assert next(iter(res.traces.values()))[0][-1]["time_s"] > 0
+
+
+def test_the_topology_is_drawn_where_the_devices_are(tmp_path) -> None:
+    from fednet.topologies.secagg_tree import draw_topology
+
+    g = radio_star(8, rng=np.random.default_rng(2), n_cells=2, device_mac_rates=[1e6] * 8)
+    assert all(math.hypot(g.nodes[i]["x_m"], g.nodes[i]["y_m"]) == pytest.approx(g.nodes[i]["distance_m"])
+               for i in range(8))
+    out = draw_topology(g, tmp_path / "t.png", n_groups=2, title="radio")
+    assert out.read_bytes()[:4] == b"\x89PNG"

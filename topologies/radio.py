@@ -107,8 +107,8 @@ def radio_star(n_devices: int, *, radius_m: float = 500.0, min_distance_m: float
     Returns
     -------
     networkx.Graph
-        :func:`~fednet.topologies.lte.lte_star`'s graph, each device with ``distance_m``, ``snr_up_db`` and
-        ``snr_down_db``.
+        :func:`~fednet.topologies.lte.lte_star`'s graph, each device with ``distance_m``, ``x_m``, ``y_m`` (the
+        base station at the origin), ``snr_up_db`` and ``snr_down_db``.
 
     Raises
     ------
@@ -149,8 +149,10 @@ def radio_star(n_devices: int, *, radius_m: float = 500.0, min_distance_m: float
     g = lte_star(n_devices, uplink_bps=up, downlink_bps=down, loss=loss_up, header_overhead=header_overhead,
                  packet_bits=packet_bits, server_mac_rate=server_mac_rate, device_mac_rates=device_mac_rates,
                  rng=rng, hop_latency_s=hop_latency_s, energy=energy)
+    angle = rng.uniform(0.0, 2 * math.pi, n_devices)           # where around the base station (for drawing)
     for i in range(n_devices):
-        g.nodes[i].update(distance_m=float(d[i]), snr_up_db=float(snr_up[i]), snr_down_db=float(snr_down[i]))
+        g.nodes[i].update(distance_m=float(d[i]), snr_up_db=float(snr_up[i]), snr_down_db=float(snr_down[i]),
+                          x_m=float(d[i] * math.cos(angle[i])), y_m=float(d[i] * math.sin(angle[i])))
         edge = g.edges[i, SERVER]
         edge["uplink_loss"], edge["downlink_loss"] = loss_up[i], loss_down[i]
     return assign_cells(g, n_cells) if n_cells is not None else g

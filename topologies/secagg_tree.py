@@ -148,11 +148,19 @@ def draw_topology(graph: nx.Graph, path: str | Path, *, n_groups: int | None = N
 
     devs = [k for k, a in graph.nodes(data=True) if a.get("role") == "device"]
     server = next(k for k, a in graph.nodes(data=True) if a.get("role") == "server")
-    pos = nx.shell_layout(graph, nlist=[[server], devs])
+    placed = all("x_m" in graph.nodes[k] for k in devs)         # radio_star: the devices where they are
+    pos = ({k: (graph.nodes[k]["x_m"], graph.nodes[k]["y_m"]) for k in devs} | {server: (0.0, 0.0)} if placed
+           else nx.shell_layout(graph, nlist=[[server], devs]))
     colours = [cmap(group_of[i] % 20) for i in range(len(devs))]
     d2d = [(u, v) for u, v in graph.edges() if u != server and v != server]
-    nx.draw_networkx_edges(graph, pos, ax=ax_net, edgelist=[e for e in graph.edges() if e not in d2d],
-                           edge_color="0.8")
+    star = [e for e in graph.edges() if e not in d2d]
+    rates = [graph.edges[e].get("uplink_bps", 0.0) for e in star]
+    if placed and rates:                                        # the links coloured by their uplink rate
+        lines = nx.draw_networkx_edges(graph, pos, ax=ax_net, edgelist=star, edge_color=rates,
+                                       edge_cmap=plt.get_cmap("viridis"), width=1.2)
+        fig.colorbar(lines, ax=ax_net, label="uplink rate [bit/s]", shrink=0.7)
+    else:
+        nx.draw_networkx_edges(graph, pos, ax=ax_net, edgelist=star, edge_color="0.8")
     nx.draw_networkx_edges(graph, pos, ax=ax_net, edgelist=d2d, edge_color="tab:red", style="dashed")
     sizes = [60 + 240 * (graph.nodes[k].get("mac_rate", 1.0) / max(graph.nodes[d].get("mac_rate", 1.0) for d in devs))
              for k in devs]
@@ -160,9 +168,16 @@ def draw_topology(graph: nx.Graph, path: str | Path, *, n_groups: int | None = N
     nx.draw_networkx_nodes(graph, pos, ax=ax_net, nodelist=[server], node_color="black", node_shape="s", node_size=400)
     if len(devs) <= 40:
         nx.draw_networkx_labels(graph, pos, ax=ax_net, labels={k: str(i) for i, k in enumerate(devs)}, font_size=7)
+    cells = {graph.nodes[k].get("cell") for k in devs} - {None}
     ax_net.set_title(f"{len(devs)} devices (colour: group, size: MAC rate)"
-                     + (f", {len(d2d)} device-to-device links" if d2d else ""))
-    ax_net.axis("off")
+                     + (f", {len(d2d)} device-to-device links" if d2d else "")
+                     + (f", {len(cells)} cell(s) sharing airtime" if cells else ""), fontsize=9)
+    if placed:
+        ax_net.set_aspect("equal")
+        ax_net.set_xlabel("x [m]")
+        ax_net.set_ylabel("y [m]")
+    else:
+        ax_net.axis("off")
 
     tpos = nx.multipartite_layout(tree, subset_key="level", align="horizontal")
     tpos = {k: (x, y) for k, (x, y) in tpos.items()}
