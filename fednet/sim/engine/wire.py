@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,6 +157,12 @@ def _describe(payload: Any) -> str:
     return f"{type(payload).__name__}"
 
 
+@lru_cache(maxsize=256)
+def _plain(n: int) -> Width:
+    """``Width(n)``, made once per ``n`` (the reference asks per message)."""
+    return Width(n)
+
+
 def declared(explicit: int | Width | None, *, kind: str = "", arg: str = "element_bits",
              where: str = "") -> Width | None:
     """The :class:`Width` an explicit ``element_bits``-style argument declares (None for None).
@@ -168,7 +175,7 @@ def declared(explicit: int | Width | None, *, kind: str = "", arg: str = "elemen
     if explicit is None or isinstance(explicit, Width):
         return explicit
     if isinstance(explicit, (int, np.integer)) and not isinstance(explicit, bool) and explicit > 0:
-        return Width(int(explicit))
+        return _plain(int(explicit))
     raise WireWidthError(f"{where}message kind {kind!r}: {arg} must be a positive int number of bits or a "
                          f"fednet.sim.engine.wire width (field(p), fixed(k, f), bits(n)), got {explicit!r}")
 
@@ -196,8 +203,10 @@ def width(payload: Any, explicit: int | Width | None, kind: str, *, arg: str = "
         Where neither the declaration nor the payload gives the width.
     """
     if explicit is not None:
-        if type(explicit) is int and explicit > 0:              # the common case, first
+        if type(explicit) is int and explicit > 0:              # the common cases, first
             return explicit
+        if type(explicit) is Width:
+            return explicit.bits
         return declared(explicit, kind=kind, arg=arg, where=where).bits
     try:
         found = payload_bits(payload)

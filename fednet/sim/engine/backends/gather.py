@@ -339,11 +339,13 @@ def replay_vectorised(net, nodes: list[Node], need: int, result: GatherResult, d
         sizes = [int(size_of(v)) for v in values]
     if min(sizes) < 0:
         return "an upload of negative size (the node-by-node replay raises Message's error)"
-    if up_bits.constant is not None or isinstance(values, np.ndarray):    # one width for every upload
-        widths = [up_bits.constant or up_bits(values[0])] * n
+    if up_bits.constant is not None or isinstance(values, np.ndarray):    # one width for every upload: resolved once
+        width = up_bits.constant or up_bits(values[0])
+        widths = None
+        bits_up = np.array(sizes, dtype=np.int64) * int(width)
     else:
         widths = [up_bits(v) for v in values]
-    bits_up = np.array(sizes, dtype=np.int64) * np.array(widths, dtype=np.int64)
+        bits_up = np.array(sizes, dtype=np.int64) * np.array(widths, dtype=np.int64)
     u_up = streams.uniforms(idx, up_purpose, rnd, advance=False)
     secs_u, extra_u = transmission_times(
         bits_up, table[:, 3], sim.overhead, table[:, 4], sim.packet_bits, u_up, arrays=True)
@@ -393,7 +395,8 @@ def replay_vectorised(net, nodes: list[Node], need: int, result: GatherResult, d
     if record:
         for p in arrived_l:
             node = nodes[p]
-            msg = Message(node.index, sim.server.index, kind, values[p], sizes[p], widths[p], round=rnd,
+            msg = Message(node.index, sim.server.index, kind, values[p], sizes[p],
+                          width if widths is None else widths[p], round=rnd,
                           timing_key=timing_key)
             start, end = float(t2[p]), float(t3[p])
             msg.sent_at = start
