@@ -4,7 +4,8 @@ These are the definitions: every backend (:mod:`fednet.sim.engine.backends`) mus
 simulated times, keyed draws, counters, messages, views and results, bit for bit -- and ``FEDNET_ENGINE=reference``
 runs everything here.  Each function takes the protocol's primitives ``net`` (:class:`fednet.protocol.primitives.Net`:
 ``sim``, ``send``, ``label``, ``epoch``) and the :class:`~fednet.sim.engine.step.Step` the primitive
-built; the keys each kind's step carries are listed in its docstring.
+built; the keys each kind's step carries are listed in its docstring.  A message's width per number is
+:func:`fednet.sim.engine.wire.width`'s: declared, else from the payload (as in every backend).
 """
 
 from __future__ import annotations
