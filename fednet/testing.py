@@ -11,8 +11,13 @@ so).
 above, the same run twice (determinism at a seed), the same public seed under two secret seeds (secrets independent
 of the public randomness: the same times, bits, MACs and public draws), and, for a protocol with a ``mode``, full
 against timing mode on every trace column (a timing-mode stand-in billed to the clock, or a closed form that differs
-from what the kernels meter, shows as a different MAC or time column).  A computation step that charges zero MACs
-without ``free=True`` raises :class:`~fednet.protocol.primitives.UnchargedCompute` in any of these runs.
+from what the kernels meter, shows as a different MAC or time column), and wire widths consistent with the payloads:
+in a full-mode run on the reference semantics every message's integers must fit the width it is billed at (a
+:func:`~fednet.sim.engine.wire.field` declaration ``[0, p)``, :func:`~fednet.sim.engine.wire.fixed` its signed
+range, a plain width ``[0, 2^bits)`` or the signed range), so 61-bit field elements billed at 32 bits fail, naming the
+message kind and the round (:func:`check_wires`).  A computation step that charges zero MACs without ``free=True``
+raises :class:`~fednet.protocol.primitives.UnchargedCompute` in any of these runs, and a message whose width is
+neither declared nor known from its payload :class:`~fednet.sim.engine.wire.WireWidthError`.
 
 Example::
 
@@ -31,11 +36,11 @@ from typing import Any
 import networkx as nx
 
 from fednet.sim.compute import Availability, ComputeModel, ShiftedExponential
-from fednet.sim.engine import EngineConfig, EnginePaths
+from fednet.sim.engine import EngineConfig, EnginePaths, wire
 from fednet.sim.simulation import Simulation
 
-__all__ = ["EngineReport", "ProtocolReport", "check_engine", "check_protocol", "engine_snapshot", "FULL_ONLY",
-           "LOSS_RTOL"]
+__all__ = ["EngineReport", "ProtocolReport", "check_engine", "check_protocol", "check_wires", "engine_snapshot",
+           "FULL_ONLY", "LOSS_RTOL"]
 
 #: Trace columns only full mode fills (observers of the exact math, not part of the simulated trajectory).
 FULL_ONLY = frozenset({"decode_error", "decode_bound", "max_abs_error", "checked_rounds"})
@@ -282,17 +287,59 @@ def check_protocol(protocol: type, params: Mapping[str, Any] | None = None, *, t
             raise AssertionError(f"{protocol.__name__}: full mode ran {len(full['trace'])} rows, timing "
                                  f"{len(timing['trace'])}")
         checks.append("full and timing mode give the same trace (test loss within LOSS_RTOL)")
+    n_messages = check_wires(protocol, {**params, "mode": "full"} if mode_field is not None else params, **common)
+    checks.append(f"every message's integers fit the width it is billed at ({n_messages} messages, full mode)")
     return ProtocolReport(engine, checks)
+
+
+def check_wires(protocol: type, params: Mapping[str, Any] | None = None, *, task: Any,
+                graph: nx.Graph | Callable[[], nx.Graph] | None = None, rounds: int = 3, seed: int = 0,
+                compute: ComputeModel | None = None, availability: Callable[[], Availability] | None = None,
+                label: str | None = None) -> int:
+    """Run ``protocol`` on the reference semantics (every message through
+    :meth:`~fednet.protocol.primitives.Net.send`) and check each message's integers against its billed width
+    (:func:`fednet.sim.engine.wire.misfit`); returns the number of messages seen.
+
+    Pass full-mode ``params``: timing mode's stand-ins carry no values to check.
+
+    Raises
+    ------
+    AssertionError
+        Naming the first message that does not fit: its kind, round, declaration and values.
+    """
+    seen: list[int] = [0]
+    bad: list[str] = []
+    where: dict[str, Any] = {}
+
+    def observe(payload: Any, decl: Any, bits: int, kind: str) -> None:
+        """Check one message (the first misfit is kept)."""
+        seen[0] += 1
+        if not bad:
+            why = wire.misfit(payload, decl, bits)
+            if why is not None:
+                bad.append(f"round {where['sim'].round}, message kind {kind!r}: {why}")
+
+    with wire.observing(observe):
+        _run(protocol, params or {}, task=task, graph=graph, rounds=rounds, seed=seed, secret_seed=20261128,
+             compute=compute, availability=availability, label=label, engine="reference", where=where)
+    if bad:
+        raise AssertionError(f"{protocol.__name__}: a wire width does not hold its payload: {bad[0]} (declare the "
+                             f"width the values need: element_bits=/upload_bits=/download_bits= as "
+                             f"fednet.sim.engine.wire.field(p), fixed(k, f) or an int)")
+    return seen[0]
 
 
 def _run(protocol: type, params: Mapping[str, Any], *, task: Any, graph: Any, rounds: int, seed: int,
          secret_seed: int, compute: ComputeModel | None, availability: Callable[[], Availability] | None,
-         label: str | None, engine: str = "", record_views: bool = False
+         label: str | None, engine: str = "", record_views: bool = False, where: dict | None = None
          ) -> tuple[dict[str, Any], list[dict], EnginePaths]:
-    """One run: its :func:`engine_snapshot`, its trace rows and its engine paths."""
+    """One run: its :func:`engine_snapshot`, its trace rows and its engine paths (``where["sim"]``: the simulation,
+    set before it runs)."""
     sim = Simulation(_graph(task, graph), seed, device_compute=compute or ShiftedExponential(0.5),
                      record_views=record_views, availability=availability() if availability is not None else None,
                      secret_seed=secret_seed, engine=EngineConfig.parse(engine))
+    if where is not None:
+        where["sim"] = sim
     proto = protocol(sim, task, dict(params), label=label or getattr(protocol, "name", None) or "check")
     proto.run(rounds)
     return engine_snapshot(proto), proto.trace, sim.engine_paths

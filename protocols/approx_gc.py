@@ -227,7 +227,7 @@ class ApproxGC(Protocol):
         self.sharing = Sharing(x.shape[0], owner, nonprivate, holders, int(holders.sum() - x.shape[0]))
         if shares:
             ups = [Outgoing(dev, self.server, (x[j], labels[j]), kind="nonprivate data",
-                            n_elements=len(j) * (x.shape[1] + 1))
+                            n_elements=len(j) * (x.shape[1] + 1), element_bits=self.element_bits)
                    for dev in self.devices
                    if len(j := np.flatnonzero((owner == dev.index) & nonprivate))]
             downs = []
@@ -235,7 +235,8 @@ class ApproxGC(Protocol):
                 held = np.flatnonzero(holders[dev.index])
                 got = held[owner[held] != dev.index]
                 downs.append(Outgoing(self.server, dev, (x[got], labels[got], holders[:, held].sum(0)),
-                                      kind="shared data", n_elements=len(got) * (x.shape[1] + 1) + len(held)))
+                                      kind="shared data", n_elements=len(got) * (x.shape[1] + 1) + len(held),
+                                      element_bits=self.element_bits))
             yield from self.net.send_all([ups, downs])
         for dev in self.devices:
             held = np.flatnonzero(holders[dev.index])
@@ -256,7 +257,8 @@ class ApproxGC(Protocol):
         """Broadcast ``beta``; present devices send ``f_i`` (eq. 10); sum (eq. 11); SGD step."""
         empty = any(dev.state.X.shape[0] == 0 for dev in self.devices)   # an empty f_i costs nothing
         replies = yield from self.net.gather(self.devices, self.local_sum, kind="weighted gradient",
-                                             download=self.theta.astype(np.float32), free=empty)
+                                             download=self.theta.astype(np.float32), free=empty,
+                                             download_bits=self.element_bits, upload_bits=self.element_bits)
         g_hat = yield from self.net.server_compute(sum_responses, replies.values, self.theta.shape,
                                                    free=not replies.results)                          # eq. (11)
         self.used = [dev.index for dev in replies.nodes]

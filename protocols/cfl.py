@@ -170,7 +170,7 @@ class CFL(Protocol):
             AtA += weighted_gram(X, Y, load_weights(X.shape[0], dev.state.rows, p_j))   # offline
         gram = parity_gram(AtA, plan.c_p, self.sim.rng(self.server, "cfl-parity"))
         self.server.state.XtX, self.server.state.XtY = gram[:d, :d], gram[:d, d:]
-        yield from self.net.send_all([[Outgoing(dev, self.server, None, "parity", plan.c_p * (d + c))
+        yield from self.net.send_all([[Outgoing(dev, self.server, None, "parity", plan.c_p * (d + c), self.element_bits)
                                        for dev in self.devices]])        # one upload each
 
     def round_metrics(self, round: int) -> dict:
@@ -196,7 +196,8 @@ class CFL(Protocol):
         server = self.net.background(self.net.server_compute(self.parity_gradient))
         arrived = yield from self.net.gather([dev for dev, l_j in zip(self.devices, self.plan.loads) if l_j > 0],
                                              self.local_gradient, kind="gradient",
-                                             download=self.theta.astype(np.float32), deadline=self.plan.t_star)
+                                             download=self.theta.astype(np.float32), deadline=self.plan.t_star,
+                                             download_bits=self.element_bits, upload_bits=self.element_bits)
         yield from self.net.delay(max(0.0, start + self.plan.t_star - self.sim.now))     # the epoch lasts >= t*
         G = yield server
         for g in arrived.values:

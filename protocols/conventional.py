@@ -102,7 +102,8 @@ class ConventionalFL(Protocol):
         """One epoch: download Theta, minibatch gradient (eq. 3), upload; the server sums the first D - s and updates (eqs. 4-5)."""
         replies = yield from self.net.gather(self.devices, self.local_gradient, kind="gradient",
                                              first=self.sim.n_devices - self.config.drop_slowest,
-                                             download=self.theta.astype(np.float32))
+                                             download=self.theta.astype(np.float32),
+                                             download_bits=self.element_bits, upload_bits=self.element_bits)
         if replies.stack_rows is not None:                  # the batch's stack and the arrivals' rows in it
             G = yield from self.net.server_compute(sum_gradients, *replies.stack_rows)          # eq. (3)
         else:

@@ -72,7 +72,8 @@ class FedAvg(NeuralProtocol):
 
     def round(self, epoch: int) -> Generator:
         """Broadcast w; present clients step and upload; weighted average (FedAvg / FedAvg-IS)."""
-        replies = yield from self.net.gather(self.devices, self.local_update, kind="update", download=self.params)
+        replies = yield from self.net.gather(self.devices, self.local_update, kind="update", download=self.params,
+                                             download_bits=self.element_bits, upload_bits=self.element_bits)
         self.used = sorted(dev.index for dev in replies.nodes)
         if not self.used:
             self.skipped = True

@@ -133,11 +133,12 @@ class FedAvgLightSecAgg(NeuralProtocol):
 
         yield from self.net.exchange(AllToAll(present, present), None, rows=lambda s: s.state.encoded,
                                      kind="encoded_mask", schedule="bundled", n_elements=L, prepare=_prepare,
-                                     mailbox=shares)
+                                     mailbox=shares, element_bits=self.element_bits)
         for dev in present if len(present) == 1 else ():                  # a lone client has nobody to share with
             yield from _prepare(dev)
         online = yield from self.net.gather(present, self.masked_update, kind="masked_update", download=self.params,
-                                            upload_elements=self.n_params)
+                                            upload_elements=self.n_params, download_bits=self.element_bits,
+                                            upload_bits=self.element_bits)
         U1 = sorted(dev.index for dev in online.nodes)
         senders = frozenset(U1)
         if len(U1) < cfg.U:
@@ -148,6 +149,7 @@ class FedAvgLightSecAgg(NeuralProtocol):
                                          lambda dev: lsa_aggregate_encoded(shares.get_many(U1, dev.index), cfg.p),
                                          kind="aggregated_mask", first=cfg.U, download=np.asarray(U1),
                                          download_kind="survivors", upload_elements=L,
+                                         download_bits=self.element_bits, upload_bits=self.element_bits,
                                          wait=lambda dev: shares.wait(dev.index, senders))
         uploads = dict((dev.index, v) for dev, v in online)
         self.params = yield from self.net.server_compute(self.unmask, [uploads[i] for i in U1], agg.values,

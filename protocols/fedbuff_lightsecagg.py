@@ -150,7 +150,8 @@ class FedBuffLightSecAgg(BufferedAsync):
             for peer in self.devices:                                # the server forwards each share
                 if peer is not dev:
                     self.net.background(self._forward(peer, u, encoded[peer.index]))
-            msg = yield from self.net.send(self.server, dev, self.theta.astype(np.float32), kind="model")
+            msg = yield from self.net.send(self.server, dev, self.theta.astype(np.float32), kind="model",
+                                           element_bits=self.element_bits)
             x = yield from self.net.compute(dev, self._masked_update, dev, msg.payload, st.iteration, mask, u)
             yield from self.net.send(dev, self.server, x, kind="masked_gradient", element_bits=self.bits)
             self.slots.put(True)

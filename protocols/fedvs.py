@@ -285,7 +285,7 @@ class FedVS(VerticalProtocol):
         self.mode.observe(self.check_exact, rows)
         samples = np.concatenate([k * self.seg_rows + rows for k in range(c.K)])
         g_H = yield from self.net.server_compute(self.model.server_step, H, samples)
-        yield from self.net.broadcast(g_H.astype(np.float32), kind="embedding_gradient")
+        yield from self.net.broadcast(g_H.astype(np.float32), kind="embedding_gradient", element_bits=self.element_bits)
         yield from self.net.compute_each(self.devices, lambda dev: self.model.client_step(dev.index, samples, g_H))
 
     def round_metrics(self, round: int) -> dict[str, Any]:

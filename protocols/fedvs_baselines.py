@@ -60,14 +60,16 @@ class Wait(VerticalProtocol):
     def round(self, epoch: int) -> Generator:
         """Embeddings up (after the keyed delays), mean of the first ``wait_for()``, top step, gradients down."""
         rows = self.batch_rows(epoch, self.config.batch_size)
-        work = [(dev, self.delayed_upload(dev, lambda d: self.embed(d, rows), kind="embedding", key_round=epoch))
+        work = [(dev, self.delayed_upload(dev, lambda d: self.embed(d, rows), kind="embedding", key_round=epoch,
+                                          element_bits=self.element_bits))
                 for dev in self.devices]
         got = yield from self.net.first_k(work, self.wait_for())
         used = sorted(got.nodes, key=lambda n: n.index)
         self.used = [n.index for n in used]
         H = yield from self.net.server_compute(mean_embedding, got.values)
         g_H = yield from self.net.server_compute(self.model.server_step, H, rows)
-        yield from self.net.broadcast(g_H.astype(np.float32), kind="embedding_gradient", to=used)
+        yield from self.net.broadcast(g_H.astype(np.float32), kind="embedding_gradient", to=used,
+                                      element_bits=self.element_bits)
         yield from self.net.compute_each(used, lambda dev: self.model.client_step(dev.index, rows, g_H,
                                                                                  scale=1.0 / len(used)))
 
@@ -142,7 +144,7 @@ class VAFL(VerticalProtocol):
             j = self.iteration[dev.index]
             rows = self.batch_rows(j, self.config.batch_size)
             H = yield from self.delayed_upload(dev, lambda d: self.model.embedding(d.index, rows), kind="embedding",
-                                               key_round=j)
+                                               key_round=j, element_bits=self.element_bits)
             self.replies[dev.index] = self.env.event()
             yield self.arrivals.put((dev, rows, H))
             g_H = yield self.replies[dev.index]
@@ -166,7 +168,8 @@ class VAFL(VerticalProtocol):
         self.used = None
 
     def _reply(self, dev, g_H: np.ndarray) -> Generator:
-        msg = yield from self.net.send(self.server, dev, g_H.astype(np.float32), kind="embedding_gradient")
+        msg = yield from self.net.send(self.server, dev, g_H.astype(np.float32), kind="embedding_gradient",
+                                       element_bits=self.element_bits)
         self.replies[dev.index].succeed(msg.payload.astype(np.float64))
 
     def round_metrics(self, round: int) -> dict[str, Any]:

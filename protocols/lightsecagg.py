@@ -203,6 +203,7 @@ class LightSecAgg(Protocol):
             available, prepare=lambda dev: self._prepare_mask(dev, epoch), encode=self._encode,
             local=self._masked_gradient, aggregate=lambda dev, U1, masks: self._aggregate_masks(dev, U1, masks, L),
             first=U, piece_length=L, download=self.theta.astype(np.float32), upload_elements=d * c,
+            element_bits=cfg.element_bits, download_bits=cfg.element_bits,
             relay="per_message" if cfg.mask_relay == "per_message" else "bundled", parallel=cfg.offline_parallel,
             timing_key="mask", precomputed=type(self.mode) is Timing)
         uploads = dict((dev.index, up) for dev, up in online)

@@ -90,7 +90,8 @@ class Scaffold(NeuralProtocol):
     def round(self, epoch: int) -> Generator:
         """Broadcast (x, c); present clients step; the server averages (Alg. 1, lines 16-17)."""
         replies = yield from self.net.gather(self.devices, self.local_update, kind="update",
-                                             download=(self.params, self.c))
+                                             download=(self.params, self.c), download_bits=self.element_bits,
+                                             upload_bits=self.element_bits)
         self.used = sorted(dev.index for dev in replies.nodes)
         if not self.used:
             self.skipped = True

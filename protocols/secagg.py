@@ -202,6 +202,7 @@ class SecAgg(Protocol):
         self._rows = self.minibatch_rows_many(dev, [d.state.batch for d in dev], epoch)  # at once, as conventional FL
         ups = yield from self.net.gather([dev[u] for u in alive], self._masked_gradient, kind="masked_input",
                                          download=self.theta.astype(np.float32), upload_elements=m,
+                                         download_bits=self.element_bits,
                                          upload_bits=ebits)
         masked = {d.index: y for d, y in ups.results}
         U3 = sorted(masked)

@@ -157,7 +157,7 @@ def test_exchange_returns_the_same_deliveries(dropout: float, monkeypatch) -> No
         box = Mailbox(sim.env)
         out = sim.env.process(proto.net.exchange(AllToAll(senders, sim.devices[::-1]), None,
                                                  rows=lambda s: tables[s.index], kind="share", schedule="bundled",
-                                                 n_elements=2, mailbox=box))
+                                                 n_elements=2, element_bits=32, mailbox=box))
         sim.env.run()
         got = [(pair, value.tolist()) for pair, value in out.value.items()]
         dst = got[-1][0][1]

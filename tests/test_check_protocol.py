@@ -1,6 +1,6 @@
 """``fednet.testing.check_protocol``: it passes on the built-ins and fails, naming the check, on a protocol whose
 timing mode bills more than its kernels meter (a stand-in billed to the clock), on one whose time depends on a
-secret, and on one that is not deterministic at a seed."""
+secret, on one that is not deterministic at a seed, and on one that sends field elements at the wrong width."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from fednet.algebra.meter import charge
 from fednet.learning.models import minibatch_gradients_of
 from fednet.protocol import registry
 from fednet.protocol.primitives import batched
+from fednet.sim.engine import wire
+from fednet.sim.simulation import Simulation
 from fednet.testing import check_protocol
+from fednet.topologies.lte import lte_star
 from factories import make_task
 
 pytestmark = pytest.mark.backends
@@ -86,3 +89,50 @@ def test_a_batch_twin_that_differs_from_its_step_fails() -> None:
             return super().local_gradient(dev)
     with pytest.raises(AssertionError, match="differs from the reference"):
         check_protocol(Twin, {"minibatch_fraction": 0.5}, task=make_task(D=6), rounds=2)
+
+
+# -- wire widths (issue 27, item 2) ------------------------------------------------------------------------------------
+P61 = 2**61 - 1
+
+
+def _field_sender(width):
+    """conventional, plus one message of eight elements of GF(2^61 - 1) a round from device 0, billed at ``width``."""
+    conventional = registry.get("conventional")
+
+    class FieldSender(conventional):
+        def round(self, epoch):
+            yield from super().round(epoch)
+            share = (np.arange(1, 9, dtype=np.int64) * (P61 // 9) + epoch) % P61    # up to ~2^61
+            kw = {} if width is None else {"element_bits": width}
+            self.last = yield from self.net.send(self.devices[0], self.server, share, kind="field_share", **kw)
+    return FieldSender
+
+
+def test_field_elements_sent_at_the_wrong_width_fail() -> None:
+    """61-bit field elements billed at 32 bits: the harness names the message kind, the round and the width."""
+    with pytest.raises(AssertionError, match=r"round \d+, message kind 'field_share'.*need 61 bits.*billed at 32"):
+        check_protocol(_field_sender(32), {"minibatch_fraction": 0.5}, task=make_task(D=6), rounds=2)
+
+
+def test_field_elements_declared_as_such_pass_and_cost_ceil_log2_p() -> None:
+    report = check_protocol(_field_sender(wire.field(P61)), {"minibatch_fraction": 0.5}, task=make_task(D=6),
+                            rounds=2)
+    assert "fit the width it is billed at" in report.explain()
+    sim = Simulation(lte_star(6, device_mac_rates=[1e6] * 6), 0)
+    proto = _field_sender(wire.field(P61))(sim, make_task(D=6), {"minibatch_fraction": 0.5})
+    proto.run(1)
+    assert proto.last.element_bits == 61 and proto.last.bits == 8 * 61
+
+
+def test_a_field_declaration_checks_the_values_against_p() -> None:
+    """Values below 2^61 but not below p = 2^31 - 1 (a declared GF(p) whose elements were not reduced)."""
+    with pytest.raises(AssertionError, match=r"message kind 'field_share'.*not elements of \[0, 2147483647\)"):
+        check_protocol(_field_sender(wire.field(2**31 - 1)), {"minibatch_fraction": 0.5}, task=make_task(D=6),
+                       rounds=1)
+
+
+def test_an_undeclared_integer_payload_is_an_error_naming_the_kind() -> None:
+    sim = Simulation(lte_star(6, device_mac_rates=[1e6] * 6), 0)
+    proto = _field_sender(None)(sim, make_task(D=6), {"minibatch_fraction": 0.5})
+    with pytest.raises(wire.WireWidthError, match=r"message kind 'field_share'.*int64.*element_bits="):
+        proto.run(1)

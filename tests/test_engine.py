@@ -71,7 +71,8 @@ class _Relay(Protocol):
     """Test protocol: one device-to-device message per round."""
 
     def round(self, epoch: int):
-        msg = yield from self.net.send(self.devices[0], self.devices[2], np.zeros(1000), kind="share")
+        msg = yield from self.net.send(self.devices[0], self.devices[2], np.zeros(1000), kind="share",
+                                       element_bits=self.element_bits)
         self.used = [0]
         self.delivered = msg
 

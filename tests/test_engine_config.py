@@ -81,7 +81,7 @@ def _tree_round(self):
     tree = nx.DiGraph([(0, 1), (2, 1), (3, 4), (5, 4)])
     out = yield from self.net.tree_aggregate(
         tree, _work_batched, lambda a, b: a + b + 0 * matmul(np.ones((1, 1)), np.ones((1, 1))), kind="t",
-        root_kind="r", n_elements=100)
+        root_kind="r", n_elements=100, element_bits=32)
     return out
 
 
@@ -100,9 +100,10 @@ def _exchange_with_background(exclusive: bool):
     def body(self):
         devs = self.devices
         pairs = [[(devs[0], devs[1]), (devs[2], devs[3])]]
-        bg = self.net.background(self.net.send(devs[0], self.sim.server, np.zeros(20_000), kind="other"))
+        bg = self.net.background(self.net.send(devs[0], self.sim.server, np.zeros(20_000), kind="other",
+                                                    element_bits=32))
         got = yield from self.net.exchange(pairs, lambda s, d: np.zeros(10_000), kind="share", n_elements=10_000,
-                                           schedule="relay_steps", exclusive=exclusive)
+                                           element_bits=32, schedule="relay_steps", exclusive=exclusive)
         yield bg
         return got
     return body

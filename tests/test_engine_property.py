@@ -110,7 +110,7 @@ def round_of(plan):
                     _, stages, schedule = step
                     r = yield from self.net.exchange([[(devs[s], devs[d]) for s, d in st_] for st_ in stages],
                                                      lambda s, d: np.full(3, 10.0 * s.index + d.index), kind="x",
-                                                     n_elements=3, schedule=schedule)
+                                                     n_elements=3, element_bits=32, schedule=schedule)
                 elif step[0] == "alltoall":
                     m = step[1]
                     tables = {dv.index: np.arange(3.0 * len(devs)).reshape(len(devs), 3) + dv.index for dv in devs}
@@ -122,7 +122,7 @@ def round_of(plan):
                     tree.add_nodes_from(range(len(devs)))
                     tree.add_edges_from((v, p) for v, p in enumerate(parents) if p >= 0)
                     r = yield from self.net.tree_aggregate(tree, batched_value if is_batched else value, combine,
-                                                           kind="t", root_kind="r", n_elements=4)
+                                                           kind="t", root_kind="r", n_elements=4, element_bits=48)
                 else:
                     _, cut, download = step
                     seen = []

@@ -90,7 +90,8 @@ def test_groups_resume_in_simpy_order(monkeypatch) -> None:
         def step():
             groups = [[proto.devices[i] for i in group] for group in proto.groups]
             yield from proto.net.gather_groups(groups, proto._device_epoch, kind="coded_gradient", first=[2, 2, 2],
-                                               then=then, download=proto.theta, download_kind="epsilon")
+                                               then=then, download=proto.theta, download_kind="epsilon",
+                                               download_bits=proto.element_bits, upload_bits=proto.element_bits)
         proto.env.process(step())
         proto.env.run()
         return order

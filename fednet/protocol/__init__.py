@@ -17,7 +17,8 @@ and ``round(epoch)``, both generators that read like the paper's algorithm box::
 
         def round(self, epoch):
             replies = yield from self.net.gather(self.devices, self.local_gradient, kind="gradient",
-                                                 first=self.sim.n_devices - 2, download=self.theta)
+                                                 first=self.sim.n_devices - 2, download=self.theta,
+                                                 download_bits=32, upload_bits=32)   # float32 on the wire
             G = yield from self.net.server_compute(sum_gradients, replies.values)      # eq. (3)
             self.used = [dev.index for dev in replies.nodes]
             self.mode.update(self, G, sum(self.task.X[i].shape[0] for i in self.used))

@@ -101,7 +101,8 @@ class ProtocolConfig(BaseModel):
     ----------
     element_bits : int
         Width in bits of one transmitted number (32: float32 as in Sec. VII for the baselines),
-        in [1, 4096].
+        in [1, 4096]: what a protocol declares (``upload_bits=self.element_bits``...) where its paper
+        bills its numbers so; never a default for an undeclared message (:mod:`fednet.sim.engine.wire`).
 
     Non-finite floats (``inf``, ``nan``) are refused in every field of every subclass.
     """
@@ -352,7 +353,7 @@ class Protocol:
 
     @property
     def element_bits(self) -> int:
-        """Wire width in bits of one number (the config's ``element_bits``)."""
+        """The config's ``element_bits``: the width a protocol passes where it bills its numbers so (not a default)."""
         return self.config.element_bits
 
     @functools.cached_property

@@ -129,9 +129,10 @@ class BufferedAsync(Protocol):
                 continue
             yield self.slots.get()
             st.version, st.iteration = self.version, st.iteration + 1
-            msg = yield from self.net.send(self.server, dev, self.theta.astype(np.float32), kind="model")
+            msg = yield from self.net.send(self.server, dev, self.theta.astype(np.float32), kind="model",
+                                           element_bits=self.element_bits)
             G = yield from self.net.compute(dev, self.local_gradient, dev, msg.payload, st.iteration)
-            yield from self.net.send(dev, self.server, G, kind="gradient")
+            yield from self.net.send(dev, self.server, G, kind="gradient", element_bits=self.element_bits)
             self.slots.put(True)
             self.arrivals.put((dev, st.version, G))
 

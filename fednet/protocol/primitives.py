@@ -38,7 +38,7 @@ import simpy
 
 from fednet.algebra.meter import MacMeter
 from fednet.sim.compute import compute_seconds
-from fednet.sim.engine import reference
+from fednet.sim.engine import reference, wire
 from fednet.sim.engine.backends import BY_KIND
 from fednet.sim.engine.forest import forest_parts, taking_part
 from fednet.sim.engine.mailbox import AllToAll, Mailbox, cyclic_steps
@@ -81,11 +81,6 @@ class Net:
     def epoch(self) -> int:
         """The protocol's current round."""
         return self.protocol.epoch
-
-    @property
-    def element_bits(self) -> int:
-        """The protocol's default bits per number on the wire."""
-        return self.protocol.element_bits
 
     def overridden(self) -> list[str]:
         """The methods every backend replays that a subclass of :class:`Net` overrides (then the reference runs)."""
@@ -139,8 +134,8 @@ class Net:
                  element_bits: int | None, encrypted: bool = False, timing_key: str = "") -> Message:
         return Message(src.index, dst.index, kind, payload,
                        payload_size(payload) if n_elements is None else int(n_elements),
-                       element_bits or self.element_bits, round=self.sim.round, encrypted=encrypted,
-                       timing_key=timing_key)
+                       wire.message_bits(payload, element_bits, kind, where=f"{self.label}: "), round=self.sim.round,
+                       encrypted=encrypted, timing_key=timing_key)
 
     def send(self, src: Node, dst: Node, payload: Any, *, kind: str, n_elements: int | None = None,
              element_bits: int | None = None, encrypted: bool = False,
@@ -155,8 +150,9 @@ class Net:
             The message's kind (traces and views).
         n_elements : int, optional
             Numbers on the wire (default :func:`payload_size`).
-        element_bits : int, optional
-            Bits per number (default the protocol's ``element_bits``).
+        element_bits : int or fednet.sim.engine.wire.Width, optional
+            Bits per number: an int, or :func:`~fednet.sim.engine.wire.field` / :func:`~fednet.sim.engine.wire.fixed`;
+            default from the payload (float32 32, bytes 8...), else :class:`~fednet.sim.engine.wire.WireWidthError`.
         encrypted : bool
             Marks a message to the server that the server only stores and forwards (end-to-end
             encrypted for other devices): it goes to the server's ``relayed`` list, not its view.
@@ -280,7 +276,7 @@ class Net:
             server sends each destination *available this round* one message holding the shares
             addressed to it (senders in index order).
         n_elements, element_bits : int, optional
-            Size of each share (default :func:`payload_size`) and bits per number.
+            Size of each share (default :func:`payload_size`) and bits per number (as :meth:`send`).
         prepare : callable(src) -> generator, optional
             Run for each sender (in parallel, in order of first appearance) before its shares are
             formed, e.g. its encoding on its processor.
@@ -454,10 +450,11 @@ class Net:
         download : Any, optional
             Payload the server sends to each node first.
         download_kind, download_elements, download_bits
-            Kind, size and element width of the download.
+            Kind, size and element width of the download (the width as :meth:`send`'s ``element_bits``).
         upload_elements : int or callable(result) -> int, optional
             Size of an upload (default: :func:`payload_size` of the result).
-        upload_bits : int, optional
+        upload_bits : int or fednet.sim.engine.wire.Width, optional
+            Width of an upload's numbers (as :meth:`send`'s ``element_bits``: default from the result).
         macs : callable(Node) -> int, optional
             MACs to charge in addition to those metered in ``fn``.
         deadline : float, optional
@@ -586,7 +583,7 @@ class Net:
         download, download_kind, download_bits
             The payload the server sends to every node first.
         n_elements, element_bits : int, optional
-            Size and width of every tree message and upload.
+            Size and width of every tree message and upload (the width as :meth:`send`'s).
         free : bool
             ``fn`` and ``combine`` deliberately charge nothing.
         alike : bool
@@ -624,7 +621,8 @@ class Net:
     def masked_sum(self, nodes: Sequence[Node], *, prepare: Callable[[Node], None],
                    encode: Callable[[Node], Any], local: Callable[[Node], Any],
                    aggregate: Callable[[Node, Any, Mailbox], Any], first: int, piece_length: int, download: Any,
-                   upload_elements: int, relay: Literal["bundled", "per_message"] = "bundled",
+                   upload_elements: int, element_bits: int | wire.Width, download_bits: int | wire.Width,
+                   relay: Literal["bundled", "per_message"] = "bundled",
                    parallel: bool = True, timing_key: str = "mask", precomputed: bool = False,
                    kinds: tuple[str, str, str, str] | None = None) -> Generator:
         """A masked secure sum in one round (LightSecAgg, So et al., MLSys 2022, Sec. 4; the reference semantics:
@@ -651,6 +649,9 @@ class Net:
             The model every user downloads first.
         upload_elements : int
             Elements of a masked input.
+        element_bits, download_bits : int or fednet.sim.engine.wire.Width
+            Width of the field's numbers (encoded masks, masked inputs, survivor list, aggregated masks) and of the
+            model's.
         relay : {"bundled", "per_message"}
             How the encoded shares travel (:meth:`exchange`'s ``bundled`` or ``relay_asap``).
         parallel : bool
@@ -684,5 +685,5 @@ class Net:
         return (yield from self._execute(Step(
             "masked", f"masked_sum {kinds[1]!r}", nodes=nodes, prepare=prepare, encode=encode, local=local,
             aggregate=aggregate, first=int(first), piece_length=int(piece_length), download=download,
-            upload_elements=int(upload_elements), relay=relay, parallel=parallel, timing_key=timing_key,
+            upload_elements=int(upload_elements), element_bits=element_bits, download_bits=download_bits, relay=relay, parallel=parallel, timing_key=timing_key,
             precomputed=precomputed, kinds=kinds)))

@@ -3,8 +3,9 @@
 These are the definitions: every backend (:mod:`fednet.sim.engine.backends`) must give what these give -- the same
 simulated times, keyed draws, counters, messages, views and results, bit for bit -- and ``FEDNET_ENGINE=reference``
 runs everything here.  Each function takes the protocol's primitives ``net`` (:class:`fednet.protocol.primitives.Net`:
-``sim``, ``send``, ``label``, ``epoch``, ``element_bits``) and the :class:`~fednet.sim.engine.step.Step` the primitive
-built; the keys each kind's step carries are listed in its docstring.
+``sim``, ``send``, ``label``, ``epoch``) and the :class:`~fednet.sim.engine.step.Step` the primitive
+built; the keys each kind's step carries are listed in its docstring.  A message's width per number is
+:func:`fednet.sim.engine.wire.width`'s: declared, else from the payload (as in every backend).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from .events import spawner
 from .mailbox import AllToAll
 from .results import GatherResult, StragglerShortfall, compute_key, payload_size
 from .step import Step
+from . import wire
 
 __all__ = ["gather", "groups", "tree", "exchange", "masked", "first_k", "expand"]
 
@@ -36,20 +38,23 @@ def gather(net: Any, step: Step) -> Generator:
     """
     server, run, macs, size_of = net.sim.server, step.run, step.macs, step.size_of
     download, wait, timing_key = step.download, step.wait, step.timing_key
+    where = f"{net.label}: "
 
     def work(node: Node) -> Generator:
         """One node's download, computation and upload."""
         if download is not None:
             msg = yield from net.send(server, node, download, kind=step.download_kind,
-                                      n_elements=step.download_elements, element_bits=step.download_bits,
-                                      timing_key=timing_key)
+                                      n_elements=step.download_elements, timing_key=timing_key,
+                                      element_bits=wire.resolve(download, step.download_bits, step.download_kind,
+                                                                arg="download_bits", where=where))
             node.state.received = msg.payload
         if wait is not None:
             yield wait(node)
         result = yield from net.sim.compute(node, run, node, macs=None if macs is None else macs(node),
                                             timing_key=compute_key(timing_key))
         yield from net.send(node, server, result, kind=step.kind_of, n_elements=size_of(result),
-                            element_bits=step.upload_bits, timing_key=timing_key)
+                            element_bits=wire.resolve(result, step.upload_bits, step.kind_of, arg="upload_bits",
+                                                      where=where), timing_key=timing_key)
         return result
 
     return (yield from first_k(net, [(n, work(n), True) for n in step.nodes], step.first, deadline=step.deadline,
@@ -91,7 +96,8 @@ def tree(net: Any, step: Step) -> Generator:
         node = devs[v]
         if download is not None:
             msg = yield from net.send(sim.server, node, download, kind=step.download_kind, n_elements=n_down,
-                                      element_bits=step.download_bits)
+                                      element_bits=wire.resolve(download, step.download_bits, step.download_kind,
+                                                                arg="download_bits", where=f"{net.label}: "))
             node.state.received = msg.payload
         acc = yield from sim.compute(node, own, node)
         for u in kids[v]:                    # in step order
@@ -253,7 +259,8 @@ def masked(net: Any, step: Step) -> Generator:
     mailbox)`` and uploads it; whatever is still running is cancelled.
 
     Step keys: ``nodes``, ``prepare``, ``encode``, ``local``, ``aggregate``, ``first``, ``piece_length`` (L),
-    ``download``, ``upload_elements``, ``relay`` (``"bundled"`` or ``"per_message"``), ``parallel``,
+    ``download``, ``upload_elements``, ``element_bits`` (the field's numbers), ``download_bits`` (the model's),
+    ``relay`` (``"bundled"`` or ``"per_message"``), ``parallel``,
     ``timing_key``, ``kinds`` (message kinds: encoded masks, masked uploads, survivor list, aggregated masks),
     ``precomputed``.
 
@@ -275,20 +282,22 @@ def masked(net: Any, step: Step) -> Generator:
     offline = net.exchange(AllToAll(nodes, net.sim.devices), None, rows=lambda src: src.state.encoded,
                            prepare=encode, mailbox=masks, kind=kinds[0],
                            schedule="relay_asap" if step.relay == "per_message" else "bundled",
-                           n_elements=L, timing_key=key)
+                           n_elements=L, element_bits=step.element_bits, timing_key=key)
     if step.parallel:
         offline = net.background(offline)
     else:
         yield from offline                            # every mask delivered before the model goes out
         offline = None
     online = yield from net.gather(nodes, step.local, kind=kinds[1], first=U, download=step.download,
-                                   upload_elements=step.upload_elements, cancel=False)
+                                   download_bits=step.download_bits, upload_elements=step.upload_elements,
+                                   upload_bits=step.element_bits, cancel=False)
     U1 = sorted(dev.index for dev in online.nodes)    # the others are dropped this round; their work goes on
     senders, U1_at = frozenset(U1), np.asarray(U1, dtype=np.int64)     # one array for every survivor's read
     devices = net.sim.devices
     survivors = yield from net.gather(
         [devices[i] for i in U1], lambda dev: step.aggregate(dev, U1_at, masks), kind=kinds[3],
-        download=np.asarray(U1), download_kind=kinds[2], upload_elements=L,
+        download=np.asarray(U1), download_kind=kinds[2], download_bits=step.element_bits, upload_elements=L,
+        upload_bits=step.element_bits,
         wait=lambda dev: masks.wait(dev.index, senders), free=len(U1) == 1,       # |U1| = 1: nothing to add
         timing_key=key)
     net.cancel(online, offline)                       # whatever is still running is not needed

@@ -129,8 +129,8 @@ class Outgoing:
     kind : str
     n_elements : int or None
         Defaults to :func:`payload_size` of the payload.
-    element_bits : int or None
-        Defaults to the protocol's ``element_bits``.
+    element_bits : int, fednet.sim.engine.wire.Width or None
+        Bits per number; None: from the payload (:mod:`fednet.sim.engine.wire`; an error where it cannot tell).
     encrypted : bool
         A message to the server that it only stores and forwards (see :meth:`fednet.protocol.primitives.Net.send`).
     timing_key : str
@@ -142,7 +142,7 @@ class Outgoing:
     payload: Any
     kind: str
     n_elements: int | None = None
-    element_bits: int | None = None
+    element_bits: Any = None
     encrypted: bool = False
     timing_key: str = ""
 

@@ -20,6 +20,7 @@ from fednet.sim.compute import compute_seconds
 from fednet.sim.network import Message, transmission_times
 from fednet.sim.simulation import Node
 
+from .. import wire
 from ..events import draws_plain, event_at, fast_reason
 from ..results import Batch, GatherResult, StragglerShortfall, UnchargedCompute, compute_key, payload_size
 from ..step import Backend, Step
@@ -52,26 +53,29 @@ class GatherReplay(Backend):
 
 
 def replay_start(net, nodes: Sequence[Node], roots: Sequence[Any], download: Any, download_kind: str,
-                  download_elements: int | None, download_bits: int | None, upload_bits: int | None,
-                  timing_key: str) -> tuple[list, list, int, str, str]:
+                  download_elements: int | None, download_bits: Any, upload_bits: Any,
+                  timing_key: str, kind: str) -> tuple[list, list, Callable[[Any], int], str, str]:
     """The start of a replayed download-compute-upload step (:func:`fast_rounds`,
     :func:`fednet.sim.engine.backends.groups.fast_groups`).
 
     Every download starts now, with one vector of keyed draws.  ``roots[p]`` is the key of node ``p``'s
     process start (``(now, 0, rank)``).  Returns ``down`` (per node ``(msg, extra, t1, key of the download's
     end)``, or None without a download), ``start_key`` (per node, the key of its processor request), the upload
-    element width and the upload and compute draw purposes (``"uplink[:key]"``, ``"compute-<key>"``).
+    element width (a function of the value, :func:`fednet.sim.engine.wire.widths`) and the upload and compute draw
+    purposes (``"uplink[:key]"``, ``"compute-<key>"``).
     """
     sim = net.sim
     now0 = sim.env.now
     up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"   # as Simulation.hop_draw
-    up_bits = upload_bits or net.element_bits
+    where = f"{net.label}: "
+    up_bits = wire.widths(upload_bits, kind, arg="upload_bits", where=where)
     if download is None:
         return ([None] * len(nodes), [(now0, 1, root) for root in roots], up_bits, up_purpose,
                 compute_key(timing_key))
     n_down = payload_size(download) if download_elements is None else int(download_elements)
+    bits = wire.width(download, download_bits, download_kind, arg="download_bits", where=where)
     msgs = [Message(sim.server.index, node.index, download_kind, download, n_down,
-                    download_bits or net.element_bits, round=sim.round, timing_key=timing_key) for node in nodes]
+                    bits, round=sim.round, timing_key=timing_key) for node in nodes]
     secs, extras = transmission_times(
         msgs[0].bits, np.array([node.downlink.rate_bps for node in nodes]), sim.overhead,
         np.array([node.downlink.loss for node in nodes]), sim.packet_bits,
@@ -151,7 +155,7 @@ def fast_rounds(net, nodes: list[Node], first: int | None, absent: list[Node], d
     server = sim.server
     down, start_key, up_bits, up_purpose, c_key = replay_start(net, 
         nodes, [(now0, 0, p) for p in range(n_counted)], download, download_kind, download_elements,
-        download_bits, upload_bits, timing_key)
+        download_bits, upload_bits, timing_key, kind)
     outcome: dict[int, tuple] = {}             # p -> (value, upload msg, extra, t2, t3, key of arrival)
 
     def land_download(p: int) -> None:
@@ -181,7 +185,7 @@ def fast_rounds(net, nodes: list[Node], first: int | None, absent: list[Node], d
     def start_upload(p: int, value: Any, t2: Any) -> tuple:
         """Fast path: device ``p`` starts its upload; returns its arrival record."""
         node = nodes[p]
-        msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits, round=rnd,
+        msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits(value), round=rnd,
                       timing_key=timing_key)
         msg.sent_at = float(t2)
         seconds, extra = sim.hop_draw(msg, node, "up")
@@ -193,8 +197,8 @@ def fast_rounds(net, nodes: list[Node], first: int | None, absent: list[Node], d
         for p in sorted(range(n_counted), key=start_key.__getitem__):
             value, t2, k_up = start_compute(p)
             node = nodes[p]
-            msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits, round=rnd,
-                      timing_key=timing_key)
+            msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits(value), round=rnd,
+                          timing_key=timing_key)
             msg.sent_at = float(t2)
             started.append((p, value, t2, k_up, msg))
         order = [nodes[p] for p, *_ in started]        # every upload starts: one vector of keyed draws
@@ -306,12 +310,13 @@ def replay_vectorised(net, nodes: list[Node], need: int, result: GatherResult, d
     rnd = sim.round
     streams = sim.streams
     idx = table[:, 0].astype(np.intp)
-    up_bits = upload_bits or net.element_bits
+    where = f"{net.label}: "
+    up_bits = wire.widths(upload_bits, kind, arg="upload_bits", where=where)
     c_key = compute_key(timing_key)
     down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"
     up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"
     if download is not None:                               # every download starts now
-        bits = download_bits or net.element_bits
+        bits = wire.width(download, download_bits, download_kind, arg="download_bits", where=where)
         n_down = payload_size(download) if download_elements is None else int(download_elements)
         probe = Message(sim.server.index, nodes[0].index, download_kind, download, n_down, bits,
                         round=rnd, timing_key=timing_key)          # validates the sizes as every message does
@@ -332,9 +337,15 @@ def replay_vectorised(net, nodes: list[Node], need: int, result: GatherResult, d
         sizes = [int(size_of(values[0]))] * n              # one shape (a stack, or one stand-in for all)
     else:
         sizes = [int(size_of(v)) for v in values]
-    if min(sizes) < 0 or up_bits <= 0:
-        return "an upload of negative size or width (the node-by-node replay raises Message's error)"
-    bits_up = np.array(sizes, dtype=np.int64) * int(up_bits)
+    if min(sizes) < 0:
+        return "an upload of negative size (the node-by-node replay raises Message's error)"
+    if up_bits.constant is not None or isinstance(values, np.ndarray):    # one width for every upload: resolved once
+        width = up_bits.constant or up_bits(values[0])
+        widths = None
+        bits_up = np.array(sizes, dtype=np.int64) * int(width)
+    else:
+        widths = [up_bits(v) for v in values]
+        bits_up = np.array(sizes, dtype=np.int64) * np.array(widths, dtype=np.int64)
     u_up = streams.uniforms(idx, up_purpose, rnd, advance=False)
     secs_u, extra_u = transmission_times(
         bits_up, table[:, 3], sim.overhead, table[:, 4], sim.packet_bits, u_up, arrays=True)
@@ -384,7 +395,8 @@ def replay_vectorised(net, nodes: list[Node], need: int, result: GatherResult, d
     if record:
         for p in arrived_l:
             node = nodes[p]
-            msg = Message(node.index, sim.server.index, kind, values[p], sizes[p], up_bits, round=rnd,
+            msg = Message(node.index, sim.server.index, kind, values[p], sizes[p],
+                          width if widths is None else widths[p], round=rnd,
                           timing_key=timing_key)
             start, end = float(t2[p]), float(t3[p])
             msg.sent_at = start

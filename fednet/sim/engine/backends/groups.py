@@ -95,7 +95,7 @@ def fast_groups(net, nodes: list[list[Node]], need: list[int], results: list[Gat
     flat = [(g, p) for g in groups for p in range(len(nodes[g]))]
     downs, starts, up_bits, _, c_key = replay_start(
         net, [nodes[g][p] for g, p in flat], [(now0, 0, gp) for gp in flat], download, download_kind,
-        download_elements, download_bits, upload_bits, timing_key)
+        download_elements, download_bits, upload_bits, timing_key, kind)
     down = {gp: d for gp, d in zip(flat, downs) if d is not None}   # (msg, extra, t1, key of the download's end)
     start_key = dict(zip(flat, starts))          # key of the processor request
 
@@ -135,7 +135,7 @@ def fast_groups(net, nodes: list[list[Node]], need: list[int], results: list[Gat
             heapq.heappush(heap, (k_up, gp, 1))
         elif stage == 1:                         # the upload starts
             value, t2 = pending.pop(gp)
-            msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits, round=rnd,
+            msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits(value), round=rnd,
                           timing_key=timing_key)
             msg.sent_at = float(t2)
             seconds, extra = sim.hop_draw(msg, node, "up")

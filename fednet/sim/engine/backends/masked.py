@@ -39,6 +39,7 @@ from fednet.sim.network import transmission_times
 from ..events import draws_plain, event_at, fast_reason
 from ..mailbox import Mailbox
 from ..results import payload_size
+from .. import wire
 from ..step import Backend, Declined, Step
 
 __all__ = ["MaskedReplay", "replay_round"]
@@ -139,7 +140,9 @@ def replay_round(net: Any, step: Step) -> tuple[list[int], list, list, float] | 
         Simulated seconds at which the last aggregated mask arrives; the caller resumes there.
     """
     sim, nodes, L, U = net.sim, step.nodes, step.piece_length, step.first
-    N, bits = len(nodes), net.element_bits
+    N = len(nodes)
+    bits = wire.declared(step.element_bits, kind=step.kinds[1], where=f"{net.label}: ").bits    # the field's numbers
+    bits_m = wire.width(step.download, step.download_bits, "model", arg="download_bits", where=f"{net.label}: ")
     t0 = float(sim.env.now)
     idx = np.arange(N, dtype=np.intp)
     rate_d, loss_d, rate_u, loss_u, mac_rate, frac = sim.node_table(nodes)[:, 1:].T   # frac -1: deterministic
@@ -160,7 +163,7 @@ def replay_round(net: Any, step: Step) -> tuple[list[int], list, list, float] | 
         return "a user's encoding or local step charged 0 MACs (the processes raise UnchargedCompute)"
     # -- the online phase and the mask phase up to the forwards -----------------------------------------------
     n_model = payload_size(theta32)
-    s_dm, x_dm = link(n_model * bits, rate_d, loss_d, draws.u("downlink"))
+    s_dm, x_dm = link(n_model * bits_m, rate_d, loss_d, draws.u("downlink"))
     t1 = t0 + s_dm                                       # model downloaded
     s_enc, d_enc = _seconds(np.array(enc_macs), mac_rate, frac, draws.u("compute-mask"))
     te = _after(np.full(N, t0), s_enc)                   # encoding (granted at t0: the processor's first request)
@@ -238,7 +241,7 @@ def replay_round(net: Any, step: Step) -> tuple[list[int], list, list, float] | 
     counters.device_macs += (int(sum(enc_macs)) + int(sum(m for m, s in zip(train_macs, started.tolist()) if s))
                              + int(sum(agg_macs)))
     landed, arrived, fwd_in = t1 < T2, t3 < T2, fe < T2
-    counters.bits_down += (n_model * bits * int(landed.sum()) + n_bundle * bits * int(fwd_in.sum())
+    counters.bits_down += (n_model * bits_m * int(landed.sum()) + n_bundle * bits * int(fwd_in.sum())
                            + n_list * bits * len(U1))
     counters.bits_up += n_bundle * bits * N + n_up * bits * int(arrived.sum()) + L * bits * len(U1)
     counters.messages += int(landed.sum()) + N + int(arrived.sum()) + int(fwd_in.sum()) + 2 * len(U1)

@@ -21,6 +21,7 @@ import simpy
 from fednet.sim.network import transmission_times
 from fednet.sim.simulation import Node
 
+from .. import wire
 from ..events import alone, draws_plain, event_at, event_order, fifo_links, plain_engine
 from ..results import EngineError
 from ..step import Backend, Step
@@ -44,11 +45,13 @@ class RelayReplay(Backend):
         expand(step)
         sim = net.sim
         pairs = [p for s in step.steps for p in s]
-        n_elements, bits = step.n_elements, step.element_bits or net.element_bits
+        n_elements = step.n_elements
         if not pairs:
             return "no message to send"
-        if n_elements is None or int(n_elements) <= 0 or bits <= 0:
+        if n_elements is None or int(n_elements) <= 0:
             return "the shares' size is not one positive n_elements"
+        if step.element_bits is None:
+            return "the shares' width is not declared (element_bits=None: each payload tells its own)"
         if sim.d2d:
             return "the network has direct device-to-device links"
         for check in (plain_engine(net), "the keyed draws are overridden" if not draws_plain(sim.streams) else True):
@@ -113,7 +116,7 @@ def replay_relays(net, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Ca
         links = [sim.nodes[i].uplink.resource for i in np.unique(ends[0]).tolist()]
         links += [sim.nodes[j].downlink.resource for j in np.unique(ends[1]).tolist()]
         grants = [link.grants for link in links]
-    bits_each = int(n_elements) * int(element_bits or net.element_bits)
+    bits_each = int(n_elements) * wire.declared(element_bits, kind=kind, where=f"{net.label}: ").bits
     up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"
     down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"
     sizes = [len(step) for step in steps]

@@ -55,6 +55,7 @@ from fednet.sim.compute import compute_seconds
 from fednet.sim.network import Message, transmission_times
 from fednet.sim.simulation import Node
 
+from .. import wire
 from ..events import draws_plain, event_at, fast_reason
 from ..results import GatherResult, payload_size, uploaded_elements
 from ..step import Backend, Declined, Step
@@ -95,6 +96,8 @@ class TreeReplay(Backend):
         sim = net.sim
         if step.edgeless:
             return "the tree has no edges"
+        if step.element_bits is None:
+            return "the tree messages' width is not declared (element_bits=None: each payload tells its own)"
         if step.batch is None:
             return "the step gives no batch of the nodes' values"
         if not sim.engine.allows("batched"):
@@ -208,14 +211,17 @@ def replay_tree(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, in
     U_down = [streams.uniforms(idx, "downlink", rnd, advance=False, ahead=a) for a in range(first_child + max_k)]
     U_comp = np.stack([streams.uniforms(idx, "compute", rnd, advance=False, ahead=a) for a in range(1 + max_k)])
     u_up = streams.uniforms(idx, "uplink", rnd, advance=False)
-    msg_bits = Message(0, 1, kind, None, int(n_elements), element_bits or net.element_bits).bits   # every one
+    where = f"{net.label}: "
+    msg_bits = Message(0, 1, kind, None, int(n_elements),                                          # every one
+                       wire.declared(element_bits, kind=kind, where=where).bits).bits
     overhead, packet_bits = sim.overhead, sim.packet_bits
     own_macs = np.asarray(node_macs, dtype=np.int64)
     times: list[np.ndarray] = []                              # every event's time, for the check at the cut
 
     if download is not None:
         down_bits = Message(0, 1, download_kind, None, payload_size(download),
-                            download_bits or net.element_bits).bits
+                            wire.width(download, download_bits, download_kind, arg="download_bits",
+                                       where=where)).bits
         secs, down_extra = transmission_times(down_bits, down_rate, overhead, down_loss, packet_bits, U_down[0],
                                               arrays=True)
         t1 = now0 + secs                                      # the downloads land; the own computations start
