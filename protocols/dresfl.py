@@ -38,7 +38,8 @@ from fednet.codes.dresfl import DRESFL_PRIME_200, DataShare, decode_gradients, s
 from fednet.learning.field_models import (FieldPolyMLP, FieldSGD, check_dresfl_fits, decoded_sum, global_datasets,
                                          sum_over_k)
 from fednet.learning.federated import dresfl_schedule
-from fednet.learning.model import Params, unflatten, unmetered
+from fednet.algebra.meter import unmetered
+from fednet.learning.model import Params, unflatten
 from fednet.protocol.base import NodeState
 from fednet.protocol.modes import Shape
 from fednet.protocol.neural import NeuralConfig, NeuralProtocol

@@ -53,7 +53,7 @@ from pydantic import Field
 
 from fednet.codes import fedvs as fv
 from fednet.codes.fedvs import WeightsOutgrowField  # re-exported
-from fednet.learning.model import unmetered
+from fednet.algebra.meter import unmetered
 from fednet.protocol.base import NodeState
 from fednet.protocol.modes import Shape
 from fednet.protocol.vertical import VerticalConfig, VerticalProtocol
