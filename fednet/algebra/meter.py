@@ -320,15 +320,16 @@ class DeclaredCostError(AssertionError):
     kernel : str
         The kernel's qualified name.
     step : str or None
-        The protocol step that ran it, where the engine knows it (added by the primitive's wrapper).
+        The protocol and step that ran it (``"<label>: step '<name>'"``), where the engine knows it (added by
+        the primitive that ran the step, :mod:`fednet.protocol.primitives`).
     """
 
     def __init__(self, message: str, kernel: str, step: str | None = None) -> None:
-        super().__init__(message if step is None else f"step {step!r}: {message}")
+        super().__init__(message if step is None else f"{step}: {message}")
         self.kernel, self.step, self.detail = kernel, step, message
 
     def in_step(self, step: str) -> "DeclaredCostError":
-        """The same error naming the protocol step ``step`` (the first step named is kept)."""
+        """The same error naming the protocol step ``step`` (the innermost step named is kept)."""
         return self if self.step is not None else DeclaredCostError(self.detail, self.kernel, step)
 
 

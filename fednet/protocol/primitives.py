@@ -141,7 +141,7 @@ class Net:
                 try:
                     out = fn(*args, **kwargs)
                 except DeclaredCostError as err:          # name the protocol step that ran the kernel
-                    raise err.in_step(f"{self.label}: {step}").with_traceback(err.__traceback__) from None
+                    raise err.in_step(f"{self.label}: step {step!r}").with_traceback(err.__traceback__) from None
             if meter.macs == 0:
                 name = getattr(fn, "__qualname__", repr(fn))
                 raise UnchargedCompute(f"{self.label}: step {step!r} ran {name} but it charged 0 MACs; "
