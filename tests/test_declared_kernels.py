@@ -136,3 +136,25 @@ def test_lightsecagg_declarations_equal_the_metered_counts() -> None:
                   for _ in range(U)]
         s_parts = [shares[j] for j in range(U)]                 # the pieces users 0..U-1 hold (values irrelevant)
         Full().run(lsa.unmask_shares, masked, s_parts, alphas[:U], betas, U, T, (d, c), 8, p)
+
+
+def test_the_error_survives_being_rebuilt_from_its_args() -> None:
+    """SimPy re-raises a process's exception as ``type(e)(*e.args)``: the message, kernel and step survive."""
+    err = DeclaredCostError("kernel k metered 2 MACs but declares 1", "k").in_step("p: step 'gather'")
+    again = type(err)(*err.args)
+    assert str(again) == str(err) == "p: step 'gather': kernel k metered 2 MACs but declares 1"
+    assert (again.kernel, again.step) == ("k", "p: step 'gather'")
+
+
+def test_big_prime_outputs_are_declared_with_their_storage_dtype() -> None:
+    """Above 2**62 the field's elements are Python ints (object arrays): the declaration says so, and full mode
+    checks it (it found LightSecAgg's encoded masks declared int64 at a 63-bit prime)."""
+    from fednet.algebra.fields import field_dtype
+    from fednet.codes import lightsecagg as lsa
+
+    p = 2**63 + 29                                             # the next prime above 2**63
+    alphas, betas = lsa.default_lsa_points(5, 4)
+    mask = np.arange(12, dtype=object)
+    out = Full().run(lsa.lsa_encode_mask, mask, 4, 1, p, np.random.default_rng(0), alphas, betas)
+    assert out.dtype == field_dtype(p) == np.dtype(object)
+    assert Timing().run(lsa.lsa_encode_mask, Shape((12,), object), 4, 1, p, None, alphas, betas).dtype == object

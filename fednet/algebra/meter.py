@@ -324,9 +324,12 @@ class DeclaredCostError(AssertionError):
         the primitive that ran the step, :mod:`fednet.protocol.primitives`).
     """
 
-    def __init__(self, message: str, kernel: str, step: str | None = None) -> None:
-        super().__init__(message if step is None else f"{step}: {message}")
+    def __init__(self, message: str, kernel: str = "", step: str | None = None) -> None:
+        super().__init__(message, kernel, step)          # args rebuild it (SimPy re-raises type(e)(*e.args))
         self.kernel, self.step, self.detail = kernel, step, message
+
+    def __str__(self) -> str:
+        return self.detail if self.step is None else f"{self.step}: {self.detail}"
 
     def in_step(self, step: str) -> "DeclaredCostError":
         """The same error naming the protocol step ``step`` (the innermost step named is kept)."""

@@ -165,7 +165,8 @@ def unmask_macs(n_survivors: int, U: int, T: int, L: int, d: int, c: int) -> int
 
 
 @kernel(macs=lambda z, U, T, q, rng, alphas, betas: encode_mask_macs(len(alphas), U, T, z.shape[0]),
-        out=lambda z, U, T, q, rng, alphas, betas: Shape((len(alphas), lsa_piece_length(z.shape[0], U, T)), np.int64))
+        out=lambda z, U, T, q, rng, alphas, betas: Shape((len(alphas), lsa_piece_length(z.shape[0], U, T)),
+                                                         field_dtype(q)))
 def lsa_encode_mask(
     z: np.ndarray,
     U: int,
@@ -316,7 +317,7 @@ def unmask_aggregate(masked: list[np.ndarray], s: np.ndarray, alphas, betas, U: 
 
 
 @kernel(macs=lambda X, Y, theta, rows, mask, b, p, n_summands: masked_gradient_macs(len(rows), X.shape[1], Y.shape[1]),
-        out=lambda X, Y, theta, rows, mask, b, p, n_summands: Shape((X.shape[1] * Y.shape[1],), np.int64))
+        out=lambda X, Y, theta, rows, mask, b, p, n_summands: Shape((X.shape[1] * Y.shape[1],), field_dtype(p)))
 def masked_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray, mask: np.ndarray, b: int,
                     p: int, n_summands: int) -> np.ndarray:
     """Online phase of a user: its minibatch gradient, quantised and masked, ``(d c,)`` over GF(p); ``2 b d c + d c`` MACs.

@@ -3,13 +3,17 @@
 A protocol's round is written once. Every piece of math goes through the protocol's mode object
 (``self.mode``):
 
-``mode.run(fn, *args, ...)``
+``mode.run(kernel, *args)``
     A charged step (called inside ``compute_each`` / ``gather`` / ``server_compute`` /
-    ``tree_aggregate``, whose meter picks up the charge).  :class:`Full` executes ``fn`` (its metered
-    kernels charge the MACs).  :class:`Timing` does not execute it on the real values: it charges the
-    MACs the same kernels meter at the same shapes (measured once per shape signature by running
-    ``fn`` on zero operands, or by a cheaper measuring closure, or a closed form tested against the
-    kernel) and returns :class:`Shape` stand-ins of the outputs.
+    ``tree_aggregate``, whose meter picks up the charge).  A kernel declares its MAC count and output
+    shapes once (:func:`fednet.algebra.meter.kernel`).  :class:`Full` executes it (its metered kernels
+    charge the MACs) and checks the metered count and the outputs' shapes against the declaration on
+    every call (:class:`~fednet.algebra.meter.DeclaredCostError`, naming the kernel and, through the
+    primitive, the protocol step).  :class:`Timing` does not execute it: it charges the declared count
+    and returns the declared :class:`Shape` stand-ins, whose ``value`` is the host's plain computation
+    (the declaration's ``value`` hook or the call's ``stand_in=``), run unmetered so it is never billed.
+    An undeclared ``fn`` is measured once per shape signature by running it on zero operands (or by
+    a ``macs=`` closed form or cheaper measuring closure, both checked on every full-mode call).
 ``mode.offline(fn, *args, like=...)``
     Uncharged host work (offline phases, not timed): Full runs it, Timing returns ``like``.
 ``mode.observe(fn, *args)``
