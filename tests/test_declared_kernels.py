@@ -158,3 +158,20 @@ def test_big_prime_outputs_are_declared_with_their_storage_dtype() -> None:
     out = Full().run(lsa.lsa_encode_mask, mask, 4, 1, p, np.random.default_rng(0), alphas, betas)
     assert out.dtype == field_dtype(p) == np.dtype(object)
     assert Timing().run(lsa.lsa_encode_mask, Shape((12,), object), 4, 1, p, None, alphas, betas).dtype == object
+
+
+@pytest.mark.parametrize("N, U, T, d, c, rows", [(8, 5, 1, 6, 3, 7), (20, 12, 3, 100, 10, 30), (5, 5, 0, 7, 1, 1)])
+def test_lightsecagg_closed_forms_equal_the_probes_they_replace(N, U, T, d, c, rows) -> None:
+    """The probes timing mode used to measure (in GF(2^31 - 1)) meter exactly the declared closed forms."""
+    from fednet.codes import lightsecagg as lsa
+
+    def metered(fn, *args) -> int:
+        with MacMeter() as m:
+            fn(*args)
+        return m.macs
+    L = lsa.lsa_piece_length(d * c, U, T)
+    alphas, betas = lsa.default_lsa_points(N, U)
+    assert metered(lsa.encode_mask_probe, N, U, T, d * c) == lsa.encode_mask_macs(N, U, T, d * c)
+    assert (metered(lsa.masked_gradient_probe, (40, d), (40, c), rows, d, c, 16, 2**31 - 1, U)
+            == lsa.masked_gradient_macs(rows, d, c))
+    assert metered(lsa.unmask_probe, U + 1, alphas[:U], betas, U, T, L, (d, c)) == lsa.unmask_macs(U + 1, U, T, L, d, c)

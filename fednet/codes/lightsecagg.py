@@ -38,7 +38,8 @@ from fednet.learning.models import minibatch_gradient
 __all__ = ["default_lsa_points", "check_lsa_parameters", "lsa_piece_length", "lsa_mask_pieces", "lsa_encode_mask",
            "lsa_aggregate_encoded", "lsa_decode_aggregate_mask", "mask_upload", "unmask_aggregate",
            "masked_gradient", "unmask_shares", "quantised_gradient", "sum_in_order", "check_lsa_dropout",
-           "encode_mask_probe", "masked_gradient_probe", "unmask_probe"]
+           "encode_mask_probe", "masked_gradient_probe", "unmask_probe", "encode_mask_macs", "masked_gradient_macs",
+           "unmask_macs"]
 
 
 def default_lsa_points(N: int, U: int) -> tuple[list[int], list[int]]:
