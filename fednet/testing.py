@@ -35,6 +35,7 @@ from typing import Any
 
 import networkx as nx
 
+from fednet.algebra.meter import DeclaredCostError
 from fednet.sim.compute import Availability, ComputeModel, ShiftedExponential
 from fednet.sim.engine import EngineConfig, EnginePaths, wire
 from fednet.sim.simulation import Simulation
@@ -269,7 +270,10 @@ def check_protocol(protocol: type, params: Mapping[str, Any] | None = None, *, t
 
     mode_field = getattr(protocol, "Config", None) and protocol.Config.model_fields.get("mode")
     if mode_field is not None:
-        full, full_rows, _ = _run(protocol, {**params, "mode": "full"}, secret_seed=20261128, **common)
+        try:
+            full, full_rows, _ = _run(protocol, {**params, "mode": "full"}, secret_seed=20261128, **common)
+        except DeclaredCostError as err:
+            raise AssertionError(f"{protocol.__name__}: full mode refuses a declared cost: {err}") from err
         timing, timing_rows, _ = _run(protocol, {**params, "mode": "timing"}, secret_seed=20261128, **common)
         for r, (a, b) in enumerate(zip(full["trace"], timing["trace"])):
             for col in sorted(set(a) | set(b)):

@@ -229,14 +229,12 @@ class CodedPaddedFL(Protocol):
 
     def _encode(self, dev: int, term: Callable[[int], tuple]) -> tuple:
         """Eqs. (8)-(9) for device ``dev``: its code row over ``term(j)`` for ``j`` in its support."""
-        cfg, q, (d, c) = self.config, self.q, (self.task.d, self.task.c)
+        cfg, q, d = self.config, self.q, self.task.d
         g, local = self.group_of[dev]
         members, coef = padded.support(self.codes[g], local)
         Phis, Psis = zip(*(term(self.groups[g][j]) for j in members))
         return self.mode.run(padded.encode_prepared, coef, list(Phis), list(Psis),
-                             cfg.ring_bits, cfg.code_fraction_bits, q.k + q.f, d,
-                             macs=padded.encode_macs(cfg.alpha, d, c),
-                             like=tuple(Shape(shape, np.int64) for shape in padded.encoded_shapes(q.k + q.f, d, c)))
+                             cfg.ring_bits, cfg.code_fraction_bits, q.k + q.f, d)
 
     def _encode_device(self, dev: Node) -> None:
         """Device ``dev``: eqs. (8)-(9) from its own and its received shares."""
@@ -275,15 +273,12 @@ class CodedPaddedFL(Protocol):
 
     def _decode_group(self, g: int, local: list[int], received: list, pads: list, eps: Any) -> Any:
         """Server: remove the pads of group ``g``'s responders and decode (eq. 12)."""
-        d, c = self.task.d, self.task.c
-        return self.mode.run(padded.unpad_and_decode, self.q, self.codes[g], local, received, pads, eps,
-                             macs=padded.unpad_and_decode_macs(len(local), d, c), like=Shape((d, c), np.float64))
+        return self.mode.run(padded.unpad_and_decode, self.q, self.codes[g], local, received, pads, eps)
 
     def _device_epoch(self, dev: Node) -> Any:
         """Eq. (11) on ``dev`` with the epsilon it downloaded (``d^2 c`` MACs)."""
-        st, (d, c) = dev.state, (self.task.d, self.task.c)
-        return self.mode.run(padded.coded_gradient, self.q, st.Cbar, st.C, st.received,
-                             macs=padded.epoch_macs(d, c), like=Shape((d, c), np.int64))
+        st = dev.state
+        return self.mode.run(padded.coded_gradient, self.q, st.Cbar, st.C, st.received)
 
     def _check(self, g: int, local: list[int], G: np.ndarray, eps: np.ndarray) -> None:
         """Observer: compare with the plain gradient from the same fixed-point data (not charged)."""

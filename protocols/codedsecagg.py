@@ -232,16 +232,14 @@ class CodedSecAgg(Protocol):
         """Device ``dev``: Shamir-share its two secrets (Sec. VI-A)."""
         n1, kp, (phi, psi) = self.n_prime, self.config.threshold, dev.state.secrets
         dev.state.out_shares = self.mode.run(
-            secagg.share_device_secrets, phi, psi, n1, kp, self.q, self.sim.secret_rng(dev, "shamir"), self.points,
-            macs=secagg.shamir_share_macs(n1, kp, self._size), like=[self._secret_like] * n1)
+            secagg.share_device_secrets, phi, psi, n1, kp, self.q, self.sim.secret_rng(dev, "shamir"), self.points)
 
     def _combine(self, dev: Node) -> None:
         """Device ``dev``: sum the shares it holds into ``Phi^(i)``, ``Psi^(i)`` (Sec. VI-A)."""
         i = self.group_of[dev.index][1]
         mine = [dev.state.out_shares[i]] + dev.state.in_shares
         dev.state.Phi, dev.state.Psi = self.mode.run(
-            secagg.combine_shares, mine, self.q, self.task.d, self.config.k,
-            macs=secagg.combine_macs(self.n_prime, self._size), like=(None, self._secret_like[1]))
+            secagg.combine_shares, mine, self.q, self.task.d, self.config.k)
         dev.state.out_shares, dev.state.in_shares = None, []    # the device keeps only its sums
 
     # -- phase 2 ---------------------------------------------------------------------------
@@ -262,24 +260,22 @@ class CodedSecAgg(Protocol):
 
     def _decode(self, shares: list, cols: list[int]):
         """Server: interpolate the ``k'`` master shares at 0, scale by ``2**(-2f)`` (Remark 3)."""
-        cfg, d, c = self.config, self.task.d, self.task.c
+        cfg = self.config
         return self.mode.run(secagg.decode_shares, shares, [self.points[i] for i in cols], cfg.threshold, self.q,
-                             cfg.k, cfg.f, macs=secagg.decode_macs(cfg.threshold, d, c),
-                             like=(Shape((d, c), object), Shape((d, c), np.float64)))
+                             cfg.k, cfg.f)
 
     def _eq13(self, node: Node, received: Any = None):
         """Device: its share ``Psi^(i) + Phi^(i) epsilon`` of the gradient (eq. 13); ``received``: default its own."""
-        cfg, d, c, st = self.config, self.task.d, self.task.c, node.state
+        cfg, st = self.config, node.state
         with secagg.widened(cfg.k, cfg.f, cfg.widen_compute):
             return self.mode.run(secagg.device_share, st.Phi, st.Psi, st.received if received is None else received,
-                                 self.q, macs=secagg.device_share_macs(d, c), like=Shape((d, c), field_dtype(self.q)))
+                                 self.q)
 
     def _add(self, acc, part):
         """Device: add a child's running sum to its own (eq. 15)."""
-        cfg, d, c = self.config, self.task.d, self.task.c
+        cfg = self.config
         with secagg.widened(cfg.k, cfg.f, cfg.widen_compute):
-            return self.mode.run(secagg.add_shares, acc, part, self.q, macs=secagg.add_macs(d, c),
-                                 like=Shape((d, c), field_dtype(self.q)))
+            return self.mode.run(secagg.add_shares, acc, part, self.q)
 
     def _check(self, exact: np.ndarray, G: np.ndarray, eps: np.ndarray) -> None:
         """Observer (not charged): :func:`fednet.codes.secagg.check_aggregate` (capacity, then exactness)."""

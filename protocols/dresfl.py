@@ -38,7 +38,8 @@ from fednet.codes.dresfl import DRESFL_PRIME_200, DataShare, decode_gradients, s
 from fednet.learning.field_models import (FieldPolyMLP, FieldSGD, check_dresfl_fits, decoded_sum, global_datasets,
                                          sum_over_k)
 from fednet.learning.federated import dresfl_schedule
-from fednet.learning.model import Params, unflatten, unmetered
+from fednet.algebra.meter import unmetered
+from fednet.learning.model import Params, unflatten
 from fednet.protocol.base import NodeState
 from fednet.protocol.modes import Shape
 from fednet.protocol.neural import NeuralConfig, NeuralProtocol
@@ -143,11 +144,8 @@ class DReSFL(NeuralProtocol):
         """Client ``dev``: transformed data, K shards + T noise shards, LCC shares for all N clients."""
         cfg, i = self.config, dev.index
         xbar, ybar = self.model.transform(self.task.X[i], self.task.Y[i])
-        d_x, d_y, N, rows = self.task.d, self.task.c, self.sim.n_devices, self.shard_rows[i]
         return self.mode.run(share_dataset, xbar, ybar, cfg.K, cfg.T, self.alphas, self.betas, cfg.p,
-                             self.secret_rng(dev, "dresfl-noise"), as_rns=True, ctx=self.model.ctx,
-                             macs=dresfl.share_dataset_macs(N, cfg.K, cfg.T, rows, d_x, d_y),
-                             like=(Shape((N, rows, d_x), object), Shape((N, rows, d_y), object)))
+                             self.secret_rng(dev, "dresfl-noise"), as_rns=True, ctx=self.model.ctx)
 
     def setup(self) -> Generator:
         """Every client encodes its data and sends share ``j`` to client ``j`` (Alg. 1 line 1).

@@ -53,7 +53,7 @@ from pydantic import Field
 
 from fednet.codes import fedvs as fv
 from fednet.codes.fedvs import WeightsOutgrowField  # re-exported
-from fednet.learning.model import unmetered
+from fednet.algebra.meter import unmetered
 from fednet.protocol.base import NodeState
 from fednet.protocol.modes import Shape
 from fednet.protocol.vertical import VerticalConfig, VerticalProtocol
@@ -191,10 +191,7 @@ class FedVS(VerticalProtocol):
                              "the field was sized for w_max; raise w_max (and p)")
         w_bar = fv.quantize_model(W, c.l_w, self.p, dev.state.model_rng)
         masks = fv.draw_masks(dev.state.model_rng, self.p, c.T, w_bar.shape)
-        N = self.sim.n_devices
-        shares = self.mode.run(fv.model_shares, w_bar, masks, c.K, self.alphas, self.betas, self.p,
-                               macs=fv.share_macs(N, c.K, c.T, w_bar.size),
-                               like=Shape((N,) + w_bar.shape, np.dtype(np.int64)))
+        shares = self.mode.run(fv.model_shares, w_bar, masks, c.K, self.alphas, self.betas, self.p)
         return w_bar, shares
 
     def coded_embedding(self, dev) -> Any:
@@ -203,11 +200,8 @@ class FedVS(VerticalProtocol):
         Charges ``|B| h sum_n d_n D_n`` MACs (timing mode: the count, a stand-in of the shape).
         """
         j, N = dev.index, self.sim.n_devices
-        widths = [d * D for d, D in zip(self.data.sizes, self.model.D)]
         return self.mode.run(fv.coded_embedding, [self.round_data[n][j] for n in range(N)],
-                             [self.model_shares[(n, j)] for n in range(N)], self.p,
-                             macs=fv.coded_embedding_macs(self.coded_batch, widths, self.model.h),
-                             like=Shape((self.coded_batch, self.model.h), np.dtype(np.int64)))
+                             [self.model_shares[(n, j)] for n in range(N)], self.p)
 
     def decode(self, uploads: list) -> np.ndarray:
         """Interpolate psi (eq. 6) at beta_1..beta_K and dequantise (eq. 7): the mean embedding (K |B|, h).
@@ -219,8 +213,6 @@ class FedVS(VerticalProtocol):
         results = [v for _, v in uploads]
         alphas = [self.alphas[n.index] for n, _ in uploads]
         H_bar = self.mode.run(fv.decode_embedding_sum, results, alphas, self.betas, c.K, c.T, self.p,
-                              macs=fv.decode_macs(c.K, c.T, self.coded_batch, self.model.h),
-                              like=Shape((c.K * self.coded_batch, self.model.h), np.dtype(np.int64)),
                               stand_in=lambda: fv.to_field(self.plain_sum(self.rows), self.p))
         self.H_bar = self.mode.value(H_bar)
         return fv.dequantize(self.H_bar, c.l_x, c.l_w, self.sim.n_devices, self.p)

@@ -221,27 +221,20 @@ class LightSecAgg(Protocol):
     # -- the math of each step (through the mode) -------------------------------------------------
     def _encode(self, dev: Node):
         """User ``dev``'s encoded mask shares for all N users, ``(N, L)`` (``N U L`` MACs)."""
-        N, U, T, dc = self.sim.n_devices, self.U, self.config.z, self.task.d * self.task.c
         return self.mode.run(
-            lsa.lsa_encode_mask, dev.state.mask, U, T, self.config.p, dev.state.rng_mask, self.alphas, self.betas,
-            macs=lambda: lsa.encode_mask_probe(N, U, T, dc),
-            key=("lsa-encode", N, U, T, dc), like=Shape((N, lsa.lsa_piece_length(dc, U, T)), np.int64))
+            lsa.lsa_encode_mask, dev.state.mask, self.U, self.config.z, self.config.p, dev.state.rng_mask, self.alphas,
+            self.betas)
 
     def _masked_gradient(self, dev: Node):
         """Online phase of user ``dev`` on the model it downloaded (eq. 3 estimate, quantised, masked).
 
-        Timing mode charges the MACs the kernels meter at these shapes, measured once per shape key
-        (``2 b_i d c + d c``), without describing every argument each call; its stand-in value is the user's
-        index, and the quantised gradient is computed only if the round sums it (:meth:`_host_gradient`, from
+        Timing mode charges the kernel's declared ``2 b_i d c + d c`` MACs (:func:`~fednet.codes.lightsecagg.
+        masked_gradient_macs`); its stand-in value is the user's index, and the quantised gradient is computed only if the round sums it (:meth:`_host_gradient`, from
         :meth:`_unmask`): a user the server drops costs the host nothing."""
-        i, cfg, U, d, c = dev.index, self.config, self.U, self.task.d, self.task.c
+        i, cfg, U = dev.index, self.config, self.U
         X, Y, rows = self.task.X[i], self.task.Y[i], self._rows(dev, self.epoch)
         return self.mode.run(lsa.masked_gradient, X, Y, dev.state.received, rows, dev.state.mask,
-                             cfg.quant_bits, cfg.p, U,
-                             macs=lambda: lsa.masked_gradient_probe(X.shape, Y.shape, len(rows), d, c,
-                                                                    cfg.quant_bits, cfg.p, U),
-                             key=("lsa-masked", X.shape, Y.shape, len(rows), d, c, cfg.quant_bits, cfg.p, U),
-                             like=Shape((d * c,), np.int64), stand_in=lambda: i)      # computed if summed
+                             cfg.quant_bits, cfg.p, U, stand_in=lambda: i)      # computed if summed
 
     def _aggregate_masks(self, dev: Node, U1: np.ndarray, masks: Mailbox, L: int):
         """Survivor ``dev``: the sum of the encoded masks of U1 (indices, ascending) addressed to it (``(|U1| - 1) L`` MACs).
@@ -257,8 +250,6 @@ class LightSecAgg(Protocol):
         cfg, U, T, d, c = self.config, self.U, self.config.z, self.task.d, self.task.c
         return self.mode.run(
             lsa.unmask_shares, masked, s_parts, alphas, self.betas, U, T, (d, c), cfg.quant_bits, cfg.p,
-            macs=lambda: lsa.unmask_probe(n_survivors, self.alphas[:U], self.betas, U, T, L, (d, c)),
-            key=("lsa-decode", U, T, L, n_survivors, d * c), like=Shape((d, c), np.float64),
             stand_in=lambda: None if self.mode.follows(self) else lsa.sum_in_order([self._host_gradient(m.value)
                                                                                     for m in masked]))
 

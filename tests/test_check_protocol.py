@@ -1,17 +1,23 @@
-"""``fednet.testing.check_protocol``: it passes on the built-ins and fails, naming the check, on a protocol whose
-timing mode bills more than its kernels meter (a stand-in billed to the clock), on one whose time depends on a
-secret, on one that is not deterministic at a seed, and on one that sends field elements at the wrong width."""
+"""``fednet.testing.check_protocol``: it passes on the built-ins and on a small outside protocol charging declared
+kernels, and fails, naming the check, on a protocol whose timing mode bills more than its kernels meter (a stand-in
+billed to the clock), on one whose kernel declares fewer MACs than it meters (naming the step and the kernel), on
+one whose time depends on a secret, on one that is not deterministic at a seed, and on one that sends field elements
+at the wrong width."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pytest
 
-from fednet.algebra.meter import charge
-from fednet.learning.models import minibatch_gradients_of
+from fednet.algebra.meter import charge, kernel
+from fednet.algebra.shape import Shape
+from fednet.learning.models import minibatch_gradient, minibatch_gradients_of
 from fednet.protocol import registry
+from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.protocol.primitives import batched
 from fednet.sim.engine import wire
 from fednet.sim.simulation import Simulation
@@ -136,3 +142,77 @@ def test_an_undeclared_integer_payload_is_an_error_naming_the_kind() -> None:
     proto = _field_sender(None)(sim, make_task(D=6), {"minibatch_fraction": 0.5})
     with pytest.raises(wire.WireWidthError, match=r"message kind 'field_share'.*int64.*element_bits="):
         proto.run(1)
+
+
+# -- a small outside protocol charging declared kernels (fednet.algebra.meter.kernel) ---------------------------------
+def _gradient_macs(X, Y, theta, rows) -> int:
+    """``2 b d c``: the minibatch gradient's two products (eq. 3)."""
+    return 2 * len(rows) * X.shape[1] * Y.shape[1]
+
+
+@kernel(macs=_gradient_macs, out=lambda X, Y, theta, rows: Shape((X.shape[1], Y.shape[1]), np.float64),
+        value=lambda X, Y, theta, rows: minibatch_gradient(X, Y, theta, rows))   # timing mode's host value
+def declared_gradient(X, Y, theta, rows):
+    """A device's minibatch gradient, ``(d, c)``: a declared kernel."""
+    return minibatch_gradient(X, Y, theta, rows)
+
+
+@kernel(macs=lambda X, Y, theta, rows: _gradient_macs(X, Y, theta, rows) - 1,      # one MAC too few
+        out=lambda X, Y, theta, rows: Shape((X.shape[1], Y.shape[1]), np.float64),
+        value=lambda X, Y, theta, rows: minibatch_gradient(X, Y, theta, rows))
+def under_declared_gradient(X, Y, theta, rows):
+    """The same kernel declaring one MAC fewer than it meters."""
+    return minibatch_gradient(X, Y, theta, rows)
+
+
+class SmallConfig(ProtocolConfig):
+    mode: Literal["full", "timing"] = "full"
+
+
+@dataclass
+class SmallState(NodeState):
+    batch: int = 0
+
+
+class SmallFL(Protocol):
+    """Minibatch FL whose devices charge a declared kernel through ``self.mode.run(kernel, *args)``."""
+
+    name = "small-declared"
+    Config = SmallConfig
+    State = SmallState
+    setup_dropouts = "none"
+    gradient_kernel = staticmethod(declared_gradient)
+
+    def setup(self):
+        for dev in self.devices:
+            dev.state.batch = max(1, self.task.X[dev.index].shape[0] // 2)
+        return
+        yield  # pragma: no cover
+
+    def local_gradient(self, dev):
+        rows = self.minibatch_rows(dev, dev.state.batch)
+        return self.mode.run(self.gradient_kernel, self.task.X[dev.index], self.task.Y[dev.index],
+                             dev.state.received.astype(np.float64), rows)
+
+    def round(self, epoch):
+        replies = yield from self.net.gather(self.devices, self.local_gradient, kind="gradient",
+                                             download=self.theta.astype(np.float32))
+        self.used = replies.indices
+        G = sum(self.mode.value(g) for g in replies.values)
+        self.mode.update(self, G, int(self.point_counts[self.used].sum()))
+
+
+def test_an_outside_protocol_with_declared_kernels_passes() -> None:
+    report = check_protocol(SmallFL, {"mode": "timing"}, task=make_task(D=6), rounds=2)
+    assert "full and timing mode" in report.explain()
+
+
+def test_a_kernel_declaring_too_few_macs_fails_naming_the_step() -> None:
+    """Timing mode charges the declaration (one MAC short a call), so full mode, which meters the kernel on every
+    call, refuses the first call, naming the protocol, the step and the kernel with both counts."""
+    class UnderDeclared(SmallFL):
+        gradient_kernel = staticmethod(under_declared_gradient)
+    with pytest.raises(AssertionError, match=r"UnderDeclared: full mode refuses a declared cost: small-declared: "
+                                             r"step \"gather 'gradient'\": kernel \S*under_declared_gradient "
+                                             r"metered 360 MACs but declares 359"):
+        check_protocol(UnderDeclared, {"mode": "timing"}, task=make_task(D=6), rounds=2)

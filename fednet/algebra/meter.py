@@ -18,6 +18,13 @@ Element-wise scaled additions (``y += a * x``) count one MAC per element.
 
 Meters nest: a charge is added to every meter open in the current context (so a study can
 meter a whole run while the engine meters each step). Counts are Python ``int`` (exact).
+:func:`unmetered` hides them (host work that no device executes: an observer's check, timing
+mode's stand-in values).
+
+Declared costs: a kernel a protocol charges declares its MAC count and the shapes of its
+outputs once, with :func:`kernel`; ``mode.run(kernel, *args)`` (:mod:`fednet.protocol.modes`)
+then checks the declaration against the metered count on every call in full mode (raising
+:class:`DeclaredCostError`), and charges it without running the kernel in timing mode.
 
 Examples
 --------
@@ -34,12 +41,12 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 __all__ = ["MacMeter", "ScopedMeter", "charge", "recharged", "matmul", "bmatmul", "axpy", "active_meters", "macs_of",
-           "charged_alike"]
+           "charged_alike", "unmetered", "call_unmetered", "kernel", "KernelCost", "declared_cost", "DeclaredCostError"]
 
 _ACTIVE: contextvars.ContextVar[tuple["MacMeter", ...]] = contextvars.ContextVar(
     "fednet_active_meters", default=()
@@ -283,3 +290,166 @@ def charged_alike(n: int, fn: Callable[..., object], *args: object) -> tuple[lis
         value = fn(*args)
     charge((n - 1) * meter.macs)
     return [value] * n, [meter.macs] * n
+
+
+@contextlib.contextmanager
+def unmetered() -> Iterator[None]:
+    """Run metered kernels without charging the meters open around the block.
+
+    For host work no simulated node executes: an observer's check, timing mode's stand-in values
+    (:meth:`fednet.protocol.modes.Mode.run` runs them inside this block), a model evaluation.
+    Meters opened inside the block count as usual; it hides the open meters exactly as
+    :func:`macs_of` does.
+
+    Examples
+    --------
+    >>> with MacMeter() as m:
+    ...     with unmetered():
+    ...         _ = matmul(np.ones((2, 2)), np.ones((2, 2)))
+    >>> m.macs
+    0
+    """
+    token = _ACTIVE.set(())
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+class DeclaredCostError(AssertionError):
+    """A kernel metered another MAC count (or produced other shapes) than it declares (:func:`kernel`).
+
+    Raised by full mode (:class:`fednet.protocol.modes.Full`) on the call that differs; timing mode
+    would charge the declaration, so full and timing mode would disagree.  A subclass of
+    ``AssertionError``, as the other failed checks of closed forms.
+
+    Attributes
+    ----------
+    kernel : str
+        The kernel's qualified name.
+    step : str or None
+        The protocol and step that ran it (``"<label>: step '<name>'"``), where the engine knows it (added by
+        the primitive that ran the step, :mod:`fednet.protocol.primitives`).
+    """
+
+    def __init__(self, message: str, kernel: str = "", step: str | None = None) -> None:
+        super().__init__(message, kernel, step)          # args rebuild it (SimPy re-raises type(e)(*e.args))
+        self.kernel, self.step, self.detail = kernel, step, message
+
+    def __str__(self) -> str:
+        return self.detail if self.step is None else f"{self.step}: {self.detail}"
+
+    def in_step(self, step: str) -> "DeclaredCostError":
+        """The same error naming the protocol step ``step`` (the innermost step named is kept)."""
+        return self if self.step is not None else DeclaredCostError(self.detail, self.kernel, step)
+
+
+class KernelCost:
+    """The declared costs of one kernel (:func:`kernel`): MACs, output stand-ins, the host's value.
+
+    Attributes
+    ----------
+    fn : callable
+        The kernel.
+    macs : int or callable(*args, **kwargs) -> int
+        Its MAC count, a constant or a closed form of its arguments (in timing mode array arguments
+        are :class:`~fednet.algebra.shape.Shape` stand-ins: read only ``.shape``, ``.dtype``,
+        ``len()`` and scalar arguments).
+    out : object or callable(*args, **kwargs) -> object
+        Its outputs' stand-ins (a :class:`~fednet.algebra.shape.Shape`, a tuple or list of them,
+        ``None`` for an output timing mode does not carry), or a callable giving them.
+    value : callable(*args, **kwargs) -> object, optional
+        Timing mode's host value of a single array output (``Shape.value``), computed unmetered.
+    """
+
+    __slots__ = ("fn", "macs", "out", "value", "name", "_macs_fn", "_out_fn")
+
+    def __init__(self, fn: Callable[..., Any], macs: Any, out: Any, value: Callable[..., Any] | None) -> None:
+        self.fn, self.macs, self.out, self.value = fn, macs, out, value
+        self.name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', repr(fn))}"
+        self._macs_fn = macs if callable(macs) else None
+        self._out_fn = out if callable(out) else None
+
+    def count(self, args: tuple, kwargs: dict) -> int:
+        """The declared MACs of a call with ``args``, ``kwargs``.
+
+        Raises
+        ------
+        TypeError
+            If the declaration gives something other than a non-negative int.
+        """
+        n = self.macs if self._macs_fn is None else self._macs_fn(*args, **kwargs)
+        if type(n) is int and n >= 0:                      # the usual case, checked first (timing mode's hot path)
+            return n
+        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 0:
+            raise TypeError(f"kernel {self.name}: declared macs must be a non-negative int, got {n!r}")
+        return int(n)
+
+    def outputs(self, args: tuple, kwargs: dict) -> Any:
+        """The declared output stand-ins of a call with ``args``, ``kwargs``."""
+        return self.out if self._out_fn is None else self._out_fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"KernelCost({self.name})"
+
+
+def kernel(*, macs: int | Callable[..., int], out: Any = None, value: Callable[..., Any] | None = None
+           ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Declare a kernel's MAC count and output shapes, once, where the kernel is defined.
+
+    The function itself is returned unchanged (a direct call costs nothing more); the declaration
+    is kept on it (:func:`declared_cost`).  ``mode.run(fn, *args)`` in full mode runs ``fn`` under a
+    :class:`MacMeter` and raises :class:`DeclaredCostError` unless the metered count equals the
+    declared one (and the outputs have the declared shapes), on every call; timing mode charges the
+    declared count and returns the declared stand-ins without running ``fn``.
+
+    Parameters
+    ----------
+    macs : int or callable(*args, **kwargs) -> int
+        The closed form of the MACs the kernel meters (same arguments as the kernel).  It must hold
+        for stand-in arguments too (timing mode): read shapes, lengths and scalars only.
+    out : object or callable(*args, **kwargs) -> object, optional
+        The outputs' stand-ins (:class:`~fednet.algebra.shape.Shape`, or tuples/lists of them;
+        ``None`` for an output timing mode does not carry).  Default ``None``.
+    value : callable(*args, **kwargs) -> object, optional
+        Timing mode's host value of a single array output (carried as ``Shape.value``), computed
+        under :func:`unmetered`, so it can never be billed.  A call's ``stand_in=`` overrides it.
+
+    Returns
+    -------
+    callable
+        The decorator.
+
+    Examples
+    --------
+    >>> from fednet.algebra.shape import Shape
+    >>> @kernel(macs=lambda a, b: a.shape[0] * a.shape[1] * b.shape[1],
+    ...         out=lambda a, b: Shape((a.shape[0], b.shape[1]), np.float64))
+    ... def product(a, b):
+    ...     return matmul(a, b)
+    >>> declared_cost(product).count((np.ones((2, 3)), np.ones((3, 4))), {})
+    24
+    """
+    if not (callable(macs) or (isinstance(macs, int) and not isinstance(macs, bool) and macs >= 0)):
+        raise TypeError(f"kernel: macs must be a non-negative int or a callable, got {macs!r}")
+    if value is not None and not callable(value):
+        raise TypeError(f"kernel: value must be a callable or None, got {value!r}")
+
+    def declare(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.__kernel_cost__ = KernelCost(fn, macs, out, value)
+        return fn
+    return declare
+
+
+def call_unmetered(fn: Callable[[], Any]) -> Any:
+    """``fn()`` under :func:`unmetered` (the same, without a context manager's cost: timing mode's hot path)."""
+    token = _ACTIVE.set(())
+    try:
+        return fn()
+    finally:
+        _ACTIVE.reset(token)
+
+
+def declared_cost(fn: Any) -> KernelCost | None:
+    """The declaration of ``fn`` (:func:`kernel`), or None for an undeclared function."""
+    return getattr(fn, "__kernel_cost__", None)

@@ -32,9 +32,11 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from fednet.algebra.fields import as_field, distinct_points, lagrange_coefficients, to_field, uniform
+from fednet.algebra.meter import kernel
 from fednet.algebra.modp import lincomb_mod
 from fednet.algebra.quantize import stochastic_round  # Q of eq. (7)
 from fednet.algebra.rns import RnsArray, RnsContext, rns_context
+from fednet.algebra.shape import Shape
 from fednet.algebra.wideint import WideInts
 from fednet.codes.lagrange import lcc_recovery_threshold
 
@@ -280,6 +282,18 @@ def share_dataset_macs(N: int, K: int, T: int, rows: int, d_x: int, d_y: int) ->
     return N * (K + T) * rows * (d_x + d_y)
 
 
+def _share_dataset_macs(xbar, ybar, K, T, alphas, *args, **kwargs) -> int:
+    """:func:`share_dataset_macs` of a call of :func:`share_dataset` (its declared count)."""
+    return share_dataset_macs(len(alphas), K, T, xbar.shape[0] // K, xbar.shape[1], ybar.shape[1])
+
+
+def _share_dataset_out(xbar, ybar, K, T, alphas, *args, **kwargs) -> tuple:
+    """The shapes of :func:`share_dataset`'s outputs, ``(N, m_i / K, d_x)`` and ``(N, m_i / K, d_y)`` (object)."""
+    rows = xbar.shape[0] // K
+    return Shape((len(alphas), rows, xbar.shape[1]), object), Shape((len(alphas), rows, ybar.shape[1]), object)
+
+
+@kernel(macs=_share_dataset_macs, out=_share_dataset_out)
 def share_dataset(xbar: np.ndarray, ybar: np.ndarray, K: int, T: int, alphas: Sequence[int],
                   betas: Sequence[int], q: int, rng: np.random.Generator, *, as_rns: bool = False,
                   ctx: RnsContext | None = None):
@@ -317,7 +331,8 @@ def share_dataset(xbar: np.ndarray, ybar: np.ndarray, K: int, T: int, alphas: Se
         Row ``j`` is ``X~_{i->j} = u_i(alpha_j)``.
     y_shares : ndarray, shape (N, m_i / K, d_y), over GF(q) (or an RnsArray)
         ``Y~_{i->j} = v_i(alpha_j)``.
-        Charges ``N (K + T) (m_i / K)(d_x + d_y)`` MACs (the LCC product).
+        Charges ``N (K + T) (m_i / K)(d_x + d_y)`` MACs (the LCC product; :func:`share_dataset_macs`,
+        declared, :func:`fednet.algebra.meter.kernel`).
 
     Raises
     ------

@@ -42,8 +42,9 @@ from fednet.algebra.fields import (
     uniform,
 )
 from fednet.algebra.capacity import check_resolution
-from fednet.algebra.meter import charge
+from fednet.algebra.meter import charge, kernel
 from fednet.algebra.modp import lincomb_mod, matmul_mod
+from fednet.algebra.shape import Shape
 from fednet.errors import ConfigError, FednetError
 from fednet.algebra.quantize import stochastic_round  # Round_stoc of eq. (3)
 
@@ -405,6 +406,8 @@ def share_model(w_bar: np.ndarray, K: int, T: int, alphas: Sequence[int], betas:
     return model_shares(w_bar, draw_masks(rng, p, T, w_bar.shape), K, alphas, betas, p)
 
 
+@kernel(macs=lambda w_bar, masks, K, alphas, betas, p: share_macs(len(alphas), K, masks.shape[0], w_bar.size),
+        out=lambda w_bar, masks, K, alphas, betas, p: Shape((len(alphas),) + tuple(w_bar.shape), np.dtype(np.int64)))
 def model_shares(w_bar: np.ndarray, masks: np.ndarray, K: int, alphas: Sequence[int], betas: Sequence[int],
                  p: int) -> np.ndarray:
     """Eq. (4) with the masks ``V_{n,K+1..K+T}`` already drawn: ``G_n(alpha_1..alpha_N)`` (:func:`share_model`).
@@ -417,12 +420,17 @@ def model_shares(w_bar: np.ndarray, masks: np.ndarray, K: int, alphas: Sequence[
 
     Returns
     -------
-    ndarray of int64, shape (N, d_n D_n, h); charges ``N (K + T) d_n D_n h`` MACs (:func:`share_macs`).
+    ndarray of int64, shape (N, d_n D_n, h); charges ``N (K + T) d_n D_n h`` MACs (:func:`share_macs`;
+    declared, :func:`fednet.algebra.meter.kernel`).
     """
     w_bar = np.asarray(w_bar)
     return lagrange_shares(np.broadcast_to(w_bar, (_int(K, "K", 1),) + w_bar.shape), masks, alphas, betas, p)
 
 
+@kernel(macs=lambda data_shares, model_shares, p: coded_embedding_macs(
+            data_shares[0].shape[0], [w.shape[0] for w in model_shares], model_shares[0].shape[-1]),
+        out=lambda data_shares, model_shares, p: Shape((data_shares[0].shape[0], model_shares[0].shape[-1]),
+                                                       np.dtype(np.int64)))
 def coded_embedding(data_shares: Sequence[np.ndarray], model_shares: Sequence[np.ndarray], p: int) -> np.ndarray:
     """Client ``n'``'s coded embedding ``H~_n' = sum_n X~_{n,n'} W~_{n,n'}`` mod p (eq. 5).
 
@@ -437,7 +445,7 @@ def coded_embedding(data_shares: Sequence[np.ndarray], model_shares: Sequence[np
     Returns
     -------
     ndarray of int64, shape (b, h), over GF(p); charges ``b h sum_n d_n D_n`` MACs (one exact product of
-    the concatenated operands).
+    the concatenated operands; :func:`coded_embedding_macs`, declared, :func:`fednet.algebra.meter.kernel`).
     """
     p = _prime(p)
     if len(data_shares) != len(model_shares) or not data_shares:
@@ -448,6 +456,9 @@ def coded_embedding(data_shares: Sequence[np.ndarray], model_shares: Sequence[np
     return matmul_mod(X, W, p)
 
 
+@kernel(macs=lambda results, result_alphas, betas, K, T, p: decode_macs(K, T, *results[0].shape[-2:]),
+        out=lambda results, result_alphas, betas, K, T, p: Shape((K * results[0].shape[-2], results[0].shape[-1]),
+                                                                 np.dtype(np.int64)))
 def decode_embedding_sum(results: np.ndarray, result_alphas: Sequence[int], betas: Sequence[int], K: int,
                          T: int, p: int) -> np.ndarray:
     """Interpolate ``psi`` (eq. 6) and stack ``psi(beta_1..beta_K)``: the quantised embedding sum (Alg. 1, 28-29).
@@ -465,7 +476,8 @@ def decode_embedding_sum(results: np.ndarray, result_alphas: Sequence[int], beta
     Returns
     -------
     ndarray of int64, shape (K b, h), over GF(p): ``sum_n H_bar_n`` of the K b original samples (segment
-    k's rows at ``k b .. (k+1) b - 1``); charges ``K R' b h`` MACs with ``R' = 2(K+T-1)+1``.
+    k's rows at ``k b .. (k+1) b - 1``); charges ``K R' b h`` MACs with ``R' = 2(K+T-1)+1`` (:func:`decode_macs`;
+    declared, :func:`fednet.algebra.meter.kernel`).
 
     Raises
     ------

@@ -29,15 +29,18 @@ from fednet.algebra.fields import (
     prepared_lagrange,
     uniform,
 )
+from fednet.algebra.meter import kernel
 from fednet.algebra.modp import add_mod, lincomb_mod, sub_mod, sum_mod
 from fednet.algebra.quantize import dequantize, quantize
+from fednet.algebra.shape import Shape
 from fednet.codes.lagrange import _disjoint
 from fednet.learning.models import minibatch_gradient
 
 __all__ = ["default_lsa_points", "check_lsa_parameters", "lsa_piece_length", "lsa_mask_pieces", "lsa_encode_mask",
            "lsa_aggregate_encoded", "lsa_decode_aggregate_mask", "mask_upload", "unmask_aggregate",
            "masked_gradient", "unmask_shares", "quantised_gradient", "sum_in_order", "check_lsa_dropout",
-           "encode_mask_probe", "masked_gradient_probe", "unmask_probe"]
+           "encode_mask_probe", "masked_gradient_probe", "unmask_probe", "encode_mask_macs", "masked_gradient_macs",
+           "unmask_macs"]
 
 
 def default_lsa_points(N: int, U: int) -> tuple[list[int], list[int]]:
@@ -145,6 +148,27 @@ def lsa_mask_pieces(z: np.ndarray, U: int, T: int, q: int, rng: np.random.Genera
     return pieces
 
 
+def encode_mask_macs(N: int, U: int, T: int, d: int) -> int:
+    """MACs of :func:`lsa_encode_mask` for ``N`` users and a mask of ``d`` elements: ``N U L``,
+    ``L = ceil(d / (U - T))`` (the Lagrange encoding of the ``U`` pieces; So et al., MLSys 2022, Sec. 4)."""
+    return int(N) * int(U) * lsa_piece_length(d, U, T)
+
+
+def masked_gradient_macs(n_rows: int, d: int, c: int) -> int:
+    """MACs of :func:`masked_gradient`: ``2 b_i d c`` (the minibatch gradient of ``b_i = n_rows`` rows, eq. 3) ``+ d c``
+    (adding the mask)."""
+    return 2 * int(n_rows) * int(d) * int(c) + int(d) * int(c)
+
+
+def unmask_macs(n_survivors: int, U: int, T: int, L: int, d: int, c: int) -> int:
+    """MACs of :func:`unmask_aggregate`: ``(U - T) U L`` (decoding the aggregate mask) ``+ |U1| d c`` (summing the
+    ``|U1| = n_survivors`` masked uploads and removing the mask)."""
+    return (int(U) - int(T)) * int(U) * int(L) + int(n_survivors) * int(d) * int(c)
+
+
+@kernel(macs=lambda z, U, T, q, rng, alphas, betas: encode_mask_macs(len(alphas), U, T, z.shape[0]),
+        out=lambda z, U, T, q, rng, alphas, betas: Shape((len(alphas), lsa_piece_length(z.shape[0], U, T)),
+                                                         field_dtype(q)))
 def lsa_encode_mask(
     z: np.ndarray,
     U: int,
@@ -170,7 +194,8 @@ def lsa_encode_mask(
 
     Returns
     -------
-    ndarray, shape (N, L), over GF(q); row j goes to user j.  Charges ``N U L`` MACs.
+    ndarray, shape (N, L), over GF(q); row j goes to user j.  Charges ``N U L`` MACs (:func:`encode_mask_macs`;
+    declared, :func:`fednet.algebra.meter.kernel`).
     """
     check_lsa_parameters(len(alphas), U, T, q)
     b = distinct_points(betas, q, name="betas")
@@ -293,17 +318,24 @@ def unmask_aggregate(masked: list[np.ndarray], s: np.ndarray, alphas, betas, U: 
     return dequantize(sub_mod(total, agg_mask, p), b, p).reshape(shape)
 
 
+@kernel(macs=lambda X, Y, theta, rows, mask, b, p, n_summands: masked_gradient_macs(len(rows), X.shape[1], Y.shape[1]),
+        out=lambda X, Y, theta, rows, mask, b, p, n_summands: Shape((X.shape[1] * Y.shape[1],), field_dtype(p)))
 def masked_gradient(X: np.ndarray, Y: np.ndarray, theta: np.ndarray, rows: np.ndarray, mask: np.ndarray, b: int,
                     p: int, n_summands: int) -> np.ndarray:
     """Online phase of a user: its minibatch gradient, quantised and masked, ``(d c,)`` over GF(p); ``2 b d c + d c`` MACs.
 
     ``theta`` is the model as downloaded (float32 on the wire), widened to float64 here; the gradient is
-    :func:`fednet.learning.models.minibatch_gradient`, the upload :func:`mask_upload`."""
+    :func:`fednet.learning.models.minibatch_gradient`, the upload :func:`mask_upload`.  The count is
+    :func:`masked_gradient_macs` (declared, :func:`fednet.algebra.meter.kernel`)."""
     return mask_upload(minibatch_gradient(X, Y, theta.astype(np.float64), rows), mask, b, p, n_summands)
 
 
+@kernel(macs=lambda masked, s_parts, alphas, betas, U, T, shape, b, p:
+        unmask_macs(len(masked), U, T, s_parts[0].shape[-1], *shape),
+        out=lambda masked, s_parts, alphas, betas, U, T, shape, b, p: Shape(tuple(shape), np.float64))
 def unmask_shares(masked, s_parts, alphas, betas, U: int, T: int, shape, b: int, p: int) -> np.ndarray:
-    """:func:`unmask_aggregate` of a list of aggregated encoded masks (each ``(L,)``)."""
+    """:func:`unmask_aggregate` of a list of aggregated encoded masks (each ``(L,)``): ``(d, c)`` float64; charges
+    :func:`unmask_macs` (declared, :func:`fednet.algebra.meter.kernel`)."""
     return unmask_aggregate(masked, np.stack(s_parts), alphas, betas, U, T, shape, b, p)
 
 

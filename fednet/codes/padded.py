@@ -62,7 +62,8 @@ from fednet.algebra.fixed_point import (
     ring_scaled_sum,
     ring_shift,
 )
-from fednet.algebra.meter import recharged
+from fednet.algebra.meter import kernel, recharged
+from fednet.algebra.shape import Shape
 from fednet.codes.gradient_codes import CyclicGradientCode
 from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
 
@@ -238,6 +239,10 @@ def encoded_operands(Cbar: np.ndarray, C: np.ndarray, d: int) -> tuple[PreparedO
     return prepared_from_limbs(unpack_upper(Cbar, d)), C
 
 
+@kernel(macs=lambda coefficients, Phis, Psis, bits, code_fraction_bits, out_bits, d:
+        encode_macs(len(coefficients), d, Psis[0].shape[-1]),
+        out=lambda coefficients, Phis, Psis, bits, code_fraction_bits, out_bits, d:
+        tuple(Shape(shape, np.int64) for shape in encoded_shapes(out_bits, d, Psis[0].shape[-1])))
 def encode_prepared(coefficients, Phis, Psis, bits: int, code_fraction_bits: int, out_bits: int,
                     d: int) -> tuple[PreparedOperand, np.ndarray]:
     """:func:`encode` then :func:`encoded_operands`: the pair a device (or the server, for the pads) keeps.
@@ -252,11 +257,15 @@ def encode_prepared(coefficients, Phis, Psis, bits: int, code_fraction_bits: int
     Returns
     -------
     (PreparedOperand, ndarray)
-        ``Cbar`` (d, d) prepared, ``C`` (L', d, c) limbs; charges :func:`encode_macs` MACs.
+        ``Cbar`` (d, d) prepared, ``C`` (L', d, c) limbs; charges :func:`encode_macs` MACs with
+        ``alpha = len(coefficients)`` (declared: :func:`fednet.algebra.meter.kernel`; timing mode's
+        stand-ins have :func:`encoded_shapes`).
     """
     return encoded_operands(*encode(coefficients, Phis, Psis, bits, code_fraction_bits, out_bits), d)
 
 
+@kernel(macs=lambda q, Cbar, C, eps: epoch_macs(*C.shape[-2:]),
+        out=lambda q, Cbar, C, eps: Shape(tuple(C.shape[-2:]), np.int64))
 def coded_gradient(q: FixedPoint, Cbar, C: np.ndarray, eps) -> np.ndarray:
     """Eq. (11): ``C + Cbar epsilon`` in ``Q<k,f>`` (the product exact mod ``2^(k+f)``, one shift).
 
@@ -270,7 +279,8 @@ def coded_gradient(q: FixedPoint, Cbar, C: np.ndarray, eps) -> np.ndarray:
 
     Returns
     -------
-    ndarray, (d, c) int64, ``Q<k,f>``; charges ``d^2 c`` MACs (Sec. V-D).
+    ndarray, (d, c) int64, ``Q<k,f>``; charges :func:`epoch_macs`, ``d^2 c`` MACs (Sec. V-D; declared,
+    :func:`fednet.algebra.meter.kernel`).
     """
     prod = ring_matmul(Cbar, eps, q.k + q.f)
     return q.add(extract_bits(C, 0, q.k), extract_bits(prod, q.f, q.k))
@@ -318,6 +328,9 @@ def decode(q: FixedPoint, code: CyclicGradientCode, responders, P: np.ndarray) -
     return q.decode(q.matmul(a[None, :], flat)[0]).reshape(P.shape[1:])
 
 
+@kernel(macs=lambda q, code, responders, received, encoded_pads, eps:
+        unpad_and_decode_macs(len(responders), *eps.shape),
+        out=lambda q, code, responders, received, encoded_pads, eps: Shape(tuple(eps.shape), np.float64))
 def unpad_and_decode(q: FixedPoint, code: CyclicGradientCode, responders: Sequence[int],
                      received: Sequence[np.ndarray], encoded_pads: Sequence[tuple], eps) -> np.ndarray:
     """The server's work on one group per epoch: pads removed (Sec. V-B), then eq. (12).
@@ -338,7 +351,8 @@ def unpad_and_decode(q: FixedPoint, code: CyclicGradientCode, responders: Sequen
     Returns
     -------
     ndarray, (d, c) float64
-        The group's decoded gradient sum; charges :func:`unpad_and_decode_macs` MACs.
+        The group's decoded gradient sum; charges :func:`unpad_and_decode_macs` MACs (declared,
+        :func:`fednet.algebra.meter.kernel`).
     """
     P = [remove_pads(q, g, coded_gradient(q, Rbar, R, eps)) for g, (Rbar, R) in zip(received, encoded_pads)]
     return decode(q, code, list(responders), np.stack(P))

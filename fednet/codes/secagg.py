@@ -32,10 +32,12 @@ import networkx as nx
 import numpy as np
 
 from fednet.algebra.capacity import check_fixed_point_holds
-from fednet.algebra.fields import check_field_capacity, fixed_point_field, from_field, paper_field, to_field
+from fednet.algebra.fields import (check_field_capacity, field_dtype, fixed_point_field, from_field, paper_field,
+                                   to_field)
 from fednet.algebra.fixed_point import FixedPoint
-from fednet.algebra.meter import recharged
+from fednet.algebra.meter import kernel, recharged
 from fednet.algebra.modp import PreparedMatrix, add_mod, sum_mod
+from fednet.algebra.shape import Shape
 from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
 from fednet.codes.shamir import check_shamir_parameters, shamir_reconstruct, shamir_share
 
@@ -119,6 +121,10 @@ def secret_shapes(d: int, c: int) -> tuple:
     return (d * (d + 1) // 2,), (d, c)
 
 
+@kernel(macs=lambda phi, psi, n_prime, k_prime, q, rng, points: shamir_share_macs(n_prime, k_prime,
+                                                                                 phi.size + psi.size),
+        out=lambda phi, psi, n_prime, k_prime, q, rng, points:
+        [(Shape(tuple(phi.shape), field_dtype(q)), Shape(tuple(psi.shape), field_dtype(q)))] * n_prime)
 def share_device_secrets(phi: np.ndarray, psi: np.ndarray, n_prime: int, k_prime: int, q: int,
                          rng: np.random.Generator, points: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Sec. VI-A: Shamir ``(n', k')`` shares of both secrets of one device.
@@ -126,13 +132,16 @@ def share_device_secrets(phi: np.ndarray, psi: np.ndarray, n_prime: int, k_prime
     Returns
     -------
     list of (phi_j, psi_j), one per device ``j`` of the group
-        Charges ``n' k' (d(d+1)/2 + d c)`` MACs (:func:`shamir_share_macs`).
+        Each of the secrets' shapes over GF(q); charges ``n' k' (d(d+1)/2 + d c)`` MACs
+        (:func:`shamir_share_macs`; declared, :func:`fednet.algebra.meter.kernel`).
     """
     sp = shamir_share(phi, n_prime, k_prime, q, rng, points)
     sg = shamir_share(psi, n_prime, k_prime, q, rng, points)
     return [(sp[j], sg[j]) for j in range(n_prime)]
 
 
+@kernel(macs=lambda shares, q, d, rhs_bits: combine_macs(len(shares), shares[0][0].size + shares[0][1].size),
+        out=lambda shares, q, d, rhs_bits: (None, Shape(tuple(shares[0][1].shape), field_dtype(q))))
 def combine_shares(shares: Sequence[tuple[np.ndarray, np.ndarray]], q: int, d: int,
                    rhs_bits: int) -> tuple[PreparedMatrix, np.ndarray]:
     """Sec. VI-A: a device sums the ``n'`` shares it holds into ``Phi^(i)`` (prepared, ``(d, d)``) and ``Psi^(i)``.
@@ -149,13 +158,16 @@ def combine_shares(shares: Sequence[tuple[np.ndarray, np.ndarray]], q: int, d: i
     -------
     Phi : PreparedMatrix, (d, d) over GF(q)
     Psi : ndarray, (d, c) over GF(q)
-        Charges ``(n' - 1)(d(d+1)/2 + d c)`` MACs.
+        Charges ``(n' - 1)(d(d+1)/2 + d c)`` MACs (:func:`combine_macs`; declared,
+        :func:`fednet.algebra.meter.kernel`; timing mode carries no stand-in of ``Phi``, only ``Psi``'s).
     """
     phi = sum_mod([s[0] for s in shares], q)
     psi = sum_mod([s[1] for s in shares], q)
     return PreparedMatrix(unpack_upper(phi, d), q, rhs_bits=rhs_bits), psi
 
 
+@kernel(macs=lambda Phi, Psi, eps, q: device_share_macs(*Psi.shape),
+        out=lambda Phi, Psi, eps, q: Shape(tuple(Psi.shape), field_dtype(q)))
 def device_share(Phi: PreparedMatrix, Psi: np.ndarray, eps: np.ndarray, q: int) -> np.ndarray:
     """Eq. (13): ``G~ = Psi + Phi epsilon`` over GF(q).
 
@@ -169,13 +181,16 @@ def device_share(Phi: PreparedMatrix, Psi: np.ndarray, eps: np.ndarray, q: int) 
 
     Returns
     -------
-    ndarray, (d, c) over GF(q); charges ``d^2 c + d c`` MACs.
+    ndarray, (d, c) over GF(q); charges ``d^2 c + d c`` MACs (:func:`device_share_macs`; declared,
+    :func:`fednet.algebra.meter.kernel`).
     """
     return add_mod(Psi, Phi.matmul_signed(eps), q)
 
 
+@kernel(macs=lambda acc, part, q: add_macs(*acc.shape), out=lambda acc, part, q: Shape(tuple(acc.shape), field_dtype(q)))
 def add_shares(acc: np.ndarray, part: np.ndarray, q: int) -> np.ndarray:
-    """Eq. (15): a device adds the running sum it received from the child group; charges ``d c`` MACs."""
+    """Eq. (15): a device adds the running sum it received from the child group, ``(d, c)`` over GF(q); charges
+    ``d c`` MACs (:func:`add_macs`; declared, :func:`fednet.algebra.meter.kernel`)."""
     return add_mod(acc, part, q)
 
 
@@ -210,8 +225,12 @@ def decode_aggregate(shares: np.ndarray, points, k_prime: int, q: int, k: int, f
     return exact, G
 
 
+@kernel(macs=lambda shares, points, k_prime, q, k, f: decode_macs(k_prime, *shares[0].shape),
+        out=lambda shares, points, k_prime, q, k, f: (Shape(tuple(shares[0].shape), object),
+                                                      Shape(tuple(shares[0].shape), np.float64)))
 def decode_shares(shares: Sequence[np.ndarray], points, k_prime: int, q: int, k: int, f: int):
-    """:func:`decode_aggregate` of a list of ``k'`` shares (each ``(d, c)``)."""
+    """:func:`decode_aggregate` of a list of ``k'`` shares (each ``(d, c)``): ``(exact, G)``, (d, c) object and
+    float64; charges :func:`decode_macs` (declared, :func:`fednet.algebra.meter.kernel`)."""
     return decode_aggregate(np.stack(shares), points, k_prime, q, k, f)
 
 

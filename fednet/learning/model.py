@@ -56,14 +56,13 @@ fixed-point scale; its server update (decode, psi, clip, stochastic rounding) is
 
 from __future__ import annotations
 
-import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Union
 
 import numpy as np
 
-from fednet.algebra.meter import charge, matmul
+from fednet.algebra.meter import charge, matmul, unmetered  # noqa: F401 (unmetered re-exported: its old home)
 from fednet.algebra.slices import rows_matmul
 from fednet.learning.models import ridge_gradient
 
@@ -92,23 +91,6 @@ Params = dict[str, np.ndarray]
 
 #: What the model methods accept: :data:`Params`, or a bare array for a one-parameter model.
 ParamsOrArray = Union[Params, np.ndarray]
-
-
-@contextlib.contextmanager
-def unmetered() -> Iterator[None]:
-    """Run metered kernels without charging the meters open around the block (the observer's work).
-
-    Evaluating a composite model (:class:`fednet.learning.split_model.SplitModel`) calls its
-    parts' metered ``forward``; inside this block no open meter is charged. It hides the open
-    meters exactly as :func:`fednet.algebra.meter.macs_of` does.
-    """
-    from fednet.algebra import meter as _meter
-
-    token = _meter._ACTIVE.set(())
-    try:
-        yield
-    finally:
-        _meter._ACTIVE.reset(token)
 
 
 def as_targets(y: np.ndarray, n_outputs: int, name: str = "y") -> np.ndarray:

@@ -21,7 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from fednet.algebra.meter import charge
-from fednet.learning.model import Model, Params, ParamsOrArray, unmetered
+from fednet.algebra.meter import unmetered
+from fednet.learning.model import Model, Params, ParamsOrArray
 from fednet.learning.partitions import VerticalSplit
 
 __all__ = ["SplitModel"]

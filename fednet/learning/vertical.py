@@ -32,7 +32,7 @@ import numpy as np
 
 from fednet.algebra.meter import charge, matmul
 from fednet.learning.datasets import DatasetError, load_dataset, resolve_data_dir
-from fednet.learning.model import unmetered
+from fednet.algebra.meter import unmetered
 from fednet.learning.partitions import vertical_split
 from fednet.learning.task import LearningTask
 from fednet.learning.torch_models import MLPModel

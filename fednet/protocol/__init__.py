@@ -33,11 +33,28 @@ on purpose (bookkeeping).  Work done outside those primitives (offline set-up th
 time, the observer's accuracy) is not charged.
 
 One code path, two modes.  Put the math of a step in a pure function (``fednet.codes`` /
-``fednet.algebra``) and call it through ``self.mode.run(fn, *args, ...)``: in ``full`` mode it runs;
-in ``timing`` mode it charges the MACs the same kernels meter at the same shapes and returns
-:class:`Shape` stand-ins (``macs=`` gives a closed form -- checked against the kernel in full mode --
-or a cheaper measuring closure; ``stand_in=`` gives the host's value of the output).  Offline
-host work goes through ``self.mode.offline``, observer checks through ``self.mode.observe``, the
+``fednet.algebra``) that declares its costs once, where it is defined, and call it through
+``self.mode.run(kernel, *args)``, with no cost keywords::
+
+    from fednet.algebra.meter import kernel, matmul
+    from fednet.algebra.shape import Shape
+
+    @kernel(macs=lambda X, W: X.shape[0] * X.shape[1] * W.shape[1],          # the closed form (paper, eq. N)
+            out=lambda X, W: Shape((X.shape[0], W.shape[1]), np.float64))    # timing mode's stand-in
+    def embed(X, W):
+        return matmul(X, W)
+
+    H = self.mode.run(embed, X, W)
+
+In ``full`` mode the kernel runs under a MAC meter and the declared count (and output shapes) must
+equal what it meters, on every call, else :class:`~fednet.algebra.meter.DeclaredCostError` names the
+kernel, the protocol step and both counts; in ``timing`` mode the declared count is charged and the
+declared :class:`Shape` stand-ins returned, without running the kernel.  The value a timing-mode run
+follows (the host's plain computation) is a separate hook -- ``value=`` on the declaration, or
+``stand_in=`` on the call -- that runs under :func:`~fednet.algebra.meter.unmetered`, so it is never
+billed.  An undeclared function still works: timing mode measures it on zero operands once per shape
+signature (or by a ``macs=`` closed form or measuring closure, which full mode checks every call).
+Offline host work goes through ``self.mode.offline``, observer checks through ``self.mode.observe``, the
 update through ``self.mode.update``.  A protocol whose decoded update equals the plain full-batch
 gradient sets ``exact_trajectory = True`` and timing mode follows the task's cached trajectory.
 

@@ -3,13 +3,17 @@
 A protocol's round is written once. Every piece of math goes through the protocol's mode object
 (``self.mode``):
 
-``mode.run(fn, *args, ...)``
+``mode.run(kernel, *args)``
     A charged step (called inside ``compute_each`` / ``gather`` / ``server_compute`` /
-    ``tree_aggregate``, whose meter picks up the charge).  :class:`Full` executes ``fn`` (its metered
-    kernels charge the MACs).  :class:`Timing` does not execute it on the real values: it charges the
-    MACs the same kernels meter at the same shapes (measured once per shape signature by running
-    ``fn`` on zero operands, or by a cheaper measuring closure, or a closed form tested against the
-    kernel) and returns :class:`Shape` stand-ins of the outputs.
+    ``tree_aggregate``, whose meter picks up the charge).  A kernel declares its MAC count and output
+    shapes once (:func:`fednet.algebra.meter.kernel`).  :class:`Full` executes it (its metered kernels
+    charge the MACs) and checks the metered count and the outputs' shapes against the declaration on
+    every call (:class:`~fednet.algebra.meter.DeclaredCostError`, naming the kernel and, through the
+    primitive, the protocol step).  :class:`Timing` does not execute it: it charges the declared count
+    and returns the declared :class:`Shape` stand-ins, whose ``value`` is the host's plain computation
+    (the declaration's ``value`` hook or the call's ``stand_in=``), run unmetered so it is never billed.
+    An undeclared ``fn`` is measured once per shape signature by running it on zero operands (or by
+    a ``macs=`` closed form or cheaper measuring closure, both checked on every full-mode call).
 ``mode.offline(fn, *args, like=...)``
     Uncharged host work (offline phases, not timed): Full runs it, Timing returns ``like``.
 ``mode.observe(fn, *args)``
@@ -38,7 +42,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from fednet.algebra.meter import MacMeter, charge, macs_of
+from fednet.algebra.meter import DeclaredCostError, MacMeter, call_unmetered, charge, declared_cost, macs_of
 from fednet.algebra.shape import Shape
 
 __all__ = ["Mode", "Full", "Timing", "Shape", "Opaque", "SharedTrajectory", "make_mode", "MODES"]
@@ -116,6 +120,41 @@ def _stub(out: Any, producer: tuple, path: tuple = ()) -> Any:
     return Opaque(type(out).__name__, producer, path, None if size is None else int(size))
 
 
+def _measure_key(fn: Any, args: tuple, kwargs: dict, key: Any) -> tuple:
+    """The cache key of an undeclared step's measured count: its name and ``key``, or its shape signature."""
+    return ("fednet.protocol.modes", getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn)),
+            (_signature(args), _signature(kwargs)) if key is None else ("key", key))
+
+
+def _no_cost_keywords(cost: Any, macs: Any, like: Any, key: Any) -> None:
+    """Refuse cost keywords for a kernel that declares its costs (the declaration is the one source)."""
+    given = [name for name, v in (("macs", macs), ("like", like), ("key", key)) if v is not None]
+    if given:
+        raise TypeError(f"kernel {cost.name} declares its costs (fednet.algebra.meter.kernel); "
+                        f"mode.run takes no {', '.join(given)} for it")
+
+
+def _check_outputs(cost: Any, out: Any, declared: Any, path: str = "") -> None:
+    """Full mode: ``out`` has the declared stand-ins' shapes (and dtypes, for arrays); ``None`` declares an
+    output timing mode does not carry, a non-Shape declaration is not compared."""
+    if isinstance(declared, Shape):
+        shape = getattr(out, "shape", None)
+        if shape is None:
+            return
+        if tuple(shape) != tuple(declared.shape) or (isinstance(out, np.ndarray)
+                                                     and out.dtype != np.dtype(declared.dtype)):
+            raise DeclaredCostError(
+                f"kernel {cost.name} returned output{path or ''} of shape {tuple(shape)}, dtype "
+                f"{getattr(out, 'dtype', None)} but declares Shape{tuple(declared.shape)}, {np.dtype(declared.dtype)} "
+                f"(what timing mode returns)", cost.name)
+    elif isinstance(declared, (tuple, list)):
+        if not isinstance(out, (tuple, list)) or len(out) != len(declared):
+            raise DeclaredCostError(f"kernel {cost.name} returned {type(out).__name__} output{path} but declares "
+                                    f"{len(declared)} outputs", cost.name)
+        for i, (o, d) in enumerate(zip(out, declared)):
+            _check_outputs(cost, o, d, f"{path}[{i}]")
+
+
 _MISSES = itertools.count()
 
 #: Shape signature -> stand-ins of the outputs (the MACs are in fednet.algebra.meter's cache).
@@ -158,23 +197,41 @@ class Mode:
             like: Any = None, stand_in: Callable[[], Any] | None = None, key: Any = None, **kwargs: Any) -> Any:
         """Evaluate a charged step ``fn(*args, **kwargs)`` (see :class:`Full`, :class:`Timing`).
 
+        A kernel that declares its costs (:func:`fednet.algebra.meter.kernel`) is called without cost
+        keywords: ``mode.run(kernel, *args)``.  Full mode checks the declaration against the metered
+        count (and the outputs against the declared shapes) on every call; timing mode charges the
+        declaration and returns the declared stand-ins.  An undeclared ``fn`` is measured as below.
+
         Parameters
         ----------
         fn : callable
-            A pure function built from metered kernels.
+            A pure function built from metered kernels, declared (:func:`~fednet.algebra.meter.kernel`)
+            or not.
         macs : int or callable, optional
-            How timing mode learns the count without running ``fn`` on operands of the real
-            shapes (when that is too slow on the host, e.g. Python-int fields): an int (a closed
-            form; full mode checks it against the metered count), or a closure running the same
-            kernels at the same shapes more cheaply (e.g. in a smaller field), measured once per
-            shape signature.  Default: run ``fn`` on zero operands once per shape signature.
+            Undeclared ``fn`` only: how timing mode learns the count without running ``fn`` on
+            operands of the real shapes (when that is too slow on the host, e.g. Python-int fields):
+            an int (a closed form), or a closure running the same kernels at the same shapes more
+            cheaply (e.g. in a smaller field), measured once per ``key``.  Full mode checks either
+            against the metered count on every call.  Default: run ``fn`` on zero operands once per
+            shape signature.
         like : Any, optional
             Timing mode's outputs when ``macs`` is given (stand-ins of the right shapes).
         stand_in : callable() -> Any, optional
-            Timing mode: the host's (uncharged) value of the output, carried as ``Shape.value``.
+            Timing mode: the host's value of a single array output, carried as ``Shape.value``
+            (overrides a declared ``value`` hook).  It runs under
+            :func:`~fednet.algebra.meter.unmetered`: a stand-in is never billed.
         key : hashable, optional
             With a ``macs`` closure: what its count depends on (default: the shape signature of the
             arguments, which holds the values of scalar and list arguments).
+
+        Raises
+        ------
+        fednet.algebra.meter.DeclaredCostError
+            Full mode: the metered MACs differ from the declared or given closed form (an
+            ``AssertionError`` naming the kernel, both counts, and the protocol step where known).
+        TypeError
+            Cost keywords given with a declared kernel, or ``stand_in`` for an output that is not a
+            single array.
         """
         raise NotImplementedError
 
@@ -209,20 +266,38 @@ class Full(Mode):
     exact = True
 
     def run(self, fn, *args, macs=None, like=None, stand_in=None, key=None, **kwargs):
-        """``fn(*args, **kwargs)``; with an int ``macs``, checks the metered count equals it.
+        """``fn(*args, **kwargs)`` under a :class:`MacMeter`, checked against its declared or given count.
 
         Raises
         ------
-        AssertionError
-            If an int ``macs`` (the closed form timing mode charges) differs from the metered count.
+        fednet.algebra.meter.DeclaredCostError
+            If the metered count differs from the declaration (:func:`~fednet.algebra.meter.kernel`), an
+            int ``macs`` or a ``macs`` closure's measured count (what timing mode charges), or the outputs
+            differ from the declared shapes.
         """
-        if not isinstance(macs, int) or isinstance(macs, bool):
+        cost = declared_cost(fn)
+        if cost is not None:
+            _no_cost_keywords(cost, macs, like, key)
+            with MacMeter() as meter:
+                out = fn(*args, **kwargs)
+            declared = cost.count(args, kwargs)
+            if meter.macs != declared:
+                raise DeclaredCostError(f"kernel {cost.name} metered {meter.macs} MACs but declares {declared} "
+                                        f"(what timing mode charges)", cost.name)
+            _check_outputs(cost, out, cost.outputs(args, kwargs))
+            return out
+        if macs is None:
             return fn(*args, **kwargs)
         with MacMeter() as meter:
             out = fn(*args, **kwargs)
-        if meter.macs != macs:
-            raise AssertionError(f"{getattr(fn, '__qualname__', fn)} metered {meter.macs} MACs but its closed "
-                                 f"form (charged in timing mode) says {macs}")
+        if callable(macs):
+            expected, what = macs_of(_measure_key(fn, args, kwargs, key), macs), "measuring closure"
+        else:
+            expected, what = macs, "closed form"
+        if meter.macs != expected:
+            name = getattr(fn, "__qualname__", repr(fn))
+            raise DeclaredCostError(f"{name} metered {meter.macs} MACs but its {what} (charged in timing mode) "
+                                    f"says {expected}", name)
         return out
 
     def offline(self, fn, *args, like=None, **kwargs):
@@ -241,22 +316,27 @@ class Timing(Mode):
     exact = False
 
     def run(self, fn, *args, macs=None, like=None, stand_in=None, key=None, **kwargs):
-        """Charge ``fn``'s metered MACs at these shapes; return stand-ins (with ``stand_in()`` as value)."""
-        if isinstance(macs, int) and not isinstance(macs, bool):   # a closed form: no key needed
+        """Charge ``fn``'s declared (or metered) MACs at these shapes; return stand-ins (with the host's value).
+
+        A declared kernel is not run: its declared count is charged and its declared stand-ins returned.
+        The host's value (``stand_in()``, else the declaration's ``value`` hook) is computed unmetered.
+        """
+        cost = getattr(fn, "__kernel_cost__", None)         # declared_cost(fn), inlined (the hot path)
+        if cost is not None:
+            if macs is not None or like is not None or key is not None:
+                _no_cost_keywords(cost, macs, like, key)
+            charge(cost.count(args, kwargs))
+            out = cost.outputs(args, kwargs)
+            if stand_in is None and cost.value is not None:
+                stand_in = lambda: cost.value(*args, **kwargs)   # noqa: E731
+        elif isinstance(macs, int) and not isinstance(macs, bool):   # a closed form: no key needed
             charge(macs)
             out = like
-            if stand_in is not None:
-                if not isinstance(out, Shape):
-                    raise TypeError(f"stand_in needs a single array output of {getattr(fn, '__qualname__', fn)}; "
-                                    f"pass like=Shape(...)")
-                out = Shape(out.shape, out.dtype, stand_in())
-            return out
-        key = ("fednet.protocol.modes", getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn)),
-               (_signature(args), _signature(kwargs)) if key is None or macs is None
-               else ("key", key))
-        if macs is not None:
-            n, out = macs_of(key, macs), like
+        elif macs is not None:
+            charge(macs_of(_measure_key(fn, args, kwargs, key), macs))
+            out = like
         else:
+            key = _measure_key(fn, args, kwargs, None)
             if key not in _OUTPUTS:
                 operands: list = []                   # built outside the measurement (and charged to nobody)
                 macs_of(("fednet.protocol.modes.operands", next(_MISSES)),
@@ -264,13 +344,13 @@ class Timing(Mode):
                 result: list = []
                 macs_of(key, lambda: result.append(fn(*operands[0][0], **operands[0][1])))
                 _OUTPUTS[key] = _stub(result[0], (fn, args, kwargs)) if result else None
-            n, out = macs_of(key, lambda: None), _OUTPUTS[key]
-        charge(n)
+            charge(macs_of(key, lambda: None))
+            out = _OUTPUTS[key]
         if stand_in is not None:
             if not isinstance(out, Shape):
                 raise TypeError(f"stand_in needs a single array output of {getattr(fn, '__qualname__', fn)}; "
-                                f"pass like=Shape(...)")
-            out = Shape(out.shape, out.dtype, stand_in())
+                                f"pass like=Shape(...) or declare out=Shape(...)")
+            out = Shape(out.shape, out.dtype, call_unmetered(stand_in))     # the host's value: never billed
         return out
 
     def offline(self, fn, *args, like=None, **kwargs):

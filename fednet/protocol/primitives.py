@@ -36,7 +36,7 @@ from typing import Any, Literal
 import networkx as nx
 import simpy
 
-from fednet.algebra.meter import MacMeter
+from fednet.algebra.meter import DeclaredCostError, MacMeter
 from fednet.sim.compute import compute_seconds
 from fednet.sim.engine import reference, wire
 from fednet.sim.engine.backends import BY_KIND
@@ -121,7 +121,10 @@ class Net:
         def run(*args: Any, **kwargs: Any) -> Any:
             """Run ``fn`` under a MAC meter; raise :class:`UnchargedCompute` if it charged none."""
             with MacMeter() as meter:
-                out = fn(*args, **kwargs)
+                try:
+                    out = fn(*args, **kwargs)
+                except DeclaredCostError as err:          # name the protocol step that ran the kernel
+                    raise err.in_step(f"{self.label}: step {step!r}").with_traceback(err.__traceback__) from None
             if meter.macs == 0:
                 name = getattr(fn, "__qualname__", repr(fn))
                 raise UnchargedCompute(f"{self.label}: step {step!r} ran {name} but it charged 0 MACs; "
