@@ -57,7 +57,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, field_validator,
+                      model_validator)
 from pydantic_core import PydanticCustomError
 
 from fednet.errors import ConfigError
@@ -524,6 +525,9 @@ class Study(_Strict):
     network: NetworkSpec = NetworkSpec()
     training: TrainingSpec = TrainingSpec()
     runs: list[RunSpec] = Field(min_length=1)
+    #: The folder of the study file (:func:`load_study`): its ``"module:Name"`` protocols and builders are imported
+    #: from there too, wherever the study runs (:mod:`fednet.study.usercode`). Not part of the study's data.
+    _folder: Path | None = PrivateAttr(None)
 
     @field_validator("seeds")
     @classmethod
@@ -972,7 +976,9 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
             raw["runs"] = select_runs(raw["runs"], only_runs, raw.get("baseline"))
     try:
         with search_path(path.parent):  # "module:Class" protocols and builders may sit beside the study
-            return Study.model_validate(raw, strict=True)
+            study = Study.model_validate(raw, strict=True)
+        study._folder = path.parent.resolve()
+        return study
     except ValidationError as e:
         lines = _format_errors(e)
         if not any(err["loc"] == () for err in e.errors()) and isinstance(raw.get("runs"), list):
