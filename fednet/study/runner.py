@@ -70,7 +70,7 @@ from .threads import scoped_environment
 from .usercode import study_imports, user_modules
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
 
-__all__ = ["prepare_task", "vertical_task", "load_source", "build_network", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
+__all__ = ["prepare_task", "vertical_task", "load_source", "build_network", "check_graph", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
            "write_results"]
 
 from fednet.protocol.trace import COLUMNS
@@ -196,9 +196,8 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
 
     Raises
     ------
-    ValueError
-        If a user builder returns something other than a networkx graph, or a graph whose number
-        of devices differs from ``spec.n_devices``.
+    fednet.errors.ConfigError
+        If a user builder returns a graph the simulation cannot run (:func:`check_graph`).
     """
     D = spec.n_devices
     topo_rng = Streams(seed, 1).generator("topology")
@@ -214,11 +213,7 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
                      server_mac_rate=spec.server_mac_rate, device_mac_rates=rates, rng=topo_rng)
     else:
         g = builder(spec.kind)(D, rng=topo_rng, **spec.params)
-        if not isinstance(g, nx.Graph):
-            raise ValueError(f"network builder {spec.kind!r} returned {type(g).__name__}, not a networkx graph")
-        n = sum(1 for _, a in g.nodes(data=True) if a.get("role") == "device")
-        if n != D:
-            raise ValueError(f"network builder {spec.kind!r} built {n} devices for n_devices = {D}")
+        check_graph(g, spec.kind, D)
     gs = spec.groups
     if gs is not None:
         if gs.membership is not None:
@@ -229,6 +224,50 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
                                   rng=Streams(seed if gs.seed is None else gs.seed, 1).generator("topology", "groups"))
         assign_groups(g, members)
     return g
+
+
+def check_graph(g: Any, kind: str, n_devices: int) -> None:
+    """Refuse a user builder's graph that a :class:`~fednet.sim.simulation.Simulation` cannot run.
+
+    Parameters
+    ----------
+    g : object
+        What the builder returned.
+    kind : str
+        The builder (``"package.module:function"``), for messages.
+    n_devices : int
+        ``network.n_devices``.
+
+    Raises
+    ------
+    fednet.errors.ConfigError
+        Naming the problem: not a networkx graph; a node whose ``role`` is neither ``"device"`` nor ``"server"``
+        (an edge server, a relay: fednet models one server, devices and direct device-to-device edges; relay
+        through the server or add device-to-device edges instead); not exactly one server; another number of
+        devices than ``n_devices``; a device without a link to the server.
+    """
+    if not isinstance(g, nx.Graph):
+        raise ConfigError(f"network builder {kind!r} returned {type(g).__name__}, not a networkx graph")
+    roles: dict[Any, list[Any]] = {}
+    for k, a in g.nodes(data=True):
+        roles.setdefault(a.get("role"), []).append(k)
+    others = {r: ks for r, ks in roles.items() if r not in ("device", "server")}
+    if others:
+        role, keys = next(iter(others.items()))
+        raise ConfigError(f"network builder {kind!r} built node(s) {keys[:3]} with role {role!r}: fednet simulates one "
+                          f"node with role 'server' and nodes with role 'device' (no edge servers or relays; devices "
+                          f"reach each other through the server, or over device-to-device edges)")
+    servers = roles.get("server", [])
+    if len(servers) != 1:
+        raise ConfigError(f"network builder {kind!r} built {len(servers)} nodes with role 'server'; the network needs "
+                          f"exactly one")
+    devices = roles.get("device", [])
+    if len(devices) != n_devices:
+        raise ConfigError(f"network builder {kind!r} built {len(devices)} devices for n_devices = {n_devices}")
+    unlinked = [k for k in devices if not g.has_edge(k, servers[0])]
+    if unlinked:
+        raise ConfigError(f"network builder {kind!r}: device(s) {unlinked[:3]} have no edge to the server "
+                          f"{servers[0]!r}")
 
 
 def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False) -> Simulation:
