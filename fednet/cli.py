@@ -261,7 +261,11 @@ def _cmd_topology(args: argparse.Namespace) -> int:
     if args.run is not None:
         runs = [r for r in study.runs if r.name == args.run]
         if not runs:
-            print(f"fednet: no run labelled {args.run!r}; labels: {[r.name for r in study.runs]}", file=sys.stderr)
+            from fednet.study.config import _did_you_mean, label_choices
+
+            labels = [r.name for r in study.runs]
+            print(f"fednet: --run: no run labelled {args.run!r}{_did_you_mean(args.run, labels)}; "
+                  f"{label_choices(args.run, labels)}", file=sys.stderr)
             return 2
         run = runs[0]
     else:  # the first grouped run, else the first run

@@ -129,3 +129,14 @@ def test_every_readme_command_runs_reduced(tmp_path, monkeypatch, capsys) -> Non
     assert not failures, "README commands that fail:\n" + "\n".join(failures)
     assert ran >= 10, f"only {ran} README commands ran"
     assert len(skipped) <= 1, skipped       # only the one that needs a real scheduler
+
+
+def test_an_unknown_label_is_named_with_the_closest_labels_not_all_of_them(capsys) -> None:
+    """The README's old topology example (a label fig7_mnist no longer has) used to print all 136 labels on one line."""
+    assert main(["topology", "fig7_mnist", "--run", "CodedSecAgg z=1 N=8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "136 labels, 4 starting with 'CodedSecAgg z=1 N=8': [" in err
+    assert "'CodedSecAgg z=1 N=8 relay_steps fednet'" in err and len(err) < 600
+    assert main(["run", "fig7_mnist", "--runs", "CodedSecAgg z=1 N=8", "--epochs", "0", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "136 labels, 4 starting with" in err and len(err) < 800

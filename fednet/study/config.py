@@ -747,6 +747,22 @@ def _did_you_mean(name: Any, candidates: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def label_choices(name: Any, labels: Sequence[str], limit: int = 8) -> str:
+    """The labels to offer for an unknown run label ``name``: all of them when few, else the closest ``limit``.
+
+    A study of 136 runs (fig7_mnist) no longer prints every label on one line.
+    """
+    labels = list(labels)
+    if len(labels) <= limit:
+        return f"labels: {labels}"
+    starting = [x for x in labels if x.startswith(str(name))]
+    if starting:
+        more = f" and {len(starting) - limit} more" if len(starting) > limit else ""
+        return f"{len(labels)} labels, {len(starting)} starting with {str(name)!r}: {starting[:limit]}{more}"
+    close = difflib.get_close_matches(str(name), labels, n=limit, cutoff=0.4)
+    return f"{len(labels)} labels, {'the closest' if close else 'the first'}: {close or labels[:limit]}"
+
+
 def expand_sweeps(runs: list[Any]) -> list[Any]:
     """Expand every run entry holding a ``sweep`` grid into one entry per combination.
 
@@ -974,7 +990,7 @@ def select_runs(raw_runs: list[Any], labels: Sequence[str], baseline: str | None
     unknown = [x for x in labels if x not in have]
     if unknown:
         hints = "; ".join(f"{x!r}{_did_you_mean(x, have)}" for x in unknown)
-        raise StudyError(f"--runs: no run labelled {hints}; labels: {have}")
+        raise StudyError(f"--runs: no run labelled {hints}; {label_choices(unknown[0], have)}")
     keep = set(labels) | ({baseline} if baseline else set())
     return [r for r, name in zip(raw_runs, have) if name in keep]
 
