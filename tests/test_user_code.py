@@ -138,3 +138,26 @@ def test_code_the_workers_cannot_import_fails_at_once_without_a_checkpoint(outsi
     with pytest.raises(ConfigError, match=r"cannot import the study's own code: .*w30_"):
         run_study(study, out, progress=False, plot=False, scheduler=client.scheduler.address)
     assert not out.exists() and not any(p.name.endswith(".fednet-checkpoint") for p in tmp_path.iterdir())
+
+
+def test_a_helper_module_beside_the_protocol_is_shipped_and_fednet_never_is(tmp_path, monkeypatch) -> None:
+    from fednet.study.usercode import ship_files, user_modules
+
+    (tmp_path / "w30_helper.py").write_text("FACTOR = 1\n")
+    (tmp_path / "w30_pkg").mkdir()
+    (tmp_path / "w30_pkg" / "__init__.py").write_text("")
+    (tmp_path / "w30_pkg" / "proto.py").write_text("import w30_helper\n" + PROTOCOL)
+    (tmp_path / "s.toml").write_text(STUDY.format(protocol="w30_pkg.proto:MyFL").replace('kind = "w30_net:my_star"\n', "")
+                                     .replace("params = { uplink_bps = 4e6 }\n", "")
+                                     .replace('label = "built-in"\nprotocol = "conventional"',
+                                              'label = "built-in"\nprotocol = "fednet.protocols.conventional:ConventionalFL"'))
+    monkeypatch.chdir(tmp_path.parent)
+    try:
+        study = load_study(tmp_path / "s.toml")
+        mods = {m.module: m for m in user_modules(study)}
+        assert mods["fednet.protocols.conventional"].files == {} and not mods["fednet.protocols.conventional"].as_dict()["shipped"]
+        files = ship_files(list(mods.values()))
+        assert set(files) == {"w30_pkg/__init__.py", "w30_pkg/proto.py", "w30_helper.py"}
+    finally:
+        for m in [m for m in sys.modules if m.startswith("w30_")]:
+            del sys.modules[m]

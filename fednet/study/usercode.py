@@ -174,12 +174,41 @@ def user_modules(study: Any) -> list[UserModule]:
             mod = sys.modules[module]
             file = getattr(mod, "__file__", None)
             path = Path(file).resolve() if file else None
-            installed = path is None or _inside(path, roots)
             top = module.split(".")[0]
-            files = {} if installed else _package_files(sys.modules[top], top)
+            installed = path is None or top == "fednet" or _inside(path, roots)
+            files = {} if installed else {**_package_files(sys.modules[top], top), **_siblings(sys.modules[top], roots)}
             out.append(UserModule(spec, what, module, None if path is None else str(path),
                                   None if path is None or not path.is_file() else _sha256(path), installed, files))
     return out
+
+
+def _import_root(module: Any) -> Path | None:
+    """The folder a top-level module was imported from (its file's folder; a package's parent folder)."""
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    p = Path(file).resolve()
+    return p.parent.parent if getattr(module, "__path__", None) else p.parent
+
+
+def _siblings(module: Any, roots: list[Path]) -> dict[str, bytes]:
+    """The source of the other top-level modules imported so far from the folder ``module`` came from.
+
+    A protocol that imports a helper module beside it (``from helpers import x``) needs that helper on the
+    workers too.
+    """
+    folder = _import_root(module)
+    files: dict[str, bytes] = {}
+    if folder is None:
+        return files
+    for name, mod in list(sys.modules.items()):
+        if "." in name or name == "fednet" or mod is None or mod is module:
+            continue
+        file = getattr(mod, "__file__", None)
+        if not file or _import_root(mod) != folder or _inside(Path(file).resolve(), roots):
+            continue
+        files.update(_package_files(mod, name))
+    return files
 
 
 def ship_files(modules: list[UserModule]) -> dict[str, bytes]:
