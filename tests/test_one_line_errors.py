@@ -141,8 +141,8 @@ def test_plugin_reusing_a_builtin_name_is_one_line_in_describe_and_list(folder, 
 
 
 def test_closed_pipe_is_one_line_and_status_2(tmp_path) -> None:
-    fednet = Path(sys.executable).with_name("fednet")
-    proc = subprocess.Popen([str(fednet), "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, "-m", "fednet.cli", "list"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
     proc.stdout.close()                      # the reader is gone before fednet writes (fednet list | head -0)
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 2, err
