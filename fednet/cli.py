@@ -44,6 +44,8 @@ Exit status 2, with one message on stderr and no traceback, for any
 :class:`fednet.errors.FednetError`: a bad study (the message names the key and value), bad
 data, an output folder fednet may not replace or that another run holds (the message names its
 process id), or, in a ``strict`` study, a round that cannot complete. Nothing is written then.
+The same for a plugin that cannot be imported or reuses a taken name (``fednet describe``; ``fednet list`` reports
+it on stderr and lists the others) and for a reader that closes stdout early (``fednet list | head``: broken pipe).
 Status 128 + N when stopped by signal N (SIGINT: 130, SIGTERM: 143); the staging folder is
 removed and the lock released. Any other exception is a bug and shows its traceback.
 """
@@ -150,13 +152,17 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     from fednet.study.describe import describe_protocol
 
     try:
-        print(describe_protocol(args.protocol))
+        text = describe_protocol(args.protocol)
     except KeyError as e:
         from fednet.protocol import registry
         from fednet.study.config import _did_you_mean
 
         print(f"fednet: {e.args[0]}{_did_you_mean(args.protocol, registry.names())}", file=sys.stderr)
         return 2
+    except (ImportError, ValueError, TypeError) as e:   # a broken or clashing plugin (a name taken twice)
+        print(f"fednet: protocol {args.protocol!r}: {e}", file=sys.stderr)
+        return 2
+    print(text)
     return 0
 
 
@@ -233,7 +239,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     for name in registry.names():
         try:
             doc = ((registry.get(name).__doc__ or "").strip().splitlines() or [""])[0]
-        except (ImportError, ValueError, TypeError, KeyError) as e:   # one broken plugin: reported, skipped
+        except Exception as e:   # noqa: BLE001 - one broken plugin (a clashing name, an import error): reported, skipped
             print(f"fednet: protocol {name!r} skipped: {e}", file=sys.stderr)
             print(f"  {name:<20} (broken plugin, skipped: see stderr)")
             continue
@@ -261,7 +267,11 @@ def _cmd_topology(args: argparse.Namespace) -> int:
     if args.run is not None:
         runs = [r for r in study.runs if r.name == args.run]
         if not runs:
-            print(f"fednet: no run labelled {args.run!r}; labels: {[r.name for r in study.runs]}", file=sys.stderr)
+            from fednet.study.config import _did_you_mean, label_choices
+
+            labels = [r.name for r in study.runs]
+            print(f"fednet: --run: no run labelled {args.run!r}{_did_you_mean(args.run, labels)}; "
+                  f"{label_choices(args.run, labels)}", file=sys.stderr)
             return 2
         run = runs[0]
     else:  # the first grouped run, else the first run
@@ -300,6 +310,26 @@ def _cmd_topology(args: argparse.Namespace) -> int:
         path = draw_topology(graph, args.plot, n_groups=len(groups), title=f"{study.name}: {run.name} (seed {seed})")
         print(f"drawn to {path}")
     return 0
+
+
+def _broken_pipe() -> int:
+    """The reader of stdout went away (``fednet list | head``): one line on stderr, status 2, no traceback.
+
+    stdout is pointed at ``/dev/null`` so that the interpreter's final flush does not fail again.
+    """
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):    # stdout without a file descriptor (captured): nothing to redirect
+        pass
+    try:
+        print("fednet: output cut short: the reader of stdout closed it (broken pipe)", file=sys.stderr)
+    except OSError:
+        pass
+    return 2
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -390,7 +420,11 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     logging.basicConfig(level=logging.WARNING - 10 * min(args.verbose, 2), format="%(levelname)s %(name)s: %(message)s")
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()                 # a closed pipe is found here, not at exit
+        return status
+    except BrokenPipeError:
+        return _broken_pipe()
     except FednetError as e:
         print(f"fednet: {e}", file=sys.stderr)
         return 2

@@ -57,7 +57,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError, field_validator,
+                      model_validator)
 from pydantic_core import PydanticCustomError
 
 from fednet.errors import ConfigError
@@ -403,6 +404,8 @@ class NetworkSpec(_Strict):
             if isinstance(n_cells, bool) or not isinstance(n_cells, int) or not 1 <= n_cells <= self.n_devices:
                 raise ValueError(f"params.n_cells must be an integer in [1, n_devices = {self.n_devices}], "
                                  f"got {n_cells!r}")
+        elif self.kind != "lte_star":
+            check_builder_params(self.kind, self.params)
         g = self.groups
         if g is not None:
             from fednet.topologies.groups import check_membership
@@ -415,6 +418,53 @@ class NetworkSpec(_Strict):
             elif g.count > self.n_devices:
                 raise ValueError(f"groups.count must be at most n_devices = {self.n_devices}, got {g.count}")
         return self
+
+
+def check_builder_params(kind: str, params: Mapping[str, Any]) -> None:
+    """Refuse ``params`` a user network builder cannot take, from its signature (at load time).
+
+    The builder is called as ``function(n_devices, rng=..., **params)``
+    (:func:`fednet.study.runner.build_network`).
+
+    Parameters
+    ----------
+    kind : str
+        ``"package.module:function"`` (importable: :func:`fednet.topologies.builder`).
+    params : mapping
+        The network's ``params``.
+
+    Raises
+    ------
+    ValueError
+        Naming each parameter the builder does not have (with a "did you mean") and the ones it takes, a
+        required parameter ``params`` lacks, or ``params`` naming ``n_devices`` or ``rng`` (fednet passes them).
+    """
+    import inspect
+
+    from fednet.topologies import builder
+
+    fn = builder(kind)
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):          # a builtin or C function: nothing to check against
+        return
+    taken = sorted(set(params) & {"n_devices", "rng"})
+    if taken:
+        raise ValueError(f"params of network builder {kind!r} may not set {taken}: fednet passes n_devices "
+                         f"(network.n_devices) and rng (the seed's topology stream)")
+    ps = list(sig.parameters.values())
+    takes = [p.name for p in ps[1:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "rng"]
+    if not any(p.kind is p.VAR_KEYWORD for p in ps):
+        unknown = [k for k in params if k not in takes]
+        if unknown:
+            hints = "; ".join(f"{k!r}{_did_you_mean(k, takes)}" for k in unknown)
+            raise ValueError(f"network builder {kind!r} has no parameter {hints}; it takes "
+                             f"{', '.join(takes) or 'no params'}")
+    try:
+        sig.bind(0, rng=None, **params)
+    except TypeError as e:
+        raise ValueError(f"network builder {kind!r} cannot be called as {fn.__name__}(n_devices, rng=..., **params) "
+                         f"with params {sorted(params)}: {e}") from None
 
 
 class TrainingSpec(_Strict):
@@ -548,6 +598,9 @@ class Study(_Strict):
     network: NetworkSpec = NetworkSpec()
     training: TrainingSpec = TrainingSpec()
     runs: list[RunSpec] = Field(min_length=1)
+    #: The folder of the study file (:func:`load_study`): its ``"module:Name"`` protocols and builders are imported
+    #: from there too, wherever the study runs (:mod:`fednet.study.usercode`). Not part of the study's data.
+    _folder: Path | None = PrivateAttr(None)
 
     @field_validator("seeds")
     @classmethod
@@ -621,9 +674,43 @@ class Study(_Strict):
                                 f"defines {net.groups.n_groups} groups")
             dumped.append(d)
         problems += run_problems(dumped, self.network.n_devices, dropout=self.network.dropout)
+        if not problems:
+            problems += self._builder_problems()
         if problems:
             raise ValueError("\n".join(problems))
         return self
+
+    def _builder_problems(self) -> list[str]:
+        """Build every user-built network (``kind = "module:function"``) once, at the first seed, and check it.
+
+        So that a builder that fails, or builds a graph the simulation cannot run (a node whose role is neither
+        ``"device"`` nor ``"server"``, such as an edge server or a relay; no or several servers; a device without
+        a link to the server; another number of devices), is named when the study is loaded, not at run time.
+        """
+        from .runner import build_network
+
+        problems, seen = [], set()
+        for i, run in enumerate(self.runs):
+            net = self.run_network(run)
+            if net.kind == "lte_star":
+                continue
+            key = net.model_dump_json()
+            if key in seen:
+                continue
+            seen.add(key)
+            where = "network" if not run.network else f"runs[{i}] ({run.name}).network"
+            try:
+                build_network(net, self.seeds[0])
+            except ConfigError as e:
+                problems.append(f"{where}.kind: {e}")
+            except Exception as e:      # the builder's own bug: named with where it happened
+                tb = e.__traceback__
+                while tb is not None and tb.tb_next is not None:
+                    tb = tb.tb_next
+                at = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
+                problems.append(f"{where}.kind: network builder {net.kind!r} failed for seed {self.seeds[0]}{at}: "
+                                f"{type(e).__name__}: {e}")
+        return problems
 
     def run_network(self, run: RunSpec) -> NetworkSpec:
         """The network of ``run``: the study's ``[network]`` with the run's ``network`` overrides.
@@ -684,6 +771,22 @@ def _did_you_mean(name: Any, candidates: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def label_choices(name: Any, labels: Sequence[str], limit: int = 8) -> str:
+    """The labels to offer for an unknown run label ``name``: all of them when few, else the closest ``limit``.
+
+    A study of 136 runs (fig7_mnist) no longer prints every label on one line.
+    """
+    labels = list(labels)
+    if len(labels) <= limit:
+        return f"labels: {labels}"
+    starting = [x for x in labels if x.startswith(str(name))]
+    if starting:
+        more = f" and {len(starting) - limit} more" if len(starting) > limit else ""
+        return f"{len(labels)} labels, {len(starting)} starting with {str(name)!r}: {starting[:limit]}{more}"
+    close = difflib.get_close_matches(str(name), labels, n=limit, cutoff=0.4)
+    return f"{len(labels)} labels, {'the closest' if close else 'the first'}: {close or labels[:limit]}"
+
+
 def expand_sweeps(runs: list[Any]) -> list[Any]:
     """Expand every run entry holding a ``sweep`` grid into one entry per combination.
 
@@ -734,6 +837,19 @@ def expand_sweeps(runs: list[Any]) -> list[Any]:
     return out
 
 
+def _not_generators(cls: type) -> str:
+    """Why a protocol's ``setup``/``round`` are not generator functions (the simulation ``yield from``s them), or ``""``."""
+    import inspect
+
+    bad = [m for m in ("setup", "round") if callable(getattr(cls, m, None))
+           and not inspect.isgeneratorfunction(inspect.unwrap(getattr(cls, m)))]
+    if not bad:
+        return ""
+    where = f"{cls.__module__}:{cls.__qualname__}"
+    return (f"{where}.{bad[0]}() is not a generator function: the simulation runs it with 'yield from', so it "
+            f"must yield its events (one that sends nothing ends with 'return' then 'yield')")
+
+
 def run_problems(runs: list[Any], n_devices: Any, *, dropout: float = 0.0) -> list[str]:
     """Every problem of the runs' protocols and parameters, one message per problem.
 
@@ -767,6 +883,10 @@ def run_problems(runs: list[Any], n_devices: Any, *, dropout: float = 0.0) -> li
             continue
         except (ValueError, ImportError, TypeError) as e:  # a bad "module:Class" (fednet.plugins)
             problems.append(f"runs[{i}] ({name}).protocol: {e}")
+            continue
+        not_gen = _not_generators(cls)
+        if not_gen:
+            problems.append(f"runs[{i}] ({name}).protocol: {not_gen}")
             continue
         params = run.get("params") or {}
         try:
@@ -894,7 +1014,7 @@ def select_runs(raw_runs: list[Any], labels: Sequence[str], baseline: str | None
     unknown = [x for x in labels if x not in have]
     if unknown:
         hints = "; ".join(f"{x!r}{_did_you_mean(x, have)}" for x in unknown)
-        raise StudyError(f"--runs: no run labelled {hints}; labels: {have}")
+        raise StudyError(f"--runs: no run labelled {hints}; {label_choices(unknown[0], have)}")
     keep = set(labels) | ({baseline} if baseline else set())
     return [r for r, name in zip(raw_runs, have) if name in keep]
 
@@ -931,7 +1051,7 @@ def _format_errors(e: ValidationError) -> list[str]:
             continue
         shown = "" if isinstance(inp, dict) or err["type"] == "value_error" else f" (got {inp!r})"
         for line in (msg + shown).split("\n"):
-            lines.append(f"  {line}" if line.startswith("runs[") else f"  {loc}: {line}")
+            lines.append(f"  {line}" if line.startswith(("runs[", "network.kind")) else f"  {loc}: {line}")
     return lines
 
 
@@ -996,7 +1116,9 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
             raw["runs"] = select_runs(raw["runs"], only_runs, raw.get("baseline"))
     try:
         with search_path(path.parent):  # "module:Class" protocols and builders may sit beside the study
-            return Study.model_validate(raw, strict=True)
+            study = Study.model_validate(raw, strict=True)
+        study._folder = path.parent.resolve()
+        return study
     except ValidationError as e:
         lines = _format_errors(e)
         if not any(err["loc"] == () for err in e.errors()) and isinstance(raw.get("runs"), list):

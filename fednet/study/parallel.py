@@ -55,6 +55,7 @@ from fednet.algebra.slices import compute_threads
 
 from .config import Study
 from .threads import limit_threads, scoped_environment
+from .usercode import check_workers
 
 __all__ = ["FORWARDED_ENV", "SECRET_SEED_ENV", "scoped_environment", "BlasLimits", "limit_threads", "cached_task", "run_task", "run_tasks",
            "open_client",
@@ -473,6 +474,9 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
 
     Raises
     ------
+    fednet.errors.ConfigError
+        When a worker cannot import a protocol or network builder the study names (checked before any task is
+        submitted: the study's own modules are shipped to the workers first, :mod:`fednet.study.usercode`).
     Exception
         The first task's error (e.g. :class:`~fednet.learning.datasets.DatasetError`), re-raised
         in the client after the other tasks are cancelled.
@@ -497,6 +501,7 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
     if own:
         client = open_client(jobs, scheduler, blas_threads=1 if blas_threads is None else blas_threads)
     try:
+        check_workers(client, study)       # the study's own modules travel to the workers; all import them, or stop
         env = {k: os.environ.get(k) for k in FORWARDED_ENV}
         # progress in rounds, as in the serial runner: workers log the rounds done per task to a
         # topic; a finished task counts its rows, and a run stopped early by stop_at shrinks the

@@ -7,8 +7,9 @@ at the end, so a failed or interrupted study leaves no partial result directory;
     OUT/summary.json            time to each target per run and seed, across seeds, speed-ups
                                 (strict JSON, reproducible numbers only: byte-identical at a seed)
     OUT/timing.json             host wall-clock seconds per run and seed, data loading (not reproducible)
-    OUT/provenance.json         fednet version, git commit, numpy/torch/galois/simpy/... versions,
-                                Python, platform, command line
+    OUT/provenance.json         fednet version, git commit, every dependency's version (numpy, torch, dask,
+                                pandas, matplotlib, ...), Python, platform, command line, UTC time, the
+                                study's own modules (path, SHA-256) and data files (SHA-256)
     OUT/accuracy_vs_time.png    accuracy against simulated time, every run and seed
     OUT/study.json              the validated study, as run
     OUT/secret_seed.json        the study's secret seed (:func:`study_secret_seed`; mode 0600, private): it
@@ -66,9 +67,10 @@ from .checkpoint import Checkpoint, Record
 from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
 from .output import StagedOutput
 from .threads import scoped_environment
+from .usercode import study_imports, user_modules
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
 
-__all__ = ["prepare_task", "vertical_task", "load_source", "build_network", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
+__all__ = ["prepare_task", "vertical_task", "load_source", "build_network", "check_graph", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
            "write_results"]
 
 from fednet.protocol.trace import COLUMNS
@@ -194,9 +196,8 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
 
     Raises
     ------
-    ValueError
-        If a user builder returns something other than a networkx graph, or a graph whose number
-        of devices differs from ``spec.n_devices``.
+    fednet.errors.ConfigError
+        If a user builder returns a graph the simulation cannot run (:func:`check_graph`).
     """
     D = spec.n_devices
     topo_rng = Streams(seed, 1).generator("topology")
@@ -215,11 +216,7 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
             g = assign_cells(g, **spec.params)
     else:
         g = builder(spec.kind)(D, rng=topo_rng, **spec.params)
-        if not isinstance(g, nx.Graph):
-            raise ValueError(f"network builder {spec.kind!r} returned {type(g).__name__}, not a networkx graph")
-        n = sum(1 for _, a in g.nodes(data=True) if a.get("role") == "device")
-        if n != D:
-            raise ValueError(f"network builder {spec.kind!r} built {n} devices for n_devices = {D}")
+        check_graph(g, spec.kind, D)
     gs = spec.groups
     if gs is not None:
         if gs.membership is not None:
@@ -230,6 +227,50 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
                                   rng=Streams(seed if gs.seed is None else gs.seed, 1).generator("topology", "groups"))
         assign_groups(g, members)
     return g
+
+
+def check_graph(g: Any, kind: str, n_devices: int) -> None:
+    """Refuse a user builder's graph that a :class:`~fednet.sim.simulation.Simulation` cannot run.
+
+    Parameters
+    ----------
+    g : object
+        What the builder returned.
+    kind : str
+        The builder (``"package.module:function"``), for messages.
+    n_devices : int
+        ``network.n_devices``.
+
+    Raises
+    ------
+    fednet.errors.ConfigError
+        Naming the problem: not a networkx graph; a node whose ``role`` is neither ``"device"`` nor ``"server"``
+        (an edge server, a relay: fednet models one server, devices and direct device-to-device edges; relay
+        through the server or add device-to-device edges instead); not exactly one server; another number of
+        devices than ``n_devices``; a device without a link to the server.
+    """
+    if not isinstance(g, nx.Graph):
+        raise ConfigError(f"network builder {kind!r} returned {type(g).__name__}, not a networkx graph")
+    roles: dict[Any, list[Any]] = {}
+    for k, a in g.nodes(data=True):
+        roles.setdefault(a.get("role"), []).append(k)
+    others = {r: ks for r, ks in roles.items() if r not in ("device", "server")}
+    if others:
+        role, keys = next(iter(others.items()))
+        raise ConfigError(f"network builder {kind!r} built node(s) {keys[:3]} with role {role!r}: fednet simulates one "
+                          f"node with role 'server' and nodes with role 'device' (no edge servers or relays; devices "
+                          f"reach each other through the server, or over device-to-device edges)")
+    servers = roles.get("server", [])
+    if len(servers) != 1:
+        raise ConfigError(f"network builder {kind!r} built {len(servers)} nodes with role 'server'; the network needs "
+                          f"exactly one")
+    devices = roles.get("device", [])
+    if len(devices) != n_devices:
+        raise ConfigError(f"network builder {kind!r} built {len(devices)} devices for n_devices = {n_devices}")
+    unlinked = [k for k in devices if not g.has_edge(k, servers[0])]
+    if unlinked:
+        raise ConfigError(f"network builder {kind!r}: device(s) {unlinked[:3]} have no edge to the server "
+                          f"{servers[0]!r}")
 
 
 def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False) -> Simulation:
@@ -256,32 +297,118 @@ def _git_commit() -> tuple[str | None, bool | None]:
         return None, None
 
 
-def provenance(command: Sequence[str] | None = None) -> dict[str, Any]:
-    """What produced a result: fednet version, git commit, package versions, Python, command line.
+def _package_names() -> list[str]:
+    """:data:`PROVENANCE_PACKAGES` and every dependency fednet's metadata declares (extras excluded), each once."""
+    import re
+
+    names = list(PROVENANCE_PACKAGES)
+    try:
+        requires = importlib.metadata.requires("fednet") or []
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - a source tree that is not installed
+        requires = []
+    for req in requires:
+        if "extra ==" in req:
+            continue
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[([^\]]*)\])?", req)
+        if m:
+            names.append(m.group(1))
+            names += [x.strip() for x in (m.group(3) or "").split(",") if x.strip()]   # dask[distributed]
+    return list(dict.fromkeys(n.lower() for n in names))
+
+
+def data_provenance(study: Study, data_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The data a study read: data set, folder and each file's SHA-256.
+
+    The IDX files of ``mnist`` and ``fashion-mnist`` are verified against their known SHA-256 when loaded
+    (:func:`fednet.learning.datasets.verify_file`); their sums are taken from the folder's ``SHA256SUMS`` where it
+    lists them, else from :data:`fednet.learning.datasets.SHA256` (the sums they were verified against). Other
+    files (``handwritten``'s views) are hashed here; ``digits`` is embedded in scikit-learn (no file).
+
+    Returns
+    -------
+    dict
+        ``dataset``, ``split``, ``dir`` (None for embedded data), ``files`` ({"<dataset>/<file>": sha256}) and
+        ``source`` (``"SHA256SUMS"``, ``"verified"``, ``"computed"`` or ``"embedded (scikit-learn)"``).
+    """
+    from fednet.learning.datasets import SHA256, resolve_data_dir
+
+    name = study.data.dataset
+    doc: dict[str, Any] = {"dataset": name, "split": study.data.split, "dir": None, "files": {}, "source": None}
+    if name == "digits":
+        doc["source"] = "embedded (scikit-learn)"
+        return doc
+    folder = resolve_data_dir(data_dir)
+    doc["dir"] = str(folder.resolve())
+    known = {k: v for k, v in SHA256.items() if k.startswith(name + "/")}
+    if known:
+        listed: dict[str, str] = {}
+        try:
+            for line in (folder / "SHA256SUMS").read_text(encoding="utf-8").splitlines():
+                parts = line.split()
+                if len(parts) == 2:
+                    listed[parts[1].lstrip("*").removeprefix("./")] = parts[0].lower()
+        except (OSError, UnicodeDecodeError):
+            listed = {}
+        from_sums = all(k in listed for k in known)
+        doc["files"] = {k: listed[k] if from_sums else v for k, v in sorted(known.items())}
+        doc["source"] = "SHA256SUMS" if from_sums else "verified"
+        return doc
+    import hashlib
+
+    sub = folder / name
+    files = sorted(p for p in sub.rglob("*") if p.is_file()) if sub.is_dir() else []
+    doc["files"] = {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files}
+    doc["source"] = "computed"
+    return doc
+
+
+def provenance(command: Sequence[str] | None = None, study: Study | None = None,
+               data_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """What produced a result: fednet version, git commit, package versions, Python, command line, time, code, data.
 
     Parameters
     ----------
     command : sequence of str, optional
         The command line (default ``sys.argv``).
+    study : Study, optional
+        The study run: its own code (``user_code``) and data (``data``) are recorded.
+    data_dir : path-like, optional
+        The data folder the study read (default ``$FEDNET_DATA``).
 
     Returns
     -------
     dict
         ``fednet`` (version), ``git_commit`` and ``git_dirty`` (None outside a git checkout),
-        ``packages`` ({name: version or None}), ``python``, ``platform``, ``command``.
+        ``packages`` ({name: version or None}: :data:`PROVENANCE_PACKAGES` and every dependency of fednet,
+        dask, distributed, pandas and matplotlib among them), ``python``, ``platform``, ``command``,
+        ``created_utc`` (ISO 8601, seconds), and with ``study``: ``user_code`` (the ``"module:Name"`` modules it
+        loaded: spec, module, path, sha256, shipped; :mod:`fednet.study.usercode`) and ``data``
+        (:func:`data_provenance`). ``provenance.json`` differs between runs (the time); ``summary.json`` and the
+        traces do not.
     """
+    import datetime
+
     import fednet
 
     versions = {}
-    for name in PROVENANCE_PACKAGES:
+    for name in _package_names():
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     commit, dirty = _git_commit()
-    return {"fednet": fednet.__version__, "git_commit": commit, "git_dirty": dirty, "packages": versions,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "command": shlex.join(sys.argv if command is None else command)}
+    doc: dict[str, Any] = {
+        "fednet": fednet.__version__, "git_commit": commit, "git_dirty": dirty, "packages": versions,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "command": shlex.join(sys.argv if command is None else command),
+        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if study is not None:
+        try:
+            doc["user_code"] = [m.as_dict() for m in user_modules(study)]
+        except ImportError as e:         # the study ran, so its code imported; a module changed meanwhile
+            doc["user_code"] = [{"error": str(e)}]
+        doc["data"] = data_provenance(study, data_dir)
+    return doc
 
 
 @dataclass
@@ -485,7 +612,7 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
                     log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s%s", study.name, run.name,
                              seed, len(rows) - 1, rows[-1]["time_s"], wall[run.name][seed],
                              " (resumed)" if (i, seed) in finished else "")
-    return _assemble(study, traces, wall, data_s, _resumed(study, finished), t_start, command)
+    return _assemble(study, traces, wall, data_s, _resumed(study, finished), t_start, command, data_dir)
 
 
 def _resumed(study: Study, finished: Mapping[tuple[int, int], Record] | None) -> dict[str, Any]:
@@ -495,7 +622,7 @@ def _resumed(study: Study, finished: Mapping[tuple[int, int], Record] | None) ->
 
 def _assemble(study: Study, traces: dict[str, dict[int, list[dict[str, Any]]]], wall: dict[str, dict[int, float]],
               data_s: dict[str, float], extra_timing: dict[str, Any], t_start: float,
-              command: Sequence[str] | None) -> StudyResult:
+              command: Sequence[str] | None, data_dir: str | os.PathLike | None = None) -> StudyResult:
     """Summary, timing and provenance of gathered traces (shared by the serial and parallel paths)."""
     fseeds = {seed: study.data.feature_seed_for(seed) for seed in study.seeds}
     summary = {"study": study.name,
@@ -510,7 +637,7 @@ def _assemble(study: Study, traces: dict[str, dict[int, list[dict[str, Any]]]], 
               "runs": {label: {str(s): v for s, v in by.items()} for label, by in wall.items()},
               **extra_timing, "total_s": time.perf_counter() - t_start,
               "engine": {label: ENGINE_PATHS.pop(label).as_dict() for label in wall if label in ENGINE_PATHS}}
-    return StudyResult(None, summary, traces, wall, timing, provenance(command), study)
+    return StudyResult(None, summary, traces, wall, timing, provenance(command, study, data_dir), study)
 
 
 def _simulate_parallel(study: Study, *, jobs: int | None, scheduler: str | None, data_dir: str | os.PathLike | None,
@@ -525,7 +652,8 @@ def _simulate_parallel(study: Study, *, jobs: int | None, scheduler: str | None,
     traces, wall, data_s, info = simulate_parallel(study, jobs=jobs, scheduler=scheduler, data_dir=data_dir,
                                                    progress=progress, blas_threads=blas_threads, finished=finished,
                                                    on_done=on_done, threads=threads)
-    return _assemble(study, traces, wall, data_s, {"parallel": info, **_resumed(study, finished)}, t_start, command)
+    return _assemble(study, traces, wall, data_s, {"parallel": info, **_resumed(study, finished)}, t_start, command,
+                     data_dir)
 
 
 #: The file of a result folder that holds the study's secret seed (mode 0600; a user may withhold it).
@@ -668,6 +796,11 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
 
     def _run(finished: Mapping[tuple[int, int], Record] | None = None,
              on_done: Callable[[int, int, Record], None] | None = None) -> StudyResult:
+        with study_imports(study):         # the study's "module:Name" code, from its file's folder too
+            return _run_here(finished, on_done)
+
+    def _run_here(finished: Mapping[tuple[int, int], Record] | None = None,
+                  on_done: Callable[[int, int, Record], None] | None = None) -> StudyResult:
         pending = len(study.runs) * len(study.seeds) - len(finished or {})
         one_task = scheduler is None and jobs is not None and pending <= 1
         if (jobs is not None or scheduler is not None) and not one_task:
@@ -708,7 +841,12 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
     with StagedOutput(out_dir) as tmp:
         checkpoint = Checkpoint(out_dir, study)
         finished = checkpoint.open(resume)
-        result = _secret_run(finished, checkpoint.save)
+        try:
+            result = _secret_run(finished, checkpoint.save)
+        except (ConfigError, ImportError):
+            if not finished:             # a study that cannot run as written: nothing to resume
+                checkpoint.discard()
+            raise
         try:
             write_results(result, study, tmp, plot=plot)
         except OSError as e:            # a full disk, a read-only file system: one named error, nothing left
