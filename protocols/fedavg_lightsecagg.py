@@ -100,8 +100,8 @@ class FedAvgLightSecAgg(Protocol):
     def encode(self, dev: Node) -> np.ndarray:
         """Client ``dev``'s encoded mask shares for all N clients, ``(N, L)`` over GF(p) (``N U L`` MACs)."""
         cfg = self.config
-        return lsa_encode_mask(dev.state.mask, cfg.U, cfg.z, cfg.p, self.learning.secret_rng(dev, "lsa-noise", self.epoch),
-                               self.alphas, self.betas)
+        return lsa_encode_mask(dev.state.mask, cfg.U, cfg.z, cfg.p,
+                               self.learning.secret_rng(dev, "lsa-noise", self.epoch), self.alphas, self.betas)
 
     def masked_update(self, dev: Node) -> np.ndarray:
         """One SGD step, scaled by ``m_i N / m``, quantised and masked: ``(d_w,)`` over GF(p)."""
@@ -114,8 +114,8 @@ class FedAvgLightSecAgg(Protocol):
     def unmask(self, masked: list, s_parts: list, alphas: list, U1: list[int]) -> dict:
         """Server: decode the aggregate mask, unmask the sum, dequantise, FedAvg step."""
         cfg = self.config
-        total = unmask_aggregate(masked, np.stack(s_parts), alphas, self.betas, cfg.U, cfg.z, (self.learning.n_params, 1),
-                                 cfg.quant_bits, cfg.p).reshape(-1)
+        total = unmask_aggregate(masked, np.stack(s_parts), alphas, self.betas, cfg.U, cfg.z,
+                                 (self.learning.n_params, 1), cfg.quant_bits, cfg.p).reshape(-1)
         weight = sum(self.task.n_points[i] for i in U1) * self.sim.n_devices / self.task.m
         step = unflatten(total, self.model.param_shapes())
         return add_scaled(self.params, 1.0 / weight, step)

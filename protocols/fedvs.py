@@ -147,12 +147,12 @@ class FedVS(Protocol):
 
     def setup(self) -> Generator:
         """Data preparation (Alg. 1, lines 1-10): LCC data shares, charged and sent all-to-all."""
-        c, N = self.config, self.sim.n_devices
-        self.p = fv.check_modulus(c.p, c.l_x, c.l_w, self.learning.data.x_max, c.w_max, self.learning.data.sizes, self.model.D)
+        c, N, data = self.config, self.sim.n_devices, self.learning.data
+        self.p = fv.check_modulus(c.p, c.l_x, c.l_w, data.x_max, c.w_max, data.sizes, self.model.D)
         self.bits = self.p.bit_length()
         self.alphas, self.betas = fv.default_points(c.K, c.T, N)
         self.need = fv.recovery_threshold(c.K, c.T)
-        self.seg_rows = len(self.learning.data.y_train) // c.K          # M / K (rows beyond K (M/K) are not used)
+        self.seg_rows = len(data.y_train) // c.K          # M / K (rows beyond K (M/K) are not used)
         self.coded_batch = max(1, c.batch_size // c.K)         # |B|
         self.checked_rounds = 0
         for dev in self.devices:

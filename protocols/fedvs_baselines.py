@@ -62,8 +62,8 @@ class Wait(Protocol):
     def round(self, epoch: int) -> Generator:
         """Embeddings up (after the keyed delays), mean of the first ``wait_for()``, top step, gradients down."""
         rows = self.learning.batch_rows(epoch, self.config.batch_size)
-        work = [(dev, self.learning.delayed_upload(dev, lambda d: self.embed(d, rows), kind="embedding", key_round=epoch))
-                for dev in self.devices]
+        work = [(dev, self.learning.delayed_upload(dev, lambda d: self.embed(d, rows), kind="embedding",
+                                                   key_round=epoch)) for dev in self.devices]
         got = yield from self.net.first_k(work, self.wait_for())
         used = sorted(got.nodes, key=lambda n: n.index)
         self.used = [n.index for n in used]
@@ -143,8 +143,8 @@ class VAFL(Protocol):
             self.iteration[dev.index] += 1
             j = self.iteration[dev.index]
             rows = self.learning.batch_rows(j, self.config.batch_size)
-            H = yield from self.learning.delayed_upload(dev, lambda d: self.model.embedding(d.index, rows), kind="embedding",
-                                               key_round=j)
+            H = yield from self.learning.delayed_upload(dev, lambda d: self.model.embedding(d.index, rows),
+                                                        kind="embedding", key_round=j)
             self.replies[dev.index] = self.env.event()
             yield self.arrivals.put((dev, rows, H))
             g_H = yield self.replies[dev.index]

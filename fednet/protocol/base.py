@@ -355,7 +355,7 @@ class Protocol:
     # -- shorthands -------------------------------------------------------------------------
     @property
     def theta(self) -> np.ndarray:
-        """The ridge model ``theta`` (d, c): ``self.learning.theta`` (:class:`~fednet.protocol.learning.RidgeLearning`)."""
+        """The ridge model ``theta`` (d, c): ``self.learning.theta`` (:class:`~.learning.RidgeLearning`)."""
         return self.learning.theta
 
     @theta.setter
