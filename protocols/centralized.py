@@ -27,7 +27,8 @@ from pydantic import Field
 
 from fednet.algebra.meter import charge
 from fednet.learning.federated import add_scaled, local_sgd_delta
-from fednet.protocol.neural import NeuralConfig, NeuralProtocol
+from fednet.protocol.base import Protocol
+from fednet.protocol.neural import NeuralConfig, NeuralLearning
 
 __all__ = ["Centralized", "CentralizedConfig"]
 
@@ -45,11 +46,13 @@ class CentralizedConfig(NeuralConfig):
     max_norm: float | None = Field(None, gt=0)
 
 
-class Centralized(NeuralProtocol):
+class Centralized(Protocol):
     """Centralized SGD (module docstring)."""
 
     name = "centralized"
     Config = CentralizedConfig
+    Learning = NeuralLearning
+    setup_dropouts = "none"          # nothing is exchanged before training; absent devices are only recorded
 
     def setup(self) -> Generator:
         """Pool the clients' data at the server (uncharged)."""
@@ -60,12 +63,12 @@ class Centralized(NeuralProtocol):
 
     def sgd_step(self, rows: np.ndarray) -> dict:
         """One SGD step on the pooled rows ``rows``."""
-        delta, _ = local_sgd_delta(self.model, self.params, self.X_all[rows], self.Y_all[rows], self.lr)
+        delta, _ = local_sgd_delta(self.model, self.params, self.X_all[rows], self.Y_all[rows], self.learning.lr)
         scale = 1.0
         if self.config.max_norm is not None:
             # ||b g|| = ||delta|| b / lr, since delta = -lr g
             charge(sum(v.size for v in delta.values()))   # the squared norm's MACs
-            norm = np.sqrt(sum(float(np.vdot(v, v)) for v in delta.values())) * len(rows) / self.lr
+            norm = np.sqrt(sum(float(np.vdot(v, v)) for v in delta.values())) * len(rows) / self.learning.lr
             if norm > self.config.max_norm:
                 scale = self.config.max_norm / norm
         return add_scaled(self.params, scale, delta)

@@ -37,12 +37,11 @@ from fednet.codes import dresfl
 from fednet.codes.dresfl import DRESFL_PRIME_200, DataShare, decode_gradients, share_dataset
 from fednet.learning.field_models import (FieldPolyMLP, FieldSGD, check_dresfl_fits, decoded_sum, global_datasets,
                                          sum_over_k)
-from fednet.learning.federated import dresfl_schedule
 from fednet.algebra.meter import unmetered
 from fednet.learning.model import Params, unflatten
-from fednet.protocol.base import NodeState
+from fednet.protocol.base import NodeState, Protocol
 from fednet.protocol.modes import Shape
-from fednet.protocol.neural import NeuralConfig, NeuralProtocol
+from fednet.protocol.neural import NeuralConfig, NeuralLearning
 from fednet.sim.dropout import decodable_probability
 from fednet.sim.simulation import Node
 
@@ -108,12 +107,13 @@ class DReSFLState(NodeState):
     y_coded: Any = None
 
 
-class DReSFL(NeuralProtocol):
+class DReSFL(Protocol):
     """DReS-FL, Alg. 1 (module docstring)."""
 
     name = "dresfl"
     setup_dropouts = "offline"       # the paper's dropouts hit training rounds (Sec. 6.1); the config's per instance
     Config = DReSFLConfig
+    Learning = NeuralLearning        # App. B's schedule and evaluation; __init__ swaps in the field MLP
     State = DReSFLState
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -125,7 +125,7 @@ class DReSFL(NeuralProtocol):
                                   weight_bits=cfg.weight_bits, init_scale=cfg.init_scale,
                                   max_inner=max(4096, cfg.batch_size, *sizes))
         self.params: Params = self.model.init_params(cfg.model_seed)
-        self.schedule = dresfl_schedule(cfg.learning_rate, cfg.lr_decay, cfg.lr_every)
+        self.schedule = self.learning.schedule
         self.R = dresfl.recovery_threshold(cfg.K, cfg.T, self.model.degree)
         self.alphas, self.betas = dresfl.default_points(N, cfg.K, cfg.T)
         self.wire_bits = cfg.element_bits or math.ceil(math.log2(cfg.p))
@@ -145,7 +145,7 @@ class DReSFL(NeuralProtocol):
         cfg, i = self.config, dev.index
         xbar, ybar = self.model.transform(self.task.X[i], self.task.Y[i])
         return self.mode.run(share_dataset, xbar, ybar, cfg.K, cfg.T, self.alphas, self.betas, cfg.p,
-                             self.secret_rng(dev, "dresfl-noise"), as_rns=True, ctx=self.model.ctx)
+                             self.learning.secret_rng(dev, "dresfl-noise"), as_rns=True, ctx=self.model.ctx)
 
     def setup(self) -> Generator:
         """Every client encodes its data and sends share ``j`` to client ``j`` (Alg. 1 line 1).
@@ -193,7 +193,7 @@ class DReSFL(NeuralProtocol):
                     dst.state.x_coded, dst.state.y_coded = dresfl.coded_dataset(parts)
                     got.clear()
         shares.clear()
-        self.decoded_rounds, q = 0, self.participation()
+        self.decoded_rounds, q = 0, self.learning.participation()
         self.p_decodable = None if q is None else decodable_probability(q, self.R)
 
     def setup_waiting(self, pending: set[int]) -> list[int]:
@@ -226,7 +226,7 @@ class DReSFL(NeuralProtocol):
         return self.mode.run(self.model.field_gradient, dev.state.received, x, y,
                              macs=lambda: self.model.field_gradient_probe(self.params, b),
                              key=("dresfl-gradient", tuple(self.model.sizes), b, cfg.p),
-                             like=Shape((self.n_params,), object))
+                             like=Shape((self.learning.n_params,), object))
 
     def plain_gradients(self, wide: bool = False) -> list[Params]:
         """The K integer gradients of the global minibatches ``X_bar^(k)_(I_t)`` (the decoding's target; ``wide``:
@@ -270,10 +270,10 @@ class DReSFL(NeuralProtocol):
         present = [dev for dev in self.devices if self.net.available(dev)]
         replies = yield from self.net.gather(self.devices, self.coded_gradient, kind="coded_gradient",
                                              first=self.R if len(present) >= self.R else None, download=self.params,
-                                             download_elements=self.n_params, download_bits=self.wire_bits,
-                                             upload_elements=self.n_params, upload_bits=self.wire_bits)
+                                             download_elements=self.learning.n_params, download_bits=self.wire_bits,
+                                             upload_elements=self.learning.n_params, upload_bits=self.wire_bits)
         if len(replies) < self.R:                                   # footnote 6: no update this round
-            self.decode_failed = self.skipped = True
+            self.decode_failed = self.learning.skipped = True
             self.used = []
             return
         alphas = [self.alphas[dev.index] for dev in replies.nodes]
@@ -282,8 +282,8 @@ class DReSFL(NeuralProtocol):
         G = yield from self.net.server_compute(
                 lambda: self.mode.run(self.decode, results, alphas,
                                       macs=lambda: self.decode(zero, self.alphas[:self.R]),
-                                      key=("dresfl-decode", self.R, cfg.K, cfg.T, self.n_params),
-                                      like=Shape((self.n_params,), object),
+                                      key=("dresfl-decode", self.R, cfg.K, cfg.T, self.learning.n_params),
+                                      like=Shape((self.learning.n_params,), object),
                                       stand_in=self.host_gradient))
         self.mode.observe(self.check_decoded, results, alphas)
         self.params = yield from self.net.server_compute(self.update, self.mode.value(G))

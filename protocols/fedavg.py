@@ -28,7 +28,8 @@ from collections.abc import Generator
 from typing import Literal
 
 from fednet.learning.federated import add_scaled, fedavg_weights, local_sgd_delta, weighted_sum
-from fednet.protocol.neural import NeuralConfig, NeuralProtocol
+from fednet.protocol.base import Protocol
+from fednet.protocol.neural import NeuralConfig, NeuralLearning
 from fednet.sim.simulation import Node
 
 __all__ = ["FedAvgConfig", "FedAvg", "FedAvgIS"]
@@ -46,24 +47,26 @@ class FedAvgConfig(NeuralConfig):
     importance: Literal["none", "unbiased", "normalized"] = "none"
 
 
-class FedAvg(NeuralProtocol):
+class FedAvg(Protocol):
     """FedAvg, one local SGD step per round (module docstring)."""
 
     name = "fedavg"
     Config = FedAvgConfig
+    Learning = NeuralLearning
+    setup_dropouts = "none"          # nothing is exchanged before training; absent devices are only recorded
 
     def validate(self) -> None:
         """FedAvg-IS needs an availability model that states each client's participation probability."""
         super().validate()
-        if self.config.importance != "none" and self.participation() is None:
+        if self.config.importance != "none" and self.learning.participation() is None:
             raise ValueError(f"importance = {self.config.importance!r} needs an availability model with per-client "
                              f"dropout probabilities (e.g. network.availability = 'dresfl_extreme'), got "
                              f"{self.sim.availability!r}")
 
     def local_update(self, dev: Node):
         """Client ``dev``: one SGD step from the downloaded model on its minibatch; uploads ``Delta_i``."""
-        x, y = self.batch(dev)
-        delta, _ = local_sgd_delta(self.model, dev.state.received, x, y, self.lr)
+        x, y = self.learning.batch(dev)
+        delta, _ = local_sgd_delta(self.model, dev.state.received, x, y, self.learning.lr)
         return delta
 
     def aggregate(self, deltas: list, weights) -> dict:
@@ -76,10 +79,10 @@ class FedAvg(NeuralProtocol):
                                              download_bits=self.element_bits, upload_bits=self.element_bits)
         self.used = sorted(dev.index for dev in replies.nodes)
         if not self.used:
-            self.skipped = True
+            self.learning.skipped = True
             return
         order = [dev.index for dev in replies.nodes]
-        q = None if self.config.importance == "none" else self.participation()
+        q = None if self.config.importance == "none" else self.learning.participation()
         rule = "unbiased" if self.config.importance == "none" else self.config.importance
         w = fedavg_weights(self.task.n_points, order, q, rule)
         self.params = yield from self.net.server_compute(self.aggregate, replies.values, w)

@@ -39,8 +39,8 @@ from fednet.codes.lightsecagg import (check_lsa_parameters, default_lsa_points, 
                                       lsa_encode_mask, lsa_piece_length, mask_upload, unmask_aggregate)
 from fednet.learning.federated import add_scaled, local_sgd_delta
 from fednet.learning.model import flatten, unflatten
-from fednet.protocol.base import NodeState
-from fednet.protocol.neural import NeuralConfig, NeuralProtocol
+from fednet.protocol.base import NodeState, Protocol
+from fednet.protocol.neural import NeuralConfig, NeuralLearning
 from fednet.protocol.primitives import AllToAll
 from fednet.sim.simulation import Node
 
@@ -77,12 +77,14 @@ class LsaState(NodeState):
     encoded: Any = None
 
 
-class FedAvgLightSecAgg(NeuralProtocol):
+class FedAvgLightSecAgg(Protocol):
     """FedAvg whose uploads are protected by LightSecAgg (module docstring)."""
 
     name = "fedavg_lightsecagg"
     Config = FedAvgLightSecAggConfig
+    Learning = NeuralLearning
     State = LsaState
+    setup_dropouts = "none"          # masks are drawn each round; absent devices are only recorded
 
     @classmethod
     def check(cls, config: FedAvgLightSecAggConfig, n_devices: int) -> None:
@@ -98,13 +100,13 @@ class FedAvgLightSecAgg(NeuralProtocol):
     def encode(self, dev: Node) -> np.ndarray:
         """Client ``dev``'s encoded mask shares for all N clients, ``(N, L)`` over GF(p) (``N U L`` MACs)."""
         cfg = self.config
-        return lsa_encode_mask(dev.state.mask, cfg.U, cfg.z, cfg.p, self.secret_rng(dev, "lsa-noise", self.epoch),
-                               self.alphas, self.betas)
+        return lsa_encode_mask(dev.state.mask, cfg.U, cfg.z, cfg.p,
+                               self.learning.secret_rng(dev, "lsa-noise", self.epoch), self.alphas, self.betas)
 
     def masked_update(self, dev: Node) -> np.ndarray:
         """One SGD step, scaled by ``m_i N / m``, quantised and masked: ``(d_w,)`` over GF(p)."""
-        x, y = self.batch(dev)
-        delta, _ = local_sgd_delta(self.model, dev.state.received, x, y, self.lr)
+        x, y = self.learning.batch(dev)
+        delta, _ = local_sgd_delta(self.model, dev.state.received, x, y, self.learning.lr)
         scale = self.task.n_points[dev.index] * self.sim.n_devices / self.task.m
         return mask_upload(flatten(delta) * scale, dev.state.mask, self.config.quant_bits, self.config.p,
                            self.sim.n_devices)
@@ -112,8 +114,8 @@ class FedAvgLightSecAgg(NeuralProtocol):
     def unmask(self, masked: list, s_parts: list, alphas: list, U1: list[int]) -> dict:
         """Server: decode the aggregate mask, unmask the sum, dequantise, FedAvg step."""
         cfg = self.config
-        total = unmask_aggregate(masked, np.stack(s_parts), alphas, self.betas, cfg.U, cfg.z, (self.n_params, 1),
-                                 cfg.quant_bits, cfg.p).reshape(-1)
+        total = unmask_aggregate(masked, np.stack(s_parts), alphas, self.betas, cfg.U, cfg.z,
+                                 (self.learning.n_params, 1), cfg.quant_bits, cfg.p).reshape(-1)
         weight = sum(self.task.n_points[i] for i in U1) * self.sim.n_devices / self.task.m
         step = unflatten(total, self.model.param_shapes())
         return add_scaled(self.params, 1.0 / weight, step)
@@ -121,13 +123,13 @@ class FedAvgLightSecAgg(NeuralProtocol):
     def round(self, epoch: int) -> Generator:
         """Masks shared; masked one-step updates; aggregated shares of U1; unmasking (module docstring)."""
         cfg, N = self.config, self.sim.n_devices
-        L = lsa_piece_length(self.n_params, cfg.U, cfg.z)
+        L = lsa_piece_length(self.learning.n_params, cfg.U, cfg.z)
         present = [dev for dev in self.devices if self.net.available(dev)]
         self.round_dropped.update(dev.index for dev in self.devices if dev not in present)   # the trace's dropped
         shares = self.net.mailbox()
 
         def _prepare(dev: Node) -> Generator:
-            dev.state.mask = uniform(self.secret_rng(dev, "lsa-mask", epoch), cfg.p, self.n_params)
+            dev.state.mask = uniform(self.learning.secret_rng(dev, "lsa-mask", epoch), cfg.p, self.learning.n_params)
             dev.state.encoded = yield from self.net.compute(dev, self.encode, dev)
             shares.put(dev.index, dev.index, dev.state.encoded[dev.index])
 
@@ -137,12 +139,12 @@ class FedAvgLightSecAgg(NeuralProtocol):
         for dev in present if len(present) == 1 else ():                  # a lone client has nobody to share with
             yield from _prepare(dev)
         online = yield from self.net.gather(present, self.masked_update, kind="masked_update", download=self.params,
-                                            upload_elements=self.n_params, download_bits=self.element_bits,
+                                            upload_elements=self.learning.n_params, download_bits=self.element_bits,
                                             upload_bits=self.element_bits)
         U1 = sorted(dev.index for dev in online.nodes)
         senders = frozenset(U1)
         if len(U1) < cfg.U:
-            self.skipped = self.decode_failed = True
+            self.learning.skipped = self.decode_failed = True
             self.used = []
             return
         agg = yield from self.net.gather([self.devices[i] for i in U1],

@@ -54,9 +54,9 @@ from pydantic import Field
 from fednet.codes import fedvs as fv
 from fednet.codes.fedvs import WeightsOutgrowField  # re-exported
 from fednet.algebra.meter import unmetered
-from fednet.protocol.base import NodeState
+from fednet.protocol.base import NodeState, Protocol
 from fednet.protocol.modes import Shape
-from fednet.protocol.vertical import VerticalConfig, VerticalProtocol
+from fednet.protocol.vertical import VerticalConfig, VerticalLearning
 
 __all__ = ["FedVSConfig", "FedVS", "FedVSState"]
 
@@ -121,19 +121,20 @@ class FedVSState(NodeState):
     model_rng: np.random.Generator | None = None
 
 
-class FedVS(VerticalProtocol):
+class FedVS(Protocol):
     """FedVS (Alg. 1) on the engine's primitives (module docstring)."""
 
     name = "fedvs"
     secrets_reach_model = True          # the stochastic rounding of the shares draws from the secret streams
     Config = FedVSConfig
+    Learning = VerticalLearning
     State = FedVSState
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         c = self.config                       # refuse a field or resolution that does not fit the data (issue 33)
-        fv.check_fits(c.p, c.l_x, c.l_w, self.data.x_max, c.w_max, self.data.sizes, self.model.D,
-                      self.data.x_train, self.model.W)
+        fv.check_fits(c.p, c.l_x, c.l_w, self.learning.data.x_max, c.w_max, self.learning.data.sizes, self.model.D,
+                      self.learning.data.x_train, self.model.W)
 
     @classmethod
     def check(cls, config: FedVSConfig, n_devices: int) -> None:
@@ -147,18 +148,18 @@ class FedVS(VerticalProtocol):
 
     def setup(self) -> Generator:
         """Data preparation (Alg. 1, lines 1-10): LCC data shares, charged and sent all-to-all."""
-        c, N = self.config, self.sim.n_devices
-        self.p = fv.check_modulus(c.p, c.l_x, c.l_w, self.data.x_max, c.w_max, self.data.sizes, self.model.D)
+        c, N, data = self.config, self.sim.n_devices, self.learning.data
+        self.p = fv.check_modulus(c.p, c.l_x, c.l_w, data.x_max, c.w_max, data.sizes, self.model.D)
         self.bits = self.p.bit_length()
         self.alphas, self.betas = fv.default_points(c.K, c.T, N)
         self.need = fv.recovery_threshold(c.K, c.T)
-        self.seg_rows = len(self.data.y_train) // c.K          # M / K (rows beyond K (M/K) are not used)
+        self.seg_rows = len(data.y_train) // c.K          # M / K (rows beyond K (M/K) are not used)
         self.coded_batch = max(1, c.batch_size // c.K)         # |B|
         self.checked_rounds = 0
         for dev in self.devices:
             dev.state.data_key = int(self.sim.secret_rng(dev, "fedvs_data_masks").integers(2**62))
             dev.state.model_rng = self.sim.secret_rng(dev, "fedvs_model_secrets")
-        width = [d * D for d, D in zip(self.data.sizes, self.model.D)]
+        width = [d * D for d, D in zip(self.learning.data.sizes, self.model.D)]
         yield from self.net.compute_each(self.devices, None,       # eq. (2) at alpha_1..alpha_N, count of share_data
                                          macs=lambda dev: fv.share_macs(N, c.K, c.T, self.seg_rows * width[dev.index]))
         pairs = [[(s, d) for s in self.devices for d in self.devices if s is not d]]
@@ -175,7 +176,7 @@ class FedVS(VerticalProtocol):
     def _quantised_segments(self, n: int, rows: np.ndarray) -> np.ndarray:
         """Client ``n``'s ``X_bar`` of the batch's rows in each segment, (K, |B|, d_n D_n) (uncharged)."""
         with unmetered():
-            return fv.batch_segments(self.data.x_train[n], rows, self.seg_rows, self.config.K, self.model.D[n],
+            return fv.batch_segments(self.learning.data.x_train[n], rows, self.seg_rows, self.config.K, self.model.D[n],
                                      self.config.l_x, self.p)
 
     def share_model(self, dev) -> tuple[np.ndarray, Any]:
@@ -240,14 +241,14 @@ class FedVS(VerticalProtocol):
     def round(self, epoch: int) -> Generator:
         """Model sharing, coded embeddings, decoding of the first 2(K+T-1)+1, server and client updates."""
         c, N = self.config, self.sim.n_devices
-        rows = self.rows = self.batch_rows(epoch, self.coded_batch, self.seg_rows)   # B in [M/K]
-        widths = [d * D for d, D in zip(self.data.sizes, self.model.D)]
+        rows = self.rows = self.learning.batch_rows(epoch, self.coded_batch, self.seg_rows)   # B in [M/K]
+        widths = [d * D for d, D in zip(self.learning.data.sizes, self.model.D)]
         self.round_data = [self.mode.offline(self.data_shares, n, rows,               # materialised set-up shares
                                              like=Shape((N, len(rows), widths[n]), np.dtype(np.int64)))
                            for n in range(N)]
 
         def _sharing_delay(dev) -> float:
-            return c.sharing_scale * self.delays.sharing_delay(dev.index, epoch, self.coded_batch)
+            return c.sharing_scale * self.learning.delays.sharing_delay(dev.index, epoch, self.coded_batch)
 
         def _prepare(dev) -> Generator:                                               # eqs. (3)-(4)
             self.shared[dev.index] = yield from self.net.compute(dev, self.share_model, dev)
@@ -263,7 +264,7 @@ class FedVS(VerticalProtocol):
         def _upload(dev) -> Generator:                                                # eq. (5)
             if c.sharing_wait == "own":                                               # the client's own latency
                 yield from self.net.delay(_sharing_delay(dev))
-            return (yield from self.delayed_upload(dev, self.coded_embedding, kind="coded_embedding",
+            return (yield from self.learning.delayed_upload(dev, self.coded_embedding, kind="coded_embedding",
                                                    key_round=epoch, element_bits=self.bits))
 
         work = [(dev, _upload(dev)) for dev in self.devices]

@@ -28,7 +28,8 @@ import numpy as np
 from pydantic import Field
 
 from fednet.algebra.meter import charge
-from fednet.protocol.vertical import VerticalConfig, VerticalProtocol
+from fednet.protocol.base import Protocol
+from fednet.protocol.vertical import VerticalConfig, VerticalLearning
 
 __all__ = ["WaitConfig", "Wait", "Ignore", "WaitDPConfig", "WaitDP", "VAFL"]
 
@@ -43,11 +44,12 @@ class WaitConfig(VerticalConfig):
     """Parameters of Wait and Ignore (those of :class:`~fednet.protocol.vertical.VerticalConfig`)."""
 
 
-class Wait(VerticalProtocol):
+class Wait(Protocol):
     """Wait for every client's embedding (Sec. 6.2, baseline 1)."""
 
     name = "fedvs_wait"
     Config: ClassVar = WaitConfig
+    Learning = VerticalLearning
 
     def wait_for(self) -> int:
         """Embeddings the server aggregates each round (all N)."""
@@ -59,9 +61,9 @@ class Wait(VerticalProtocol):
 
     def round(self, epoch: int) -> Generator:
         """Embeddings up (after the keyed delays), mean of the first ``wait_for()``, top step, gradients down."""
-        rows = self.batch_rows(epoch, self.config.batch_size)
-        work = [(dev, self.delayed_upload(dev, lambda d: self.embed(d, rows), kind="embedding", key_round=epoch,
-                                          element_bits=self.element_bits))
+        rows = self.learning.batch_rows(epoch, self.config.batch_size)
+        work = [(dev, self.learning.delayed_upload(dev, lambda d: self.embed(d, rows), kind="embedding",
+                                                   key_round=epoch, element_bits=self.element_bits))
                 for dev in self.devices]
         got = yield from self.net.first_k(work, self.wait_for())
         used = sorted(got.nodes, key=lambda n: n.index)
@@ -81,7 +83,7 @@ class Ignore(Wait):
 
     def wait_for(self) -> int:
         """As many embeddings as there are non-stragglers."""
-        return self.sim.n_devices - len(self.delays.stragglers)
+        return self.sim.n_devices - len(self.learning.delays.stragglers)
 
 
 class WaitDPConfig(WaitConfig):
@@ -117,15 +119,16 @@ class WaitDP(Wait):
         return H + rng.laplace(0.0, 2.0 * c.dp_clip / c.epsilon, size=H.shape)
 
 
-class VAFL(VerticalProtocol):
+class VAFL(Protocol):
     """Vertical asynchronous FL (Chen et al. 2020) on the Sec. 6.2 delays (module docstring)."""
 
     name = "fedvs_vafl"
     Config: ClassVar = WaitConfig
+    Learning = VerticalLearning
 
     def setup(self) -> Generator:
         """Every client uploads its initial embeddings of all training rows (the server's table), then starts its loop."""
-        M, N = len(self.data.y_train), self.sim.n_devices
+        M, N = len(self.learning.data.y_train), self.sim.n_devices
         allrows = np.arange(M)
         first = yield from self.net.compute_each(self.devices, lambda dev: self.model.embedding(dev.index, allrows))
         yield self.env.all_of([self.env.process(self.net.send(dev, self.server, first[dev.index], kind="embedding",
@@ -142,9 +145,9 @@ class VAFL(VerticalProtocol):
         while True:
             self.iteration[dev.index] += 1
             j = self.iteration[dev.index]
-            rows = self.batch_rows(j, self.config.batch_size)
-            H = yield from self.delayed_upload(dev, lambda d: self.model.embedding(d.index, rows), kind="embedding",
-                                               key_round=j, element_bits=self.element_bits)
+            rows = self.learning.batch_rows(j, self.config.batch_size)
+            H = yield from self.learning.delayed_upload(dev, lambda d: self.model.embedding(d.index, rows),
+                                                        kind="embedding", key_round=j, element_bits=self.element_bits)
             self.replies[dev.index] = self.env.event()
             yield self.arrivals.put((dev, rows, H))
             g_H = yield self.replies[dev.index]

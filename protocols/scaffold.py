@@ -31,8 +31,8 @@ import numpy as np
 from pydantic import Field
 
 from fednet.learning.federated import scaffold_local, scaffold_server
-from fednet.protocol.base import NodeState
-from fednet.protocol.neural import NeuralConfig, NeuralProtocol
+from fednet.protocol.base import NodeState, Protocol
+from fednet.protocol.neural import NeuralConfig, NeuralLearning
 from fednet.sim.simulation import Node
 
 __all__ = ["ScaffoldConfig", "Scaffold", "ScaffoldState"]
@@ -64,12 +64,14 @@ class ScaffoldState(NodeState):
     c_i: Any = None
 
 
-class Scaffold(NeuralProtocol):
+class Scaffold(Protocol):
     """SCAFFOLD, Algorithm 1 with K = 1 and option II (module docstring)."""
 
     name = "scaffold"
     Config = ScaffoldConfig
+    Learning = NeuralLearning
     State = ScaffoldState
+    setup_dropouts = "none"          # nothing is exchanged before training; absent devices are only recorded
 
     def setup(self) -> Generator:
         """Control variates ``c = c_i = 0``."""
@@ -81,10 +83,10 @@ class Scaffold(NeuralProtocol):
 
     def local_update(self, dev: Node):
         """Client ``dev``: corrected step and option II; keeps ``c_i^+``, uploads ``(Delta y_i, Delta c_i)``."""
-        x, y = self.batch(dev)
+        x, y = self.learning.batch(dev)
         params, c = dev.state.received
         fixed = self.config.learning_rate if self.config.control_lr == "initial" else None
-        dy, dc, dev.state.c_i = scaffold_local(self.model, params, x, y, self.lr, c, dev.state.c_i, fixed)
+        dy, dc, dev.state.c_i = scaffold_local(self.model, params, x, y, self.learning.lr, c, dev.state.c_i, fixed)
         return dy, dc
 
     def round(self, epoch: int) -> Generator:
@@ -94,7 +96,7 @@ class Scaffold(NeuralProtocol):
                                              upload_bits=self.element_bits)
         self.used = sorted(dev.index for dev in replies.nodes)
         if not self.used:
-            self.skipped = True
+            self.learning.skipped = True
             return
         self.params, self.c = yield from self.net.server_compute(
                 scaffold_server, self.params, self.c, [v[0] for v in replies.values], [v[1] for v in replies.values],

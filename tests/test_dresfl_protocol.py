@@ -36,7 +36,7 @@ def test_full_and_timing_agree_and_decode_exactly():
     assert full.decoded_rounds == 4
     # one-time sharing: N (N - 1) shares of (m_i / K)(d_x + d_y) elements of 200 bits each
     assert full.trace[0]["bits_up"] == 10 * 9 * 20 * (6 + 3) * 200
-    assert full.trace[1]["bits_up"] == full.R * full.n_params * 200      # the first R uploads
+    assert full.trace[1]["bits_up"] == full.R * full.learning.n_params * 200      # the first R uploads
 
 
 def test_observer_catches_a_wrong_decode(monkeypatch):

@@ -146,7 +146,7 @@ def test_sharing_wait_own_does_not_wait_for_the_stragglers_sharing_delays():
     p_all = registry.get("fedvs")(sim_all, _task(), dict(BASE, K=1, T=1, sharing_wait="all", mode="timing"))
     p_own = registry.get("fedvs")(sim_own, _task(), dict(BASE, K=1, T=1, sharing_wait="own", mode="timing"))
     t_all, t_own = p_all.run(4), p_own.run(4)
-    d = p_all.delays
+    d = p_all.learning.delays
     b = p_all.coded_batch
     for r in range(1, 5):
         dt_all = t_all[r]["time_s"] - t_all[r - 1]["time_s"]

@@ -4,7 +4,12 @@ Writing a protocol
 ------------------
 One module, one class: a pydantic ``Config`` (unknown keys rejected), a per-node ``State`` dataclass
 (subclass of :class:`NodeState`; ``node.state`` is a fresh one per device), ``setup()`` (round 0)
-and ``round(epoch)``, both generators that read like the paper's algorithm box::
+and ``round(epoch)``, both generators that read like the paper's algorithm box. A protocol subclasses
+:class:`Protocol` only; what it trains is a component it is configured with, ``Learning``
+(:mod:`fednet.protocol.learning`): :class:`RidgeLearning`, the seed papers' ridge model (default;
+``self.theta``), ``fednet.protocol.neural.NeuralLearning``, the MLP baselines (``self.params``; ``Config``
+deriving from ``NeuralConfig``), or ``fednet.protocol.vertical.VerticalLearning``, FedVS's split model
+(``Config`` deriving from ``VerticalConfig``); it is ``self.learning``, as the primitives are ``self.net``::
 
     @dataclass
     class MyState(NodeState):
@@ -77,11 +82,13 @@ the same stragglers and minibatches.  Secrets (pads, masks, Shamir coefficients)
 
 from .base import (NodeState, Outgoing, Protocol, ProtocolConfig, ServerState, SetupFailure, StragglerShortfall,
                    payload_size)
+from .learning import Learning, RidgeLearning
 from .modes import Full, Mode, Shape, Timing, make_mode
 from .primitives import GatherResult, Mailbox, UnchargedCompute, cyclic_steps
 from .registry import get, names, register
 from .trace import COLUMNS, TraceRow
 
-__all__ = ["Outgoing", "Protocol", "ProtocolConfig", "NodeState", "ServerState", "SetupFailure", "StragglerShortfall",
-           "UnchargedCompute", "GatherResult", "Mailbox", "cyclic_steps", "payload_size", "Mode", "Full", "Timing", "Shape",
-           "make_mode", "TraceRow", "COLUMNS", "get", "names", "register"]
+__all__ = ["Outgoing", "Protocol", "ProtocolConfig", "Learning", "RidgeLearning", "NodeState", "ServerState",
+           "SetupFailure", "StragglerShortfall", "UnchargedCompute", "GatherResult", "Mailbox", "cyclic_steps",
+           "payload_size", "Mode", "Full", "Timing", "Shape", "make_mode", "TraceRow", "COLUMNS", "get", "names",
+           "register"]

@@ -64,6 +64,7 @@ from fednet.sim import pcg
 from fednet.sim.simulation import Node, Simulation
 
 from . import finite, registry
+from .learning import Learning, RidgeLearning, check_learning
 from .modes import Mode, SharedTrajectory, make_mode
 from .primitives import (
     GatherResult,
@@ -75,7 +76,7 @@ from .primitives import (
 )
 from .trace import TraceRow
 
-__all__ = ["Protocol", "ProtocolConfig", "NodeState", "ServerState", "Outgoing", "StragglerShortfall",
+__all__ = ["Protocol", "ProtocolConfig", "Learning", "RidgeLearning", "NodeState", "ServerState", "Outgoing", "StragglerShortfall",
            "SetupFailure", "UnchargedCompute", "GatherResult", "payload_size", "SETUP_DROPOUT_REACTIONS"]
 
 #: The reactions a protocol may declare to devices absent in the setup phase (module docstring).
@@ -133,8 +134,36 @@ class ServerState:
 class Protocol:
     """Base class of every protocol (module docstring for the primitives).
 
-    Subclasses set ``name`` (registry key) and ``Config`` (a :class:`ProtocolConfig`
-    subclass), and implement :meth:`round` and, if they have one, :meth:`setup`.
+    A protocol subclasses ``Protocol`` only. The primitives reach it as one attribute, ``self.net``, the
+    learning set-up (model, data, update, evaluation) as another, ``self.learning``; neither can be shadowed
+    by a protocol's own names. The ten hooks a protocol author sets or overrides:
+
+    ``name``
+        Registry key (a class with a ``name`` is registered when defined).
+    ``Config``
+        The :class:`ProtocolConfig` subclass of its parameters (deriving from the learning set-up's section).
+    ``State``
+        Dataclass of each device's private state (a :class:`NodeState` subclass; ``ServerStateType`` for
+        the server's).
+    ``Learning``
+        The learning set-up, a :class:`~fednet.protocol.learning.Learning` subclass:
+        :class:`~fednet.protocol.learning.RidgeLearning` (default: the seed papers' ridge model),
+        :class:`~fednet.protocol.neural.NeuralLearning` (the MLP baselines),
+        :class:`~fednet.protocol.vertical.VerticalLearning` (FedVS's split model).
+    ``setup_dropouts``
+        Reaction to devices absent in the setup phase (module docstring).
+    :meth:`check` / :meth:`validate`
+        Refuse a configuration against the network size (before anything runs) / against the data.
+    :meth:`setup`, :meth:`round`
+        Round 0 and each training round, generators on ``self.net``.
+    :meth:`evaluate`, :meth:`round_metrics`
+        The trace row's accuracy and loss, and extra columns (default: the learning set-up's).
+
+    Less common: ``ServerStateType``, ``exact_trajectory``, ``max_setup_attempts``, :meth:`check_dropout`,
+    :meth:`trajectory_group`, :meth:`setup_waiting`. The rest are shorthands: ``env``, ``server``,
+    ``devices``, ``element_bits``, ``theta`` / ``params`` / ``model`` (the learning set-up's model state),
+    the keyed data draws :meth:`minibatch_rows` / :meth:`minibatch_rows_many` / ``point_counts``,
+    :meth:`step` (the ridge update), :meth:`record` and :meth:`run`.
 
     Parameters
     ----------
@@ -156,8 +185,10 @@ class Protocol:
 
     Attributes
     ----------
+    learning : Learning
+        The learning set-up (built from ``Learning`` before :meth:`validate`).
     theta : ndarray, (d, c)
-        The global model, held by the server.
+        The global ridge model, held by the server (``self.learning.theta``; ridge set-up only).
     used : list of int or None
         Devices whose results the current round used (set by the protocol).
     mode : Mode
@@ -181,6 +212,8 @@ class Protocol:
     State: ClassVar[type | None] = None
     #: Dataclass of the server's private state (None keeps the engine's plain namespace).
     ServerStateType: ClassVar[type | None] = None
+    #: The learning set-up (:mod:`fednet.protocol.learning`): what is trained and how it is evaluated.
+    Learning: ClassVar[type[Learning]] = RidgeLearning
     #: Whether the decoded update equals the plain full-batch gradient (Prop. 3 of Schlegel et
     #: al.), so that timing mode may follow the task's cached full-batch trajectory.
     exact_trajectory: ClassVar[bool] = False
@@ -195,6 +228,7 @@ class Protocol:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        check_learning(cls)
         if cls.__dict__.get("name"):
             registry.register(cls)
 
@@ -224,7 +258,6 @@ class Protocol:
         self.task = task
         self.config = config
         self.label = label or self.name
-        self.theta = np.zeros((task.d, task.c))
         self.epoch = 0
         self.used: list[int] | None = None
         self.round_dropped: set[int] = set()
@@ -240,6 +273,8 @@ class Protocol:
                 dev.state = self.State()
         if self.ServerStateType is not None:
             sim.server.state = self.ServerStateType()
+        #: The learning set-up (:mod:`fednet.protocol.learning`) from the class's ``Learning``; validate may read it.
+        self.learning: Learning = self.Learning(self)
         try:
             self.validate()
         except FednetError:
@@ -324,18 +359,46 @@ class Protocol:
         yield  # pragma: no cover
 
     def evaluate(self) -> tuple[float, float]:
-        """Test accuracy and loss of the current model (not charged: the observer's work; see the mode)."""
-        return self.mode.evaluate(self)
+        """Test accuracy and loss of the current model (not charged: the observer's work): the learning
+        set-up's (:meth:`Learning.evaluate <fednet.protocol.learning.Learning.evaluate>`)."""
+        return self.learning.evaluate()
 
     def round_metrics(self, round: int) -> dict[str, Any]:
-        """Protocol-specific columns added to the trace row of ``round`` (none by default).
+        """Protocol-specific columns added to the trace row of ``round``: the learning set-up's by default.
 
         The study runner writes every column a protocol returns here to ``trace.csv`` after the
-        standard ones.
+        standard ones; an override that keeps the set-up's columns starts from ``super().round_metrics(round)``.
         """
-        return {}
+        return self.learning.round_metrics(round)
 
     # -- shorthands -------------------------------------------------------------------------
+    @property
+    def theta(self) -> np.ndarray:
+        """The ridge model ``theta`` (d, c): ``self.learning.theta`` (:class:`~.learning.RidgeLearning`)."""
+        return self.learning.theta
+
+    @theta.setter
+    def theta(self, value: np.ndarray) -> None:
+        self.learning.theta = value
+
+    @property
+    def params(self) -> Any:
+        """The model's named parameter arrays: ``self.learning.params`` (e.g. ``NeuralLearning``)."""
+        return self.learning.params
+
+    @params.setter
+    def params(self, value: Any) -> None:
+        self.learning.params = value
+
+    @property
+    def model(self) -> Any:
+        """The model being trained: ``self.learning.model``."""
+        return self.learning.model
+
+    @model.setter
+    def model(self, value: Any) -> None:
+        self.learning.model = value
+
     @property
     def env(self) -> simpy.Environment:
         """The SimPy environment of the simulation."""
@@ -423,20 +486,9 @@ class Protocol:
         return out
 
     def step(self, gradient_sum: np.ndarray, m_used: int) -> None:
-        """The update of eqs. (4)-(5): ``theta -= mu (G / m_used + lambda theta)``.
-
-        Parameters
-        ----------
-        gradient_sum : ndarray, (d, c)
-            ``G = sum_i G_i`` of eq. (3) over the devices used.
-        m_used : int
-            Number of training points behind ``G`` (``m`` when every device contributed).
-
-        The task's optimizer (:class:`fednet.learning.model.SGD` with the task's schedule and
-        weight decay) does the arithmetic, outside any MAC meter (the update is not charged, as in
-        the papers' timing).
-        """
-        self.theta = self.task.optimizer.step(self.theta, gradient_sum, m_used, self.epoch)
+        """The ridge update of eqs. (4)-(5), :meth:`RidgeLearning.step <fednet.protocol.learning.RidgeLearning.step>`
+        (what ``self.mode.update`` calls)."""
+        self.learning.step(gradient_sum, m_used)
 
     # -- the run loop --------------------------------------------------------------------
     def record(self, event: str = "update") -> dict[str, Any]:
@@ -594,6 +646,7 @@ class Protocol:
         """
         if epochs < 0:
             raise ConfigError(f"epochs must be >= 0, got {epochs}")
+        self.learning.start(epochs)
         self.trajectory = self._shared_trajectory()
 
         gc_rounds = GC_ROUNDS if runtime.host_config().gc_policy else 0   # off unless the host configuration set it

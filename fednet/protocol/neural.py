@@ -1,21 +1,26 @@
-"""A base for protocols that train a neural network (the DReS-FL baselines): model, schedule, evaluation.
+"""The learning set-up of the neural-network protocols (the DReS-FL baselines): model, schedule, evaluation.
 
 Source: Shao et al., "DReS-FL", Sec. 6.1 and App. B: an MLP with two hidden layers of 64 units
 (784-64-64-10 on MNIST / Fashion-MNIST) and ReLU for the baselines, mini-batch SGD with batch
 64, one local step per round, learning rate 0.1 decayed by 0.65 every 1500 rounds.
 
-:class:`NeuralProtocol` holds the global parameters in ``self.params`` (:data:`Params`; the base
-class's ridge ``theta`` is unused), draws each client's minibatch from the keyed stream
+:class:`NeuralLearning` (a protocol declares ``Learning = NeuralLearning`` and a ``Config`` deriving from
+:class:`NeuralConfig`) holds the global parameters (``self.learning.params``, also ``self.params``;
+:data:`Params`), draws each client's minibatch from the keyed stream
 ``(device, "minibatch", round)`` (so every baseline sees the same minibatches at a seed, whatever
 it did in earlier rounds), and evaluates the test accuracy every ``eval_every`` rounds and at the last
 round (the other rows repeat the last evaluation; the column ``evaluated`` says which rows measured).
+
+:class:`NeuralProtocol` is a deprecated alias kept for outside code: a :class:`~fednet.protocol.base.Protocol`
+configured with :class:`NeuralLearning`, with the old attribute names forwarded.
 """
 
 from __future__ import annotations
 
 import secrets
+import warnings
 from collections.abc import Generator
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -26,8 +31,9 @@ from fednet.learning.torch_models import MLPModel
 from fednet.sim.simulation import Node
 
 from .base import Protocol, ProtocolConfig
+from .learning import Learning
 
-__all__ = ["NeuralConfig", "NeuralProtocol"]
+__all__ = ["NeuralConfig", "NeuralLearning", "NeuralProtocol"]
 
 
 class NeuralConfig(ProtocolConfig):
@@ -67,28 +73,42 @@ class NeuralConfig(ProtocolConfig):
     eval_every: int = Field(1, ge=1)
 
 
-class NeuralProtocol(Protocol):
-    """Base of the MLP protocols (module docstring); subclasses write ``round``."""
+class NeuralLearning(Learning):
+    """The MLP set-up of the DReS-FL baselines (module docstring); ``self.learning`` of its protocols.
 
-    Config = NeuralConfig
-    #: The baselines exchange nothing before training; absent devices are only recorded.
-    setup_dropouts = "none"
+    A protocol training another network on the same schedule (DReS-FL's field MLP) replaces ``model`` and
+    ``params`` in its ``__init__`` (``self.model = ...``, ``self.params = ...``).
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        cfg = self.config
-        sizes = [self.task.d, *cfg.hidden, self.task.c]
+    Attributes
+    ----------
+    model : Model
+        The MLP (``[d, *hidden, c]``, from the config).
+    params : Params
+        The global parameters (float64), from ``model_seed``.
+    schedule : StepSchedule
+        The learning-rate schedule of App. B.
+    skipped : bool
+        Set by a protocol whose round made no update (the ``skipped`` column; reset after each row).
+    """
+
+    Config: ClassVar[type[ProtocolConfig]] = NeuralConfig
+
+    def __init__(self, protocol: Protocol) -> None:
+        super().__init__(protocol)
+        cfg, task = protocol.config, protocol.task
+        sizes = [task.d, *cfg.hidden, task.c]
         self.model: Model = MLPModel(sizes, cfg.activation, loss=cfg.loss)
         self.params: Params = {k: np.asarray(v, np.float64) for k, v in self.model.init_params(cfg.model_seed).items()}
         self.schedule = dresfl_schedule(cfg.learning_rate, cfg.lr_decay, cfg.lr_every)
         self._last_eval: tuple[float, float] = (float("nan"), float("nan"))
         self._evaluated = False
+        self._final_round: int | None = None
         self.skipped = False
 
     @property
     def lr(self) -> float:
         """The learning rate of the current round."""
-        return self.schedule(self.epoch)
+        return self.schedule(self.protocol.epoch)
 
     @property
     def n_params(self) -> int:
@@ -97,13 +117,15 @@ class NeuralProtocol(Protocol):
 
     def rows(self, dev: Node, epoch: int) -> np.ndarray:
         """Client ``dev``'s minibatch in round ``epoch`` (``batch_size`` rows without replacement, keyed stream)."""
-        n = self.task.X[dev.index].shape[0]
-        return self.sim.rng(dev, "minibatch", epoch).choice(n, size=min(self.config.batch_size, n), replace=False)
+        p = self.protocol
+        n = p.task.X[dev.index].shape[0]
+        return p.sim.rng(dev, "minibatch", epoch).choice(n, size=min(p.config.batch_size, n), replace=False)
 
     def batch(self, dev: Node) -> tuple[np.ndarray, np.ndarray]:
         """``(x, y)`` of client ``dev``'s minibatch this round."""
-        r = self.rows(dev, self.epoch)
-        return self.task.X[dev.index][r], self.task.Y[dev.index][r]
+        task = self.protocol.task
+        r = self.rows(dev, self.protocol.epoch)
+        return task.X[dev.index][r], task.Y[dev.index][r]
 
     def secret_rng(self, dev: Node, purpose: str, *key: int) -> np.random.Generator:
         """A stream for protocol secrets (masks, noise shards) that never derives from the public seed.
@@ -112,27 +134,27 @@ class NeuralProtocol(Protocol):
         otherwise fresh OS entropy (secrets do not change any decoded value, so traces stay
         reproducible at a seed).
         """
-        make = getattr(self.sim, "secret_rng", None)
+        make = getattr(self.protocol.sim, "secret_rng", None)
         if make is not None:
             return make(dev, purpose, *key)
         return np.random.default_rng(secrets.randbits(128))
 
     def participation(self) -> np.ndarray | None:
         """Each client's probability of taking part, if the availability model states it (else None)."""
-        p = getattr(self.sim.availability, "participation", None)
+        p = getattr(self.protocol.sim.availability, "participation", None)
         return None if p is None else np.asarray(p, dtype=np.float64)
 
-    def run(self, epochs: int, **kwargs: Any) -> list[dict[str, Any]]:
-        """:meth:`Protocol.run`, remembering the last round so that it is always evaluated."""
+    def start(self, epochs: int) -> None:
+        """Remember the last round, so that it is always evaluated."""
         self._final_round = epochs
-        return super().run(epochs, **kwargs)
 
     def evaluate(self) -> tuple[float, float]:
         """Test accuracy and loss every ``eval_every`` rounds and at the last round; the last values in between."""
-        self._evaluated = (self.epoch % self.config.eval_every == 0 or np.isnan(self._last_eval[0])
-                           or self.epoch == getattr(self, "_final_round", None))
+        p = self.protocol
+        self._evaluated = (p.epoch % p.config.eval_every == 0 or np.isnan(self._last_eval[0])
+                           or p.epoch == self._final_round)
         if self._evaluated:
-            self._last_eval = self.model.evaluate(self.params, self.task.x_test, self.task.y_test)
+            self._last_eval = self.model.evaluate(self.params, p.task.x_test, p.task.y_test)
         return self._last_eval
 
     def round_metrics(self, round: int) -> dict[str, Any]:
@@ -140,6 +162,45 @@ class NeuralProtocol(Protocol):
         out = {"evaluated": self._evaluated, "skipped": self.skipped}
         self.skipped = False
         return out
+
+
+class NeuralProtocol(Protocol):
+    """Deprecated: subclass :class:`~fednet.protocol.base.Protocol` with ``Learning = NeuralLearning``.
+
+    Kept so that outside code does not break silently: subclassing warns (``DeprecationWarning``), and the
+    old attribute names (``lr``, ``n_params``, ``rows``, ``batch``, ``secret_rng``, ``participation``,
+    ``skipped``) forward to ``self.learning``.
+    """
+
+    Config = NeuralConfig
+    Learning = NeuralLearning
+    setup_dropouts = "none"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        warnings.warn(f"{cls.__qualname__}: NeuralProtocol is deprecated; subclass fednet.protocol.base.Protocol "
+                      f"with Learning = NeuralLearning (fednet.protocol.neural)", DeprecationWarning, stacklevel=2)
+        super().__init_subclass__(**kwargs)
+
+    lr = property(lambda self: self.learning.lr, doc="``self.learning.lr``.")
+    n_params = property(lambda self: self.learning.n_params, doc="``self.learning.n_params``.")
+    skipped = property(lambda self: self.learning.skipped,
+                       lambda self, v: setattr(self.learning, "skipped", v), doc="``self.learning.skipped``.")
+
+    def rows(self, dev: Node, epoch: int) -> np.ndarray:
+        """``self.learning.rows``."""
+        return self.learning.rows(dev, epoch)
+
+    def batch(self, dev: Node) -> tuple[np.ndarray, np.ndarray]:
+        """``self.learning.batch``."""
+        return self.learning.batch(dev)
+
+    def secret_rng(self, dev: Node, purpose: str, *key: int) -> np.random.Generator:
+        """``self.learning.secret_rng``."""
+        return self.learning.secret_rng(dev, purpose, *key)
+
+    def participation(self) -> np.ndarray | None:
+        """``self.learning.participation``."""
+        return self.learning.participation()
 
     def setup(self) -> Generator:
         """No set-up phase."""

@@ -1,12 +1,14 @@
 """Shared parts of the split vertical-FL protocols (FedVS and its baselines, Li, Yao, Liu, ICML 2023, Sec. 6).
 
 :class:`VerticalConfig` holds what every method of Fig. 2 shares (data set, split model, learning rates,
-batch, the Sec. 6.2 delay pattern); :class:`VerticalProtocol` loads the vertical data (from the config's
+batch, the Sec. 6.2 delay pattern); :class:`VerticalLearning`, the learning set-up of these protocols
+(``Learning = VerticalLearning``, ``self.learning``), loads the vertical data (from the config's
 ``dataset``, or from the task by the convention of :func:`fednet.learning.vertical.as_learning_task`),
-builds the split polynomial-network model, the keyed delays and the public batch order, evaluates the
-split model, and offers :meth:`VerticalProtocol.delayed_upload`: compute on a client's processor, wait the
-client's keyed upload delay, upload to the server.  Concrete protocols (``protocols/fedvs*.py``) write
-their rounds on these and the primitives.
+builds the split polynomial-network model, the keyed delays (:class:`fednet.sim.delays.FedVSDelays`) and the
+public batch order, evaluates the split model, and offers :meth:`VerticalLearning.delayed_upload`: compute on
+a client's processor, wait the client's keyed upload delay, upload to the server.  Concrete protocols
+(``protocols/fedvs*.py``) subclass :class:`~fednet.protocol.base.Protocol` and write their rounds on these and
+the primitives; :class:`VerticalProtocol` is a deprecated alias.
 
 Batches: a public permutation of the training rows (seeded by the run's seed) cut into consecutive
 blocks; round ``r`` uses block ``(r - 1) mod n_blocks`` (SGD over a fixed shuffled order, the same for
@@ -15,6 +17,7 @@ every method at a seed).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Generator
 from typing import Any, ClassVar
 
@@ -28,8 +31,9 @@ from fednet.sim.delays import FedVSDelays
 from fednet.sim.simulation import Node
 
 from .base import Protocol, ProtocolConfig
+from .learning import Learning
 
-__all__ = ["VerticalConfig", "VerticalProtocol"]
+__all__ = ["VerticalConfig", "VerticalLearning", "VerticalProtocol"]
 
 _DATA_CACHE: dict[tuple, VerticalData] = {}
 
@@ -94,11 +98,10 @@ class VerticalConfig(ProtocolConfig):
     device_mac_rate: float | None = Field(None, gt=0)
 
 
-class VerticalProtocol(Protocol):
-    """Base of the split-VFL protocols (module docstring); not registered (no ``name``).
+class VerticalLearning(Learning):
+    """The split-VFL set-up (module docstring); ``self.learning`` of FedVS and its baselines.
 
-    Parameters are those of :class:`~fednet.protocol.base.Protocol`; the task is used only when the config
-    names no ``dataset``.
+    The task is used only when the config names no ``dataset``.
 
     Attributes
     ----------
@@ -114,15 +117,17 @@ class VerticalProtocol(Protocol):
     ------
     ValueError
         If the data set's number of clients differs from the network's.
+    fednet.errors.ConfigError
+        If ``dataset`` is set while the task is vertical already, or ``batch_size`` exceeds the training rows.
     fednet.learning.datasets.DatasetError
         For a data set that is not available.
     """
 
     Config: ClassVar[type[ProtocolConfig]] = VerticalConfig
 
-    def __init__(self, sim, task, config=None, *, label=None) -> None:
-        super().__init__(sim, task, config, label=label)
-        c = self.config
+    def __init__(self, protocol: Protocol) -> None:
+        super().__init__(protocol)
+        sim, task, c = protocol.sim, protocol.task, protocol.config
         if c.dataset is not None and _is_vertical(task):
             raise ConfigError(f"dataset = {c.dataset!r} would silently replace the study's vertical [data] (the task "
                               f"this run was given); set [data] dataset (and max_train, max_test) instead, or drop "
@@ -168,11 +173,38 @@ class VerticalProtocol(Protocol):
 
         Returns ``fn``'s result once it has reached the server (a ``first_k`` work item).
         """
-        result = yield from self.net.compute(node, fn, node)
-        yield from self.net.delay(self.delays.upload_delay(node.index, key_round))
-        yield from self.net.send(node, self.server, result, kind=kind, element_bits=element_bits, n_elements=n_elements)
+        net = self.protocol.net
+        result = yield from net.compute(node, fn, node)
+        yield from net.delay(self.delays.upload_delay(node.index, key_round))
+        yield from net.send(node, self.protocol.server, result, kind=kind, element_bits=element_bits,
+                            n_elements=n_elements)
         return result
 
-    def round_metrics(self, round: int) -> dict[str, Any]:
-        """No extra columns by default."""
-        return {}
+
+class VerticalProtocol(Protocol):
+    """Deprecated: subclass :class:`~fednet.protocol.base.Protocol` with ``Learning = VerticalLearning``.
+
+    Kept so that outside code does not break silently: subclassing warns (``DeprecationWarning``), and the
+    old attribute names (``data``, ``delays``, ``order``, ``batch_rows``, ``delayed_upload``) forward to
+    ``self.learning``.
+    """
+
+    Config: ClassVar[type[ProtocolConfig]] = VerticalConfig
+    Learning = VerticalLearning
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        warnings.warn(f"{cls.__qualname__}: VerticalProtocol is deprecated; subclass fednet.protocol.base.Protocol "
+                      f"with Learning = VerticalLearning (fednet.protocol.vertical)", DeprecationWarning, stacklevel=2)
+        super().__init_subclass__(**kwargs)
+
+    data = property(lambda self: self.learning.data, doc="``self.learning.data``.")
+    delays = property(lambda self: self.learning.delays, doc="``self.learning.delays``.")
+    order = property(lambda self: self.learning.order, doc="``self.learning.order``.")
+
+    def batch_rows(self, r: int, size: int, population: int | None = None) -> np.ndarray:
+        """``self.learning.batch_rows``."""
+        return self.learning.batch_rows(r, size, population)
+
+    def delayed_upload(self, node: Node, fn, **kwargs: Any) -> Generator:
+        """``self.learning.delayed_upload``."""
+        return self.learning.delayed_upload(node, fn, **kwargs)
