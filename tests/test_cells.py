@@ -78,6 +78,7 @@ def test_a_device_sends_its_own_messages_in_turn_and_downlinks_are_separate() ->
     assert down[0] == pytest.approx(0.2)                                          # the downlink is its own air
 
 
+@pytest.mark.backends                    # the backends' reasons to decline (all allowed)
 def test_one_device_per_cell_is_the_star_and_the_engine_says_why_it_runs_the_reference() -> None:
     from fednet.protocol import registry
     from factories import make_task
@@ -130,6 +131,7 @@ def test_a_study_runs_in_cells(tmp_path) -> None:
         load_study(write(tmp_path, base.replace("n_cells = 2", "n_cells = 2, radius = 3"), "bad2.toml"))
 
 
+@pytest.mark.backends                    # the backends' reasons to decline (all allowed)
 def test_the_latency_floor_delays_delivery_not_the_link() -> None:
     """hop_latency_s L: a message arrives L after its last bit; the next one on the link does not wait for it;
     a relayed message pays it on both hops; a synchronous round of download and upload pays exactly 2 L."""
@@ -173,6 +175,7 @@ def _conventional(L: float):
     return rows, ("latency floor" if "latency floor" in sim.engine_paths.explain() else "")
 
 
+@pytest.mark.backends                    # the backends' reasons to decline (all allowed)
 def test_energy_is_airtime_times_power_plus_joules_per_mac() -> None:
     """tx_power_w x uplink airtime + rx_power_w x downlink airtime + j_per_mac x MACs, per row; the summary gives
     the joules until each target; the backends decline (they do not account energy)."""
