@@ -38,23 +38,25 @@ def gather(net: Any, step: Step) -> Generator:
     """
     server, run, macs, size_of = net.sim.server, step.run, step.macs, step.size_of
     download, wait, timing_key = step.download, step.wait, step.timing_key
+    down_kind, down_elements, down_bits = step.download_kind, step.download_elements, step.download_bits
+    up_kind, up_bits, c_key = step.kind_of, step.upload_bits, compute_key(timing_key)   # read once, not per node
     where = f"{net.label}: "
 
     def work(node: Node) -> Generator:
         """One node's download, computation and upload."""
         if download is not None:
-            msg = yield from net.send(server, node, download, kind=step.download_kind,
-                                      n_elements=step.download_elements, timing_key=timing_key,
-                                      element_bits=wire.resolve(download, step.download_bits, step.download_kind,
-                                                                arg="download_bits", where=where))
+            msg = yield from net.send(server, node, download, kind=down_kind, n_elements=down_elements,
+                                      timing_key=timing_key,
+                                      element_bits=wire.resolve(download, down_bits, down_kind, arg="download_bits",
+                                                                where=where))
             node.state.received = msg.payload
         if wait is not None:
             yield wait(node)
         result = yield from net.sim.compute(node, run, node, macs=None if macs is None else macs(node),
-                                            timing_key=compute_key(timing_key))
-        yield from net.send(node, server, result, kind=step.kind_of, n_elements=size_of(result),
-                            element_bits=wire.resolve(result, step.upload_bits, step.kind_of, arg="upload_bits",
-                                                      where=where), timing_key=timing_key)
+                                            timing_key=c_key)
+        yield from net.send(node, server, result, kind=up_kind, n_elements=size_of(result),
+                            element_bits=wire.resolve(result, up_bits, up_kind, arg="upload_bits", where=where),
+                            timing_key=timing_key)
         return result
 
     return (yield from first_k(net, [(n, work(n), True) for n in step.nodes], step.first, deadline=step.deadline,
