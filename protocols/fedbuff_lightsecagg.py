@@ -131,12 +131,7 @@ class FedBuffLightSecAgg(BufferedAsync):
         cfg, st = self.config, dev.state
         n = self.task.d * self.task.c
         while True:
-            if st.version == self.version or not self.net.available(dev):
-                st.version = self.version
-                yield self.new_version
-                continue
-            yield self.slots.get()
-            st.version, st.iteration = self.version, st.iteration + 1
+            yield from self.next_turn(dev)
             u, self.next_update = self.next_update, self.next_update + 1
             rng = self.sim.secret_rng(dev, "fedbuff-mask", st.iteration)           # a secret, per update
             mask = uniform(rng, cfg.p, (n,))
@@ -188,14 +183,7 @@ class FedBuffLightSecAgg(BufferedAsync):
     def round(self, epoch: int) -> Generator:
         """One server step: ``K`` masked updates, the aggregated masks of the first ``U`` clients, the exact sum."""
         cfg = self.config
-        if not self.started:
-            self.started = True
-            for dev in self.devices:
-                self.net.background(self.client_loop(dev))
-        buffer = []
-        while len(buffer) < cfg.buffer_size:
-            buffer.append((yield self.arrivals.get()))
-        self._staleness = [self.version - v for _, v, _ in buffer]
+        buffer = yield from self.fill_buffer()
         ids = [u for _, _, (u, _) in buffer]
         weights = np.array([int(round(staleness_weight(cfg.staleness, t) * 2**cfg.weight_bits))
                             for t in self._staleness], dtype=np.int64)
@@ -215,14 +203,11 @@ class FedBuffLightSecAgg(BufferedAsync):
         G = dequantize(exact, cfg.quant_bits + cfg.weight_bits, cfg.p).reshape(self.task.d, self.task.c)
         if cfg.server_lr != 1.0:
             G = G * cfg.server_lr
-        self.used = [dev.index for dev, _, _ in buffer]
         self.mode.update(self, G, int(self.point_counts[self.used].sum()))                 # eqs. (4)-(5)
         for dev in self.devices:                                 # the buffered updates' shares are spent
             for u in ids:
                 dev.state.shares.pop(u, None)
-        self.version += 1
-        event, self.new_version = self.new_version, self.env.event()
-        event.succeed()
+        self.new_model_version()
 
     def _unmask(self, masked: np.ndarray, weights: np.ndarray, replies: Any) -> np.ndarray:
         """Server: ``sum_u w_u x~_u - decode(s)`` over GF(p), the exact weighted buffered sum of ``Q(G_u)``."""

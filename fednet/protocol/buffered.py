@@ -119,16 +119,21 @@ class BufferedAsync(Protocol):
         rows = self.minibatch_rows(dev, dev.state.batch, iteration)
         return minibatch_gradient(self.task.X[dev.index], self.task.Y[dev.index], received.astype(np.float64), rows)
 
+    def next_turn(self, dev: Node) -> Generator:
+        """Client ``dev`` waits for a model version it has not trained on (skipping one it is absent for) and a
+        concurrency slot; then its state holds that version and its next iteration."""
+        st = dev.state
+        while st.version == self.version or not self.net.available(dev):
+            st.version = self.version                 # trained on this version already, or absent: skip it
+            yield self.new_version
+        yield self.slots.get()
+        st.version, st.iteration = self.version, st.iteration + 1
+
     def client_loop(self, dev: Node) -> Generator:
         """Client ``dev``: wait for a version it has not trained on and a slot; download, train, upload; repeat."""
         st = dev.state
         while True:
-            if st.version == self.version or not self.net.available(dev):
-                st.version = self.version             # trained on this version already, or absent: skip it
-                yield self.new_version
-                continue
-            yield self.slots.get()
-            st.version, st.iteration = self.version, st.iteration + 1
+            yield from self.next_turn(dev)
             msg = yield from self.net.send(self.server, dev, self.theta.astype(np.float32), kind="model",
                                            element_bits=self.element_bits)
             G = yield from self.net.compute(dev, self.local_gradient, dev, msg.payload, st.iteration)
@@ -136,25 +141,34 @@ class BufferedAsync(Protocol):
             self.slots.put(True)
             self.arrivals.put((dev, st.version, G))
 
-    def round(self, epoch: int) -> Generator:
-        """One server step: wait for ``K`` buffered updates, weight them by staleness, step, start a new version."""
-        cfg = self.config
-        if not self.started:                              # the clients start with the first round's draws
+    def fill_buffer(self) -> Generator:
+        """The server's buffer: (the first time, start the clients, with the first round's draws) wait for ``K``
+        arrivals ``(dev, version, update)``, in arrival order; their staleness goes to the trace."""
+        if not self.started:
             self.started = True
             for dev in self.devices:
                 self.net.background(self.client_loop(dev))
         buffer = []
-        while len(buffer) < cfg.buffer_size:
+        while len(buffer) < self.config.buffer_size:
             buffer.append((yield self.arrivals.get()))
         self._staleness = [self.version - v for _, v, _ in buffer]
-        weights = [staleness_weight(cfg.staleness, tau) for tau in self._staleness]
-        G = yield from self.net.server_compute(buffered_sum, [g for _, _, g in buffer], weights, cfg.server_lr)
         self.used = [dev.index for dev, _, _ in buffer]
-        counts = self.point_counts
-        self.mode.update(self, G, int(counts[self.used].sum()))                          # eqs. (4)-(5)
+        return buffer
+
+    def new_model_version(self) -> None:
+        """The server has stepped: a new model version, announced to the clients waiting for one."""
         self.version += 1
         event, self.new_version = self.new_version, self.env.event()
-        event.succeed()                                   # the waiting clients download the new version
+        event.succeed()
+
+    def round(self, epoch: int) -> Generator:
+        """One server step: wait for ``K`` buffered updates, weight them by staleness, step, start a new version."""
+        cfg = self.config
+        buffer = yield from self.fill_buffer()
+        weights = [staleness_weight(cfg.staleness, tau) for tau in self._staleness]
+        G = yield from self.net.server_compute(buffered_sum, [g for _, _, g in buffer], weights, cfg.server_lr)
+        self.mode.update(self, G, int(self.point_counts[self.used].sum()))                # eqs. (4)-(5)
+        self.new_model_version()
 
     def round_metrics(self, round: int) -> dict[str, Any]:
         """``version`` after the step; the buffered updates' ``staleness`` (arrival order) and ``max_staleness``."""
