@@ -16,8 +16,9 @@ import numpy as np
 from pydantic import Field
 
 from fednet.algebra.meter import axpy
-from fednet.learning.models import minibatch_gradient, sum_gradients
+from fednet.learning.models import minibatch_gradient, minibatch_gradients, sum_gradients
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
+from fednet.sim.engine.results import batched
 from fednet.sim.simulation import Node
 
 __all__ = ["FedBuffConfig", "FedBuffState", "BufferedAsync", "staleness_weight", "buffered_sum"]
@@ -83,6 +84,31 @@ def buffered_sum(gradients: list[np.ndarray], weights: list[float], server_lr: f
     return total if server_lr == 1.0 else axpy(server_lr, total, 0.0)
 
 
+def buffered_gradients_of(protocol: Any, nodes: list, received: np.ndarray) -> tuple[list[np.ndarray], list[int]]:
+    """The batched form of :meth:`BufferedAsync.local_gradient`: each node's minibatch gradient on ``received``,
+    its rows keyed by the iteration in its state (the same floats, :func:`fednet.learning.models.minibatch_gradients`).
+
+    Returns
+    -------
+    gradients : list of ndarray (d, c), or one ndarray (len(nodes), d, c)
+    macs : list of int
+        ``2 b_i d c`` per node.
+    """
+    rows: list[Any] = [None] * len(nodes)
+    by_iteration: dict[int, list[int]] = {}
+    for p, dev in enumerate(nodes):
+        by_iteration.setdefault(dev.state.iteration, []).append(p)
+    for iteration, members in by_iteration.items():
+        drawn = protocol.minibatch_rows_many([nodes[p] for p in members], [nodes[p].state.batch for p in members],
+                                             iteration)
+        for j, p in enumerate(members):
+            rows[p] = drawn[j]
+    X, Y = protocol.task.X, protocol.task.Y
+    # no kept stacks: the clients of a call differ from call to call (their minibatches are gathered device by device)
+    return minibatch_gradients([X[d.index] for d in nodes], [Y[d.index] for d in nodes],
+                               received.astype(np.float64), rows)
+
+
 class BufferedAsync(Protocol):
     """FedBuff's buffered asynchronous aggregation (module docstring): the base of ``fedbuff`` and
     ``fedbuff_lightsecagg`` (``protocols/``), not registered itself."""
@@ -105,15 +131,19 @@ class BufferedAsync(Protocol):
         """No set-up exchange: each client's minibatch size; the server's queue, slots and version."""
         for dev in self.devices:
             dev.state.batch = max(1, int(round(self.config.minibatch_fraction * self.task.X[dev.index].shape[0])))
-        self.version, self.started = 0, False
+        self.version = 0
+        #: Who runs the clients, decided at the first take: "reference" (a process each) or the engine's replay.
+        self.clients: Any = None
         self.arrivals, self.slots = self.net.queue(), self.net.queue()
-        for _ in range(self.sim.n_devices if self.config.concurrency is None else self.config.concurrency):
-            self.slots.put(True)
+        # the concurrency slots, in the store from the start (no put events: nothing is scheduled before a take)
+        self.slots.items.extend([True] * (self.sim.n_devices if self.config.concurrency is None
+                                          else self.config.concurrency))
         self.new_version = self.env.event()
         self._staleness: list[int] = []
         return
         yield  # pragma: no cover
 
+    @batched(buffered_gradients_of)
     def local_gradient(self, dev: Node, received: np.ndarray, iteration: int) -> np.ndarray:
         """Client ``dev``'s minibatch gradient (eq. 3) on the model it downloaded, rows keyed by its iteration."""
         rows = self.minibatch_rows(dev, dev.state.batch, iteration)
@@ -143,20 +173,24 @@ class BufferedAsync(Protocol):
 
     def fill_buffer(self) -> Generator:
         """The server's buffer: (the first time, start the clients, with the first round's draws) wait for ``K``
-        arrivals ``(dev, version, update)``, in arrival order; their staleness goes to the trace."""
-        if not self.started:
-            self.started = True
-            for dev in self.devices:
-                self.net.background(self.client_loop(dev))
-        buffer = []
-        while len(buffer) < self.config.buffer_size:
-            buffer.append((yield self.arrivals.get()))
+        arrivals ``(dev, version, update)``, in arrival order; their staleness goes to the trace.
+
+        An engine step (kind ``buffered``): its reference runs :meth:`client_loop` as a process per client
+        (:func:`fednet.sim.engine.reference.buffered`); the ``buffered`` backend replays it with arrays where it can
+        (:mod:`fednet.sim.engine.backends.buffered`).
+        """
+        buffer = yield from self.net.take_buffered(
+            self, self.devices, self.config.buffer_size, base=BufferedAsync, fn=self.local_gradient,
+            download=lambda: self.theta.astype(np.float32), download_kind="model", download_bits=self.element_bits,
+            upload_kind="gradient", upload_bits=self.element_bits, concurrency=self.config.concurrency)
         self._staleness = [self.version - v for _, v, _ in buffer]
         self.used = [dev.index for dev, _, _ in buffer]
         return buffer
 
     def new_model_version(self) -> None:
         """The server has stepped: a new model version, announced to the clients waiting for one."""
+        if self.clients is not None and self.clients != "reference":
+            self.clients.version_changed()                      # the replay ends what ends before the new version
         self.version += 1
         event, self.new_version = self.new_version, self.env.event()
         event.succeed()

@@ -425,6 +425,28 @@ class Net:
         return (yield from reference.first_k(self, [(node, gen, True) for node, gen in work], k, deadline=deadline,
                                              dropped=dropped, cancel=cancel))
 
+    def take_buffered(self, owner: Any, nodes: Sequence[Node], k: int, *, base: type, fn: Callable[..., Any],
+                      download: Callable[[], Any], download_kind: str, download_bits: Any, upload_kind: str,
+                      upload_bits: Any, concurrency: int | None) -> Generator:
+        """The next ``k`` updates of asynchronous clients, in arrival order: FedBuff's buffer (an engine step of kind
+        ``buffered``).
+
+        ``owner`` is a :class:`fednet.protocol.buffered.BufferedAsync` (``base``): its ``client_loop`` per client in
+        ``nodes`` is the reference (:func:`fednet.sim.engine.reference.buffered`), started at the first take;
+        ``fn(dev, model, iteration)`` the client's update; ``download()`` the current model; the kinds and widths those
+        of its messages; ``concurrency`` its limit.  The ``buffered`` backend replays the loop with arrays where it
+        can (:mod:`fednet.sim.engine.backends.buffered`), for the whole run.
+
+        Returns
+        -------
+        list of (Node, int, Any)
+            ``(client, version it trained on, update)``, in arrival order.
+        """
+        return (yield from self._execute(Step(
+            "buffered", f"buffered {upload_kind!r}", owner=owner, nodes=list(nodes), K=int(k), base=base, fn=fn,
+            download=download, download_kind=download_kind, download_bits=download_bits, upload_kind=upload_kind,
+            upload_bits=upload_bits, concurrency=concurrency)))
+
     def gather(self, nodes: Iterable[Node], fn: Callable[[Node], Any] | None, *, kind: str,
                first: int | None = None, download: Any = None, download_kind: str = "model",
                download_elements: int | None = None, download_bits: int | None = None,

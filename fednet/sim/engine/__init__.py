@@ -6,7 +6,8 @@ deadline, kernels) and the engine executes it:
 
 * **Step kinds**: ``gather`` (download, compute, upload on each node; first ``k``), ``groups`` (gathers of disjoint
   groups, each followed by its server step), ``tree`` (partial sums up a tree), ``exchange`` (device-to-device shares
-  through the server on a schedule), ``masked`` (a masked secure sum: LightSecAgg's round).  ``send``,
+  through the server on a schedule), ``masked`` (a masked secure sum: LightSecAgg's round), ``buffered``
+  (asynchronous clients living across rounds and the server's buffer: FedBuff).  ``send``,
   ``broadcast``, ``compute`` and ``first_k`` are plain SimPy and have no backend.
 * **Reference semantics** (:mod:`.reference`): plain SimPy processes, a process per node or message.  They define
   what a step does; ``FEDNET_ENGINE=reference`` runs everything on them.

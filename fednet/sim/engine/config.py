@@ -34,6 +34,7 @@ BACKENDS: dict[str, str] = {
     "relays": "the relay_asap / relay_steps exchanges replayed with array arithmetic",
     "masked": "a masked secure sum (LightSecAgg's round) replayed without a process per user",
     "mailbox": "a mailbox materialises only the events that complete a wait",
+    "buffered": "asynchronous clients and the server's buffer (FedBuff) replayed as arrays across rounds",
 }
 
 #: The environment variable of the default configuration (module docstring).

@@ -24,7 +24,7 @@ from .results import GatherResult, StragglerShortfall, compute_key, payload_size
 from .step import Step
 from . import wire
 
-__all__ = ["gather", "groups", "tree", "exchange", "masked", "first_k", "expand"]
+__all__ = ["gather", "groups", "tree", "exchange", "masked", "buffered", "first_k", "expand"]
 
 
 def gather(net: Any, step: Step) -> Generator:
@@ -304,6 +304,27 @@ def masked(net: Any, step: Step) -> Generator:
         timing_key=key)
     net.cancel(online, offline)                       # whatever is still running is not needed
     return U1, online.results, sorted(survivors, key=lambda r: r[0].index)
+
+
+def buffered(net: Any, step: Step) -> Generator:
+    """Asynchronous clients and the server's buffer: at the first take every client of ``nodes`` starts
+    ``owner.client_loop(dev)`` as a process of its own (living across rounds: wait for a model version not trained
+    on, download, compute, upload, repeat); each take waits for the next ``K`` arrivals ``(dev, version, update)``
+    of ``owner.arrivals``, in arrival order.
+
+    Step keys: ``owner`` (a :class:`fednet.protocol.buffered.BufferedAsync`), ``nodes``, ``K`` (and, for the
+    backend, ``base``, ``fn``, ``download``, ``download_kind``, ``download_bits``, ``upload_kind``, ``upload_bits``,
+    ``concurrency``: what ``client_loop`` uses).
+    """
+    owner = step.owner
+    if owner.clients is None:
+        owner.clients = "reference"
+        for dev in step.nodes:
+            net.background(owner.client_loop(dev))
+    buffer = []
+    while len(buffer) < step.K:
+        buffer.append((yield owner.arrivals.get()))
+    return buffer
 
 
 def first_k(net, items: Sequence[tuple[Node, Generator, bool]], k: int | None, *,

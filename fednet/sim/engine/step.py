@@ -23,7 +23,8 @@ __all__ = ["Step", "Backend", "Declined", "execute"]
 
 
 class Step:
-    """One step for the engine: its ``kind`` (``gather``, ``groups``, ``tree``, ``exchange``, ``masked``), a ``name``
+    """One step for the engine: its ``kind`` (``gather``, ``groups``, ``tree``, ``exchange``, ``masked``,
+    ``buffered``), a ``name``
     for reports (e.g. ``"gather 'gradient'"``) and its arguments, read as attributes (``step.download``).
 
     The arguments are what the primitive of that kind takes, already normalised by it (lists of nodes, the charged

@@ -8,12 +8,14 @@ step kind      backends, in order                                          modul
 ``tree``       ``gather`` (edgeless trees), ``tree``                       :mod:`.tree`
 ``exchange``   ``bundled``, ``relays``                                     :mod:`.bundled`, :mod:`.relays`
 ``masked``     ``masked``                                                  :mod:`.masked`
+``buffered``   ``buffered``                                                :mod:`.buffered`
 =============  ==========================================================  ================================
 """
 
 from __future__ import annotations
 
 from ..step import Backend
+from .buffered import BufferedReplay
 from .bundled import BundledArrays
 from .gather import GatherReplay
 from .groups import GroupsReplay
@@ -30,4 +32,5 @@ BY_KIND: dict[str, list[Backend]] = {
     "tree": [EdgelessTree(), TreeReplay()],
     "exchange": [BundledArrays(), RelayReplay()],
     "masked": [MaskedReplay()],
+    "buffered": [BufferedReplay()],
 }
