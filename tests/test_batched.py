@@ -278,3 +278,60 @@ def test_chunked_minibatch_gradients_equal_per_device(monkeypatch, threads: int)
     bad[4, 0] = 40
     with pytest.raises(IndexError, match=r"minibatch rows must lie in \[0, 40\)"):
         models.minibatch_gradients(X, Y, th, bad, {})
+
+
+def test_per_node_key_parts_and_per_device_rounds() -> None:
+    """``choices`` with a key part per node (an asynchronous client's own iteration) and ``minibatch_rows_many``
+    with a round per device give each node's own generator's draws."""
+    s = Streams(4, 301)
+    nodes = np.arange(0, 300, 7)
+    its = (nodes * 13) % 50
+    got = s.choices(nodes, "minibatch", (its,), 96, 19)
+    assert (got == np.array([s.generator(int(i), "minibatch", int(e)).choice(96, size=19, replace=False)
+                             for i, e in zip(nodes, its)])).all()
+    with pytest.raises(ValueError, match="per-node key part"):
+        s.choices(nodes, "minibatch", (its[:-1],), 96, 19)
+    from fednet.protocol import registry
+    import fednet.protocols.conventional  # noqa: F401
+    D = 12
+    proto = registry.get("conventional")(Simulation(lte_star(D, rng=np.random.default_rng(0)), 2),
+                                         digits_task(D, 16, "noniid"), {})
+    batches = [3 + i % 4 for i in range(D)]
+    epochs = [1 + (5 * i) % 7 for i in range(D)]
+    many = proto.minibatch_rows_many(proto.devices, batches, epochs)
+    for dev, b, e, rows in zip(proto.devices, batches, epochs, many):
+        assert rows.tolist() == proto.minibatch_rows(dev, b, e).tolist()
+
+
+@pytest.mark.parametrize("stacked", [True, False])
+def test_some_minibatch_gradients_equal_per_device(stacked: bool, monkeypatch) -> None:
+    """The gradients of a subset of a kept population (FedBuff's clients of one call) are each device's own."""
+    from fednet.algebra.meter import MacMeter
+    from fednet.learning import models
+    if not stacked:
+        monkeypatch.setattr(models, "STACK_BYTES", 0)
+    rng = np.random.default_rng(5)
+    X = [rng.normal(size=(30 + 10 * (i % 2), 8)) for i in range(9)]
+    Y = [rng.normal(size=(len(x), 3)) for x in X]
+    th = rng.normal(size=(8, 3))
+    cache: dict = {}
+    for which in ([4, 1, 7], [0, 2, 3, 5, 6, 8], [8]):
+        rows = [rng.choice(len(X[p]), 5 + p % 2, replace=False) for p in which]
+        with MacMeter() as m:
+            got, macs = models.some_minibatch_gradients(X, Y, th, which, rows, cache)
+        assert m.macs == sum(macs) == sum(2 * len(r) * 8 * 3 for r in rows)
+        for j, p in enumerate(which):
+            assert got[j].tobytes() == models.minibatch_gradient(X[p], Y[p], th, rows[j]).tobytes()
+
+
+def test_buffered_sum_weighted_at_once_equals_an_axpy_each() -> None:
+    from fednet.algebra.meter import MacMeter, axpy
+    from fednet.learning.models import sum_gradients
+    from fednet.protocol.buffered import buffered_sum
+    rng = np.random.default_rng(1)
+    G = [rng.normal(size=(7, 3)) for _ in range(5)]
+    w = [1.0, 0.5, 1 / np.sqrt(3), 0.25, 1 / np.sqrt(6)]
+    with MacMeter() as m:
+        got = buffered_sum(G, w, 0.3)
+    want = axpy(0.3, sum_gradients([axpy(wi, g, 0.0) for wi, g in zip(w, G)]), 0.0)
+    assert got.tobytes() == want.tobytes() and m.macs == 2 * 5 * 21 + 21     # a scaling and an addition each

@@ -221,6 +221,82 @@ def _chunked_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], rows: n
     return done[0] if len(done) == 1 else np.concatenate(done)
 
 
+def _stack_layout(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], cache: dict | None) -> list:
+    """The devices grouped by equal shapes and types, each group ``(shape of X, members, stacks or None)``; a group's
+    stacked points ``(K n, d)`` (row ``p n + r``) where a cache keeps them and they fit :data:`STACK_BYTES`."""
+    ids = (tuple(map(id, X)), tuple(map(id, Y)))
+    layout = None if cache is None else cache.get(ids)
+    if layout is None:
+        shapes: dict[tuple, list[int]] = {}
+        for p, (x, y) in enumerate(zip(X, Y)):
+            shapes.setdefault((x.shape, y.shape, x.dtype, y.dtype), []).append(p)
+        layout = []
+        for (xs, ys, _, _), members in shapes.items():
+            fits = cache is not None and len(members) * xs[0] * (xs[1] + ys[1]) * 8 <= STACK_BYTES
+            layout.append((xs, members, (np.concatenate([X[p] for p in members]),
+                                         np.concatenate([Y[p] for p in members])) if fits else None))
+        if cache is not None:
+            cache[ids] = layout
+            cache.setdefault("alive", []).append((list(X), list(Y)))   # the arrays stay alive: ids stay theirs
+    return layout
+
+
+def some_minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta: np.ndarray,
+                             which: Sequence[int], rows: Sequence[np.ndarray],
+                             cache: dict) -> tuple[list[np.ndarray], list[int]]:
+    """:func:`minibatch_gradients` of the devices ``which`` of a population ``X, Y`` whose stacks ``cache`` keeps
+    (the same floats): for callers whose devices differ from call to call (asynchronous clients), so that one
+    stack of the whole population serves every call.
+
+    Parameters
+    ----------
+    X, Y : sequences of ndarray
+        The whole population's points (the same arrays at every call).
+    theta : ndarray, (d, c)
+    which : sequence of int, (K,)
+        Positions in ``X`` of the devices to compute, distinct.
+    rows : sequence of ndarray of int
+        ``rows[j]``: device ``which[j]``'s minibatch.
+    cache : dict
+
+    Returns
+    -------
+    gradients : list of ndarray (d, c), (K,)
+    macs : list of int
+        ``2 b_j d c`` each (their sum is charged here).
+    """
+    key = ("population", id(X), id(Y), len(X))
+    kept = cache.get(key)
+    if kept is None or kept[0] is not X or kept[1] is not Y:
+        layout = _stack_layout(X, Y, cache)
+        kept = cache[key] = (X, Y, layout, {p: (g, k) for g, (_, members, _) in enumerate(layout)
+                                            for k, p in enumerate(members)})
+    layout, group_of = kept[2], kept[3]
+    out: list[np.ndarray | None] = [None] * len(which)
+    macs = [0] * len(which)
+    parts: dict[tuple[int, int], list[int]] = {}
+    for j, p in enumerate(which):
+        parts.setdefault((group_of[p][0], len(rows[j])), []).append(j)
+    for (g, b), part in parts.items():
+        xs, members, stacked = layout[g]
+        per = 2 * b * xs[1] * theta.shape[1]
+        charge(per * len(part))                     # the slices run unmetered (fednet.algebra.slices)
+        sel = np.stack([rows[j] for j in part])
+        if sel.size and (sel.min() < 0 or sel.max() >= xs[0]):
+            raise IndexError(f"minibatch rows must lie in [0, {xs[0]}), got {sel.min()} ... {sel.max()}")
+        if stacked is None:
+            g_ = _chunked_gradients([X[which[j]] for j in part], [Y[which[j]] for j in part], sel, theta, xs[0] / b)
+        else:
+            at = (sel + (np.array([group_of[which[j]][1] for j in part]) * xs[0])[:, None]).ravel()
+            xb = np.take(stacked[0], at, axis=0).reshape(len(part), b, -1)
+            yb = np.take(stacked[1], at, axis=0).reshape(len(part), b, -1)
+            done = map_slices(lambda s, e: ridge_gradients(xb[s:e], yb[s:e], theta, scale=xs[0] / b), len(part))
+            g_ = done[0] if len(done) == 1 else np.concatenate(done)
+        for k, j in enumerate(part):
+            out[j], macs[j] = g_[k], per
+    return out, macs
+
+
 def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta: np.ndarray,
                         rows: Sequence[np.ndarray], cache: dict | None = None) -> tuple[list[np.ndarray], list[int]]:
     """:func:`minibatch_gradient` of many devices at one model, batched over devices of equal shapes.
@@ -252,20 +328,7 @@ def minibatch_gradients(X: Sequence[np.ndarray], Y: Sequence[np.ndarray], theta:
     macs : list of int
         ``2 b_i d c`` per device (their sum is charged here).
     """
-    ids = (tuple(map(id, X)), tuple(map(id, Y)))
-    layout = None if cache is None else cache.get(ids)
-    if layout is None:                              # devices of equal shapes and types, each group's stack
-        shapes: dict[tuple, list[int]] = {}
-        for p, (x, y) in enumerate(zip(X, Y)):
-            shapes.setdefault((x.shape, y.shape, x.dtype, y.dtype), []).append(p)
-        layout = []
-        for (xs, ys, _, _), members in shapes.items():
-            fits = cache is not None and len(members) * xs[0] * (xs[1] + ys[1]) * 8 <= STACK_BYTES
-            layout.append((xs, members, (np.concatenate([X[p] for p in members]),   # (K n, d): row p n + r
-                                         np.concatenate([Y[p] for p in members])) if fits else None))
-        if cache is not None:
-            cache[ids] = layout
-            cache.setdefault("alive", []).append((list(X), list(Y)))   # the arrays stay alive: ids stay theirs
+    layout = _stack_layout(X, Y, cache)
     out: list[np.ndarray | None] = [None] * len(X)
     macs = [0] * len(X)
     one = isinstance(rows, np.ndarray) and rows.ndim == 2

@@ -450,9 +450,10 @@ class Protocol:
         return self.sim.rng(dev, "minibatch", e).choice(n, size=batch, replace=False)
 
     def minibatch_rows_many(self, devs: Sequence[Node], batches: Sequence[int],
-                            epoch: int | None = None) -> list[np.ndarray] | np.ndarray:
+                            epoch: int | Sequence[int] | None = None) -> list[np.ndarray] | np.ndarray:
         """:meth:`minibatch_rows` of many devices at once (the same rows; ``Streams.choices`` draws
-        the devices of equal size and batch as one vector where that is faster).
+        the devices of equal size and batch as one vector where that is faster).  ``epoch`` may give each
+        device its own round (an asynchronous client's iteration).
 
         Returns
         -------
@@ -460,8 +461,14 @@ class Protocol:
             Each device's rows, in the order of ``devs``; one 2-D array when they were drawn as one.
         """
         e = self.epoch if epoch is None else epoch
+        each = not isinstance(e, (int, np.integer))
+        if each:
+            e = np.asarray(e, dtype=np.int64).reshape(-1)
+            if e.size != len(devs):
+                raise ValueError(f"epoch gives {e.size} rounds for {len(devs)} devices")
         if type(self).minibatch_rows is not _MINIBATCH_ROWS:      # an override must see every device's draw
-            return [self.minibatch_rows(dev, int(b), e) for dev, b in zip(devs, batches)]
+            return [self.minibatch_rows(dev, int(b), int(e[p]) if each else e)
+                    for p, (dev, b) in enumerate(zip(devs, batches))]
         out: list[np.ndarray | None] = [None] * len(devs)
         idx = np.fromiter((dev.index for dev in devs), dtype=np.intp, count=len(devs))
         ns, bs = self.point_counts[idx], np.asarray(batches, dtype=np.int64).reshape(-1)
@@ -475,14 +482,15 @@ class Protocol:
         for (n, b), members in groups.items():
             K = len(members)
             if pcg.COMPILED or K * 15 > 24 * b * (1 + 0.005 * K):   # measured costs (microseconds): vector wins
-                rows = self.sim.streams.choices(idx if K == len(devs) else idx[members], "minibatch", (e,), n, b)
+                key = (e if K == len(devs) else e[members]) if each else e
+                rows = self.sim.streams.choices(idx if K == len(devs) else idx[members], "minibatch", (key,), n, b)
                 if K == len(devs):
                     return rows
                 for j, p in enumerate(members):
                     out[p] = rows[j]
             else:
                 for p in members:
-                    out[p] = self.minibatch_rows(devs[p], b, e)
+                    out[p] = self.minibatch_rows(devs[p], b, int(e[p]) if each else e)
         return out
 
     def step(self, gradient_sum: np.ndarray, m_used: int) -> None:

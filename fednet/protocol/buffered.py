@@ -15,8 +15,8 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import Field
 
-from fednet.algebra.meter import axpy
-from fednet.learning.models import minibatch_gradient, minibatch_gradients, sum_gradients
+from fednet.algebra.meter import axpy, charge
+from fednet.learning.models import minibatch_gradient, some_minibatch_gradients, sum_gradients
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.sim.engine.results import batched
 from fednet.sim.simulation import Node
@@ -79,7 +79,14 @@ def buffered_sum(gradients: list[np.ndarray], weights: list[float], server_lr: f
     (``d c`` MACs a gradient), else one scaling and one addition a gradient (``2 d c`` MACs), and ``d c`` more
     for ``server_lr != 1``."""
     if any(w != 1.0 for w in weights):
-        gradients = [axpy(w, g, 0.0) for w, g in zip(weights, gradients)]
+        g0 = gradients[0]
+        if (isinstance(g0, np.ndarray) and g0.dtype == np.float64
+                and all(isinstance(g, np.ndarray) and g.shape == g0.shape and g.dtype == g0.dtype for g in gradients)):
+            stack = np.stack(gradients)             # the same products as an axpy a gradient, at once
+            charge(stack.size)
+            gradients = np.asarray(weights, dtype=np.float64).reshape((-1,) + (1,) * g0.ndim) * stack + 0.0
+        else:
+            gradients = [axpy(w, g, 0.0) for w, g in zip(weights, gradients)]
     total = sum_gradients(gradients)
     return total if server_lr == 1.0 else axpy(server_lr, total, 0.0)
 
@@ -94,19 +101,11 @@ def buffered_gradients_of(protocol: Any, nodes: list, received: np.ndarray) -> t
     macs : list of int
         ``2 b_i d c`` per node.
     """
-    rows: list[Any] = [None] * len(nodes)
-    by_iteration: dict[int, list[int]] = {}
-    for p, dev in enumerate(nodes):
-        by_iteration.setdefault(dev.state.iteration, []).append(p)
-    for iteration, members in by_iteration.items():
-        drawn = protocol.minibatch_rows_many([nodes[p] for p in members], [nodes[p].state.batch for p in members],
-                                             iteration)
-        for j, p in enumerate(members):
-            rows[p] = drawn[j]
+    rows = protocol.minibatch_rows_many(nodes, [dev.state.batch for dev in nodes],
+                                        [dev.state.iteration for dev in nodes])
     X, Y = protocol.task.X, protocol.task.Y
-    # no kept stacks: the clients of a call differ from call to call (their minibatches are gathered device by device)
-    return minibatch_gradients([X[d.index] for d in nodes], [Y[d.index] for d in nodes],
-                               received.astype(np.float64), rows)
+    cache = protocol.__dict__.setdefault("_gradient_stacks", {})      # the whole population's stacks, kept
+    return some_minibatch_gradients(X, Y, received.astype(np.float64), [dev.index for dev in nodes], rows, cache)
 
 
 class BufferedAsync(Protocol):

@@ -419,7 +419,8 @@ class Streams:
         nodes : ndarray of int, (K,)
         purpose : str
         more : tuple of str or int
-            Further key parts (e.g. the round).
+            Further key parts (e.g. the round); the last may be an ndarray of ints, (K,): a part per node
+            (e.g. each client's own iteration).
         n, size : int
             Population and sample size.
 
@@ -428,17 +429,27 @@ class Streams:
         ndarray of int64, (K, size)
         """
         at = np.asarray(nodes).ravel()
+        per_node = None
+        if more and isinstance(more[-1], np.ndarray):
+            per_node, more = np.asarray(more[-1]).ravel(), more[:-1]
+            if per_node.shape != at.shape:
+                raise ValueError(f"the per-node key part has shape {per_node.shape}, the nodes {at.shape}")
         parts = [_key_part(purpose)] + [_key_part(p) for p in more]
         if (pcg.supported(n, size) and at.size and at.dtype.kind in "iu" and max(parts) < 2 ** 32
-                and 0 <= at.min() and at.max() < 2 ** 32):
-            words = pcg.key_words(self.seed, (_SEQUENTIAL, 0, *parts))     # node 0's key; each node's one word
+                and 0 <= at.min() and at.max() < 2 ** 32 and (per_node is None or (
+                    per_node.dtype.kind in "iu" and 0 <= per_node.min() and per_node.max() < 2 ** 32))):
+            last = [] if per_node is None else [0]
+            words = pcg.key_words(self.seed, (_SEQUENTIAL, 0, *parts, *last))   # node 0's key; one word a part
             entropy = np.tile(np.asarray(words, dtype=np.uint32), (at.size, 1))
-            entropy[:, len(words) - len(parts) - 1] = at
+            entropy[:, len(words) - len(parts) - len(last) - 1] = at
+            if per_node is not None:
+                entropy[:, -1] = per_node
             return pcg.choice_without_replacement(pcg.seed_states(entropy), n, size)
         nodes = [int(i) for i in at]
+        lasts = [()] * len(nodes) if per_node is None else [(int(e),) for e in per_node]
         out = np.empty((len(nodes), size), dtype=np.int64)
         for k, i in enumerate(nodes):
-            out[k] = self.generator(i, purpose, *more).choice(n, size=size, replace=False)
+            out[k] = self.generator(i, purpose, *more, *lasts[k]).choice(n, size=size, replace=False)
         return out
 
     # -- secret streams ---------------------------------------------------------------------
