@@ -22,6 +22,11 @@ A round is one server step (one new model version): its trace row has ``version`
 updates it used (``staleness``: in arrival order; ``max_staleness``); ``used`` names their devices.
 
 What each party sees: the server sees every update in the clear (``fedbuff`` is the clear-text protocol of issue 29).
+
+Host cost: the clients live across rounds, one SimPy process each in the reference semantics; the engine's
+``buffered`` backend (:mod:`fednet.sim.engine.backends.buffered`) replays them as arrays with the same trace bit for
+bit, and says why where it cannot (a concurrency limit below D, dropouts, views, an energy model, shared cells;
+``fednet run --explain-engine``).
 """
 
 from __future__ import annotations
