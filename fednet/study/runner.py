@@ -459,6 +459,21 @@ class StudyResult:
                        self.summary, json.loads(self.study.model_dump_json()) if self.study else {})
 
 
+def training_task(study: Study, run: RunSpec, task: LearningTask) -> LearningTask:
+    """The task ``run`` trains on: ``task`` with the run's own ``training`` overrides, if any.
+
+    The data are the study's (loaded and split once); only the hyperparameters the run's ``training`` sets
+    (:meth:`~fednet.study.config.Study.run_training`; e.g. a swept ``training.learning_rate``) change.
+    """
+    if not run.training:
+        return task
+    import dataclasses
+
+    tr = study.run_training(run)
+    return dataclasses.replace(task, **{k: tuple(getattr(tr, k)) if k == "lr_milestones" else getattr(tr, k)
+                                        for k in run.training})
+
+
 def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -> Any:
     """The protocol of ``run`` on a fresh simulation of ``seed``.
 
@@ -471,7 +486,7 @@ def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -
     cls = registry.get(run.protocol)
     sim = build_simulation(study.run_network(run), seed, record_views=study.record_views)
     try:
-        return cls(sim, task, study.run_params(run), label=run.name)
+        return cls(sim, training_task(study, run, task), study.run_params(run), label=run.name)
     except ConfigError as e:
         i = study.runs.index(run)
         message = f"runs[{i}] ({run.name}).params: {e}"
