@@ -168,3 +168,10 @@ def test_run_study_reports_progress_in_lines_when_stderr_is_not_a_terminal(tmp_p
     err = capsys.readouterr().err
     assert "\r" not in err
     assert err.splitlines()[-1].startswith("tiny: 100% | 2/2 runs x seeds | elapsed ")
+
+
+def test_a_late_report_of_a_finished_pair_is_ignored() -> None:
+    p, clock = make(runs=("cheap",), seeds=(0, 1))
+    simulate_pair(p, clock, ("cheap", 0), "cheap")
+    p.update(("cheap", 0), 7, elapsed=1.0)             # a Dask event that arrives after the task's result
+    assert ("cheap", 0) not in p.running and p.remaining() == pytest.approx(cost("cheap"))

@@ -23,14 +23,23 @@ accuracies and a list of runs (a protocol with its parameters). Example::
     params = { drop_slowest = 0 }
     network = { loss = 0.2 }                 # optional per-run overrides of [network]
 
-A run entry may sweep a parameter grid, expanded into one labelled run per combination
-(:func:`expand_sweeps`)::
+A run entry may sweep a grid over any key a run may set, expanded into one labelled run per
+combination (:func:`expand_sweeps`, :func:`sweep_target`)::
 
     [[runs]]
     label = "CodedPaddedFL"            # -> "CodedPaddedFL alpha=6", "CodedPaddedFL alpha=16", ...
     protocol = "codedpaddedfl"
     params = { groups = 1, mode = "timing" }
     sweep = { alpha = [6, 16, 23] }
+
+    [[runs]]
+    label = "CodedSecAgg {rule} N={count}"     # 2 grouping rules x 3 group counts: six runs
+    protocol = "codedsecagg"
+    params = { z = 1, mode = "timing" }
+    sweep = { "network.groups.rule" = ["consecutive", "random"], "network.groups.count" = [1, 2, 4] }
+
+``--set``, ``--runs`` and the output folders name runs by their labels after expansion; ``--set`` on
+a key a sweep sets is refused (:func:`load_study`).
 
 ``[data] feature_seed = "per_seed"`` makes the random-Fourier draw vary with the study seed
 (paired across runs), so that intervals over seeds include it.
@@ -67,7 +76,7 @@ from fednet.plugins import search_path
 from fednet.protocol import registry
 
 __all__ = ["Study", "DataSpec", "NetworkSpec", "GroupSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError",
-           "expand_sweeps", "run_problems", "deep_merge", "parse_assignment", "apply_assignment", "select_runs",
+           "expand_sweeps", "sweep_target", "run_problems", "deep_merge", "parse_assignment", "apply_assignment", "select_runs",
            "slug", "RESERVED_NAMES"]
 
 #: File and folder names a study's output folder holds besides the run folders (a run label must

@@ -150,6 +150,8 @@ class StudyProgress:
         as the elapsed time when the first row is reported.
         """
         with self._lock:
+            if key in self.done:                        # a late report of a finished pair (Dask events race)
+                return
             st = self.running.setdefault(key, _Running(started=self.clock()))
             if elapsed is None:
                 elapsed = self.clock() - (st.started if st.started is not None else self.t0)
