@@ -175,3 +175,11 @@ def test_the_readme_sweep_example_validates_as_written(tmp_path) -> None:
     s = load_study(write(tmp_path, head + "[[runs]]" + block.split("[[runs]]")[-1]))   # its CodedSecAgg block
     assert [r.name for r in s.runs] == [
         f"CodedSecAgg {rule} N={n}" for rule in ("consecutive", "random") for n in (1, 2, 4)]
+
+
+def test_a_python_override_of_a_swept_study_key_is_refused_too(tmp_path) -> None:
+    path = write(tmp_path, GRID)
+    with pytest.raises(StudyError, match=r"override network.groups.count: network.groups.count is swept by runs\[1\] "
+                                         r"\(csa\) \(sweep 'network.groups.count' = \[1, 2, 3\]\)"):
+        load_study(path, network={"groups": {"count": 2}})
+    assert load_study(path, network={"dropout": 0.0}).network.dropout == 0.0     # an unswept key merges
