@@ -10,7 +10,11 @@
     key of the study (``--set network.dropout=0.1``, ``--set runs.0.params.alpha=16``,
     ``--set 'runs.*.params.mode="timing"'``), validated like the file; ``--epochs`` caps every
     run's rounds; ``--runs`` keeps the named runs (and the baseline); ``--targets`` replaces the
-    target accuracies (``stop_at`` never stops a run before the highest one).
+    target accuracies (``stop_at`` never stops a run before the highest one). ``--set``, ``--runs``
+    and the output folders name runs alike: by their labels after sweep expansion (or a pattern with
+    ``*``/``?``; an index counts the expanded runs); ``--set`` on a key a sweep sets is refused
+    (:func:`fednet.study.config.load_study`). The progress (stderr) weighs runs by measured host cost
+    (:mod:`fednet.study.progress`): a bar on a terminal, a line at most every 30 s elsewhere.
     ``--jobs [N]`` runs the runs x seeds as parallel tasks on a local Dask cluster of N
     single-threaded worker processes (default: the number of cores), ``--scheduler ADDRESS``
     on a running Dask cluster; the outputs are the serial run's, byte for byte (``timing.json``
@@ -362,13 +366,16 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--out", help="output directory (default results/<study name>)")
     p_run.add_argument("--seed", type=int, help="run this single seed instead of the study's seeds")
     p_run.add_argument("--data-dir", help="directory with mnist/ and fashion-mnist/ (default $FEDNET_DATA)")
-    p_run.add_argument("--quiet", action="store_true", help="no progress bar")
+    p_run.add_argument("--quiet", action="store_true",
+                       help="no progress (otherwise a cost-weighted bar on a terminal, a line every 30 s elsewhere)")
     p_run.add_argument("--explain-engine", action="store_true",
                        help="print, per run and step, which engine backend ran it or why the reference did")
     p_run.add_argument("--set", action="append", metavar="KEY.PATH=VALUE",
-                       help="change a study key, e.g. network.dropout=0.1 or runs.0.params.alpha=16 (repeatable)")
+                       help="change a study key, e.g. network.dropout=0.1 or runs.0.params.alpha=16 (repeatable; runs are "
+                            "named by their labels after sweep expansion; a key a sweep sets is refused)")
     p_run.add_argument("--epochs", type=int, help="maximum rounds of every run")
-    p_run.add_argument("--runs", nargs="+", metavar="LABEL", help="run only these runs (and the baseline)")
+    p_run.add_argument("--runs", nargs="+", metavar="LABEL", help="run only these runs (and the baseline): labels after sweep expansion, or patterns "
+                            "with * and ?")
     p_run.add_argument("--targets", nargs="+", type=float, metavar="ACC", help="target accuracies, e.g. 0.9 0.95")
     par = p_run.add_mutually_exclusive_group()
     par.add_argument("--jobs", type=_positive, nargs="?", const=0, metavar="N",

@@ -64,8 +64,8 @@ def test_runner_builds_the_vertical_task_of_the_data_block():
 def test_reduced_fig2_through_the_cli_writes_the_study_outputs(tmp_path, capsys):
     """`fednet run studies/fedvs_fig2.toml` with reductions: summary.json, traces and the plot, every run."""
     out = tmp_path / "out"
-    sets = ["data.max_train=400", "data.max_test=80"] + [f"runs.{i}.params.batch_size=32" for i in range(6)] + \
-        ["runs.0.params.mode=full"]
+    sets = ["data.max_train=400", "data.max_test=80", "runs.*.params.batch_size=32",
+            'runs."FedVS T=1 K=*".params.mode=full']          # runs named as in the outputs (after the sweep)
     argv = ["run", str(STUDIES / "fedvs_fig2.toml"), "--seed", "0", "--epochs", "2", "--quiet", "--out", str(out),
             "--data-dir", DATA]
     for s in sets:

@@ -339,21 +339,27 @@ def test_missing_dataset_without_url_fails_at_once(tmp_path, monkeypatch) -> Non
 
 
 def test_progress_total_follows_early_stops(tmp_path, monkeypatch) -> None:
-    import tqdm.auto
-
+    import fednet.study.progress as progress
     import fednet.study.runner as runner
 
-    seen = []
+    made, seen = [], []
 
-    class Bar(tqdm.auto.tqdm):
-        def refresh(self, *a, **k):
-            seen.append((self.n, self.total, self.postfix))
-            return super().refresh(*a, **k)
+    class Spy(progress.StudyProgress):
+        def set_status(self, text):
+            seen.append(text)
+            return super().set_status(text)
 
-    monkeypatch.setattr(runner, "tqdm", Bar)
+    def spy(study, **kw):
+        made.append(progress.study_progress(study, **kw))
+        made[-1].__class__ = Spy
+        return made[-1]
+
+    monkeypatch.setattr(runner, "study_progress", spy)
     study = load_study(write(tmp_path, FDRAW), seeds=[0, 1, 2])
     res = run_study(study, None, progress=True)
-    rounds = sum(len(r) for r in res.traces["GD"].values())
-    assert seen[0][1] == 3 * 151 and rounds < 3 * 151  # planned 3 x (150 + 1) rounds, stopped early at 95 %
-    assert seen[-1][0] == seen[-1][1] == rounds  # the bar ends full, at the true number of rounds
-    assert any("loading digits" in (p or "") for _, _, p in seen)
+    rows = [len(r) for r in res.traces["GD"].values()]
+    bar = made[0]
+    # planned 3 x (150 + 1) rows, stopped early at 95 %: the rows expected of a pair follow the early stops
+    assert max(rows) < 151 and bar.expect["GD"] == min(rows)
+    assert bar.remaining() == 0 and bar.fraction() == 1.0 and len(bar.done) == 3   # the bar ends full
+    assert any("loading digits" in p for p in seen)

@@ -23,14 +23,23 @@ accuracies and a list of runs (a protocol with its parameters). Example::
     params = { drop_slowest = 0 }
     network = { loss = 0.2 }                 # optional per-run overrides of [network]
 
-A run entry may sweep a parameter grid, expanded into one labelled run per combination
-(:func:`expand_sweeps`)::
+A run entry may sweep a grid over any key a run may set, expanded into one labelled run per
+combination (:func:`expand_sweeps`, :func:`sweep_target`)::
 
     [[runs]]
     label = "CodedPaddedFL"            # -> "CodedPaddedFL alpha=6", "CodedPaddedFL alpha=16", ...
     protocol = "codedpaddedfl"
     params = { groups = 1, mode = "timing" }
     sweep = { alpha = [6, 16, 23] }
+
+    [[runs]]
+    label = "CodedSecAgg {rule} N={count}"     # 2 grouping rules x 3 group counts: six runs
+    protocol = "codedsecagg"
+    params = { z = 1, mode = "timing" }
+    sweep = { "network.groups.rule" = ["consecutive", "random"], "network.groups.count" = [1, 2, 4] }
+
+``--set``, ``--runs`` and the output folders name runs by their labels after expansion; ``--set`` on
+a key a sweep sets is refused (:func:`load_study`).
 
 ``[data] feature_seed = "per_seed"`` makes the random-Fourier draw vary with the study seed
 (paired across runs), so that intervals over seeds include it.
@@ -47,6 +56,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import fnmatch
 import itertools
 import math
 import os
@@ -66,7 +76,7 @@ from fednet.plugins import search_path
 from fednet.protocol import registry
 
 __all__ = ["Study", "DataSpec", "NetworkSpec", "GroupSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError",
-           "expand_sweeps", "run_problems", "deep_merge", "parse_assignment", "apply_assignment", "select_runs",
+           "expand_sweeps", "sweep_target", "run_problems", "deep_merge", "parse_assignment", "apply_assignment", "select_runs",
            "slug", "RESERVED_NAMES"]
 
 #: File and folder names a study's output folder holds besides the run folders (a run label must
@@ -500,12 +510,18 @@ class RunSpec(_Strict):
     epochs : int, optional
         Overrides the study's ``epochs`` for this run.
     sweep : dict of str to list
-        A parameter grid: ``sweep = { alpha = [6, 16, 23], groups = [1, 5] }`` expands this entry
-        into one run per combination (Cartesian product, in the order written), each with those
-        values merged into ``params``. Labels: ``label`` formatted with the values when it holds
-        ``{alpha}``-style fields (sweep keys or params), else ``"<label> alpha=6, groups=1"``. Expanded when the study is
-        loaded (:func:`expand_sweeps`); a validated study holds only expanded runs.  The key
-        ``accounting`` sweeps the run's ``accounting`` (``accounting = ["fednet", "paper"]``).
+        A grid over any key a run may set: ``sweep = { alpha = [6, 16, 23], groups = [1, 5] }`` expands this
+        entry into one run per combination (Cartesian product, in the order written). A key without a dot is a
+        protocol parameter (``params.alpha`` says the same), except ``accounting`` and ``epochs`` (the run's
+        own); ``"network.<field>"`` and ``"training.<field>"`` (quoted in TOML) set the run's network and
+        training, a dotted key into a table changing that key only: ``sweep = { "network.groups.rule" =
+        ["consecutive", "random"], "network.groups.count" = [2, 4, 5] }`` is six runs
+        (:func:`sweep_target`; ``data.*``, ``seeds`` and ``network.n_devices`` are study-wide and refused).
+        Labels: ``label`` formatted with the values when it holds ``{alpha}``-style fields (sweep keys,
+        ``{network.groups.count}`` or its last segment ``{count}``, or params), else
+        ``"<label> alpha=6, groups=1"``. Expanded when the study is loaded (:func:`expand_sweeps`); a validated
+        study holds only expanded runs, and ``--set``, ``--runs`` and the output folders name them by these
+        expanded labels (:func:`load_study`).
     network : dict
         Overrides of the study's ``[network]`` fields for this run (e.g. ``{ loss = 0.2 }`` or
         ``{ groups = { rule = "random", count = 4 } }``; a field given here replaces the study's
@@ -513,6 +529,9 @@ class RunSpec(_Strict):
         are split once per study).
     accounting : {"fednet", "paper"}, optional
         Overrides the study's ``accounting`` for this run (so one study can report both).
+    training : dict
+        Overrides of the study's ``[training]`` fields for this run (e.g. ``{ learning_rate = 3.0 }``;
+        :meth:`Study.run_training`), so that a sweep can vary them.
     """
 
     protocol: str
@@ -522,6 +541,17 @@ class RunSpec(_Strict):
     sweep: dict[str, list[Any]] = Field({}, description="parameter grid expanded into labelled runs when loaded")
     network: dict[str, Any] = {}
     accounting: Literal["fednet", "paper"] | None = None
+    training: dict[str, Any] = {}
+
+    @field_validator("training")
+    @classmethod
+    def _training_overrides(cls, v: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(v) - set(TrainingSpec.model_fields))
+        if unknown:
+            raise ValueError(f"unknown training fields {unknown}"
+                             f"{_did_you_mean(unknown[0], TrainingSpec.model_fields)}; known: "
+                             f"{sorted(TrainingSpec.model_fields)}")
+        return v
 
     @field_validator("network")
     @classmethod
@@ -623,7 +653,7 @@ class Study(_Strict):
     @classmethod
     def _expand(cls, data: Any) -> Any:
         if isinstance(data, dict) and isinstance(data.get("runs"), list):
-            data = {**data, "runs": expand_sweeps(data["runs"])}
+            data = {**data, "runs": expand_sweeps(data["runs"], data.get("network"))}
         return data
 
     @field_validator("name")
@@ -660,9 +690,14 @@ class Study(_Strict):
             try:
                 net = self.run_network(run)
             except ValidationError as e:
-                problems += [f"runs[{i}] ({run.name}).network.{'.'.join(str(p) for p in err['loc'])}: "
-                             f"{err['msg'].removeprefix('Value error, ')}" for err in e.errors()]
+                problems += [f"runs[{i}] ({run.name}).network{''.join('.' + str(p) for p in err['loc'])}: "
+                             f"{err['msg'].removeprefix('Value error, ')}{_shown(err)}" for err in e.errors()]
                 net = None
+            try:
+                self.run_training(run)
+            except ValidationError as e:
+                problems += [f"runs[{i}] ({run.name}).training{''.join('.' + str(p) for p in err['loc'])}: "
+                             f"{err['msg'].removeprefix('Value error, ')}{_shown(err)}" for err in e.errors()]
             try:
                 d["params"] = self.run_params(run)
             except (KeyError, ValueError, ImportError, TypeError, ValidationError):
@@ -724,6 +759,18 @@ class Study(_Strict):
             return self.network
         return NetworkSpec.model_validate({**self.network.model_dump(exclude_unset=True), **run.network})
 
+    def run_training(self, run: RunSpec) -> TrainingSpec:
+        """The training hyperparameters of ``run``: the study's ``[training]`` with the run's ``training`` overrides.
+
+        Raises
+        ------
+        pydantic.ValidationError
+            If the overridden hyperparameters do not validate.
+        """
+        if not run.training:
+            return self.training
+        return TrainingSpec.model_validate({**self.training.model_dump(exclude_unset=True), **run.training})
+
     def run_accounting(self, run: RunSpec) -> str:
         """The accounting of ``run``: its own ``accounting`` or the study's."""
         return self.accounting if run.accounting is None else run.accounting
@@ -765,6 +812,12 @@ class Study(_Strict):
 # -- sweeps, overrides, suggestions --------------------------------------------------------------
 
 
+def _shown(err: Mapping[str, Any]) -> str:
+    """``" (got value)"`` for a pydantic error on a value (nothing for a table or a model-level message)."""
+    inp = err.get("input")
+    return "" if err["type"] == "value_error" or isinstance(inp, dict) else f" (got {inp!r})"
+
+
 def _did_you_mean(name: Any, candidates: Iterable[str]) -> str:
     """``" (did you mean 'x'?)"`` for the closest of ``candidates`` (difflib), else ``""``."""
     close = difflib.get_close_matches(str(name), list(candidates), n=1, cutoff=0.6)
@@ -787,54 +840,234 @@ def label_choices(name: Any, labels: Sequence[str], limit: int = 8) -> str:
     return f"{len(labels)} labels, {'the closest' if close else 'the first'}: {close or labels[:limit]}"
 
 
-def expand_sweeps(runs: list[Any]) -> list[Any]:
-    """Expand every run entry holding a ``sweep`` grid into one entry per combination.
+#: Run fields a sweep key may name without a section (everything else without a dot is a protocol parameter).
+_RUN_FIELDS = ("accounting", "epochs")
+#: Study sections a run cannot vary (the data are loaded and split once per study).
+_STUDY_WIDE = {"data": "the data are loaded, embedded and split once per study",
+               "seeds": "every run uses the study's seeds", "targets": "the targets are the study's",
+               "name": "it names the study", "baseline": "it names a run", "runs": "it is the list of runs"}
+
+
+def sweep_target(key: str, *, protocol: Any = None) -> list[str]:
+    """The path inside a run entry that a sweep key sets.
+
+    One syntax for every sweepable key (:class:`RunSpec` ``sweep``):
+
+    * ``alpha`` (no dot): the protocol parameter ``params.alpha``; ``accounting`` and ``epochs`` are the run's
+      own fields;
+    * ``params.alpha``: the same parameter, explicitly;
+    * ``network.<field>[.<key>...]``: the run's network (``network.loss``, ``network.groups.count``); a dotted
+      key into a table (``groups``) changes that key only, the rest of the table coming from the run's
+      ``network`` override or the study's ``[network]``;
+    * ``training.<field>``: the run's training hyperparameters (``training.learning_rate``).
 
     Parameters
     ----------
-    runs : list of dict
-        Raw ``[[runs]]`` entries (entries that are not dicts or have no ``sweep`` pass through).
+    key : str
+        The sweep key as written.
+    protocol : str, optional
+        The run's protocol: a bare key that its ``Config`` does not know is refused here (with a suggestion).
 
     Returns
     -------
-    list of dict
-        The runs, each sweep replaced by its combinations in ``itertools.product`` order; each
-        combination's values are merged into ``params`` and named in the label
-        (:class:`RunSpec` ``sweep``).
+    list of str
+        The path, e.g. ``["params", "alpha"]``, ``["network", "groups", "count"]``, ``["accounting"]``.
 
     Raises
     ------
     ValueError
-        If a sweep is not a table of non-empty lists, or a label template names a key the
-        sweep lacks (the message names the run and key).
+        For a key naming a study-wide section (``data.*``, ``seeds``, ...), ``network.n_devices``, an unknown
+        network or training field or protocol parameter (with a "did you mean").
+    """
+    parts = [p.strip() for p in str(key).split(".")]
+    if not all(parts):
+        raise ValueError(f"sweep key {key!r} has an empty segment")
+    head = parts[0]
+    if len(parts) == 1 and head in _RUN_FIELDS:
+        return parts
+    if len(parts) == 1 or head == "params":
+        path = ["params", *parts] if len(parts) == 1 else parts
+        if len(path) < 2:
+            raise ValueError(f"sweep key {key!r} names no parameter (params.<name>)")
+        if isinstance(protocol, str):
+            try:
+                cfg = registry.get(protocol).Config
+            except Exception:    # noqa: BLE001 - an unknown or broken protocol is named by run_problems
+                cfg = None
+            fields = getattr(cfg, "model_fields", None)
+            if fields is not None and getattr(cfg, "model_config", {}).get("extra") == "forbid" \
+                    and path[1] not in fields:
+                raise ValueError(f"sweep key {key!r}: {protocol!r} has no parameter {path[1]!r}"
+                                 f"{_did_you_mean(path[1], list(fields) + list(_RUN_FIELDS))}; a sweep key is a "
+                                 f"protocol parameter, accounting, epochs, network.<field> or training.<field>")
+        return path
+    if head == "network":
+        fields = NetworkSpec.model_fields
+        if parts[1] == "n_devices":
+            raise ValueError(f"sweep key {key!r}: a run cannot change n_devices (the data are split once per "
+                             f"study); write one study per network size")
+        if parts[1] not in fields:
+            raise ValueError(f"sweep key {key!r}: no network field {parts[1]!r}{_did_you_mean(parts[1], fields)}")
+        return parts
+    if head == "training":
+        fields = TrainingSpec.model_fields
+        if len(parts) != 2 or parts[1] not in fields:
+            raise ValueError(f"sweep key {key!r}: no training field {'.'.join(parts[1:])!r}"
+                             f"{_did_you_mean(parts[1], fields)}; fields: {list(fields)}")
+        return parts
+    if head in _STUDY_WIDE or head in Study.model_fields:
+        why = _STUDY_WIDE.get(head, "it is a study-wide setting")
+        raise ValueError(f"sweep key {key!r}: {head} cannot vary between the runs of one study ({why}); "
+                         f"write one study per value, or change it for the whole study with --set {key}=...")
+    raise ValueError(f"sweep key {key!r}: not a protocol parameter, accounting, epochs, network.<field> or "
+                     f"training.<field>{_did_you_mean(key, ['accounting', 'epochs', 'network', 'training'])}")
+
+
+class _Fields:
+    """Attribute access to a nested dict, so that label templates may name ``{network.groups.count}``."""
+
+    def __init__(self, d: Mapping[str, Any]) -> None:
+        self._d = d
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            v = self._d[name]
+        except KeyError:
+            raise KeyError(name) from None
+        return _Fields(v) if isinstance(v, Mapping) else v
+
+    def __format__(self, spec: str) -> str:
+        return format(dict(self._d), spec)
+
+
+def _label(base: str, values: Mapping[str, Any], params: Mapping[str, Any], i: int, keys: list[str]) -> str:
+    """The label of one combination: ``base`` formatted when it holds ``{...}`` fields, else ``"base k=v, ..."``."""
+    if "{" not in base:
+        return f"{base} " + ", ".join(f"{k}={v}" for k, v in values.items())
+    fields: dict[str, Any] = dict(params)
+    nested: dict[str, Any] = {}
+    last: dict[str, list[Any]] = {}
+    for k, v in values.items():
+        parts = k.split(".")
+        if len(parts) == 1:
+            fields[k] = v
+            continue
+        node = nested
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = v
+        last.setdefault(parts[-1], []).append(v)
+    fields.update({k: _Fields(v) for k, v in nested.items() if k not in fields})
+    # the last segment alone ({count} for network.groups.count) when no other key ends so
+    fields.update({k: vs[0] for k, vs in last.items() if len(vs) == 1 and k not in fields})
+    try:
+        return base.format(**fields)
+    except (KeyError, IndexError, ValueError, AttributeError) as e:
+        raise ValueError(f"runs[{i}].label {base!r} names {e}, which neither sweep {keys} nor params holds") from None
+
+
+def _set_path(entry: dict[str, Any], path: list[str], value: Any, network: Any, where: str) -> None:
+    """Set ``path`` of a run entry (a copy) to ``value``; a dotted network key merges into the whole field."""
+    if path[0] == "network" and len(path) > 2:
+        net = entry.setdefault("network", {})
+        if not isinstance(net, dict):
+            raise ValueError(f"{where}: the run's network is not a table")
+        field = path[1]
+        if field in net:
+            base = copy.deepcopy(net[field])
+        else:
+            base = copy.deepcopy(network.get(field)) if isinstance(network, Mapping) else None
+        if field == "groups" and isinstance(base, int) and not isinstance(base, bool):
+            base = {"count": base}                    # the shorthand groups = N
+        node = base = {} if base is None else base
+        for seg in path[2:-1]:
+            if not isinstance(node, dict):
+                break
+            node = node.setdefault(seg, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"{where}: network.{field} is {base!r}, not a table holding {'.'.join(path[2:])}")
+        node[path[-1]] = value
+        net[field] = base
+        return
+    node = entry
+    for seg in path[:-1]:
+        node = node.setdefault(seg, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"{where}: {seg} is not a table")
+    node[path[-1]] = value
+
+
+def _expand(runs: list[Any], network: Any = None,
+            swept: Sequence[Mapping[tuple[str, ...], Any]] | None = None) -> tuple[list[Any], list[dict]]:
+    """:func:`expand_sweeps`, also returning each output run's swept paths (``{path tuple: value}``).
+
+    ``swept`` gives the swept paths the input runs already have (a second expansion, after ``--set``).
     """
     out: list[Any] = []
+    origins: list[dict] = []
     for i, run in enumerate(runs):
+        before = dict(swept[i]) if swept is not None else {}
         if not isinstance(run, dict) or not run.get("sweep"):
             out.append(run)
+            origins.append(before)
             continue
         grid = run["sweep"]
         base = run.get("label") or run.get("protocol") or "run"
         if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
             raise ValueError(f"runs[{i}] ({base}).sweep must be a table of non-empty lists, got {grid!r}")
         keys = list(grid)
+        paths: dict[str, list[str]] = {}
+        for k in keys:
+            try:
+                paths[k] = sweep_target(k, protocol=run.get("protocol"))
+            except ValueError as e:
+                raise ValueError(f"runs[{i}] ({base}).sweep: {e} (values {grid[k]!r})") from None
+        seen: dict[tuple[str, ...], str] = {}
+        for k, p in paths.items():
+            for q, other in list(seen.items()) + [(tuple(x), "an earlier sweep") for x in before]:
+                n = min(len(p), len(q))
+                if tuple(p[:n]) == tuple(q[:n]):
+                    raise ValueError(f"runs[{i}] ({base}).sweep: key {k!r} sets {'.'.join(p)}, which {other!r} "
+                                     f"already sweeps")
+            seen[tuple(p)] = k
         for combo in itertools.product(*(grid[k] for k in keys)):
             values = dict(zip(keys, combo))
-            if "{" in base:
-                try:
-                    label = base.format(**{**dict(run.get("params") or {}), **values})
-                except (KeyError, IndexError, ValueError) as e:
-                    raise ValueError(f"runs[{i}].label {base!r} names {e}, which neither sweep {keys} "
-                                     "nor params holds") from None
-            else:
-                label = f"{base} " + ", ".join(f"{k}={v}" for k, v in values.items())
-            entry = {k: v for k, v in run.items() if k != "sweep"}
-            entry["label"] = label
-            if "accounting" in values:                     # a run field, not a protocol parameter
-                entry["accounting"] = values.pop("accounting")
-            entry["params"] = {**dict(run.get("params") or {}), **values}
+            entry = copy.deepcopy({k: v for k, v in run.items() if k != "sweep"})
+            entry["label"] = _label(base, values, dict(run.get("params") or {}), i, keys)
+            for k, v in values.items():
+                _set_path(entry, paths[k], copy.deepcopy(v), network,
+                          f"runs[{i}] ({base}).sweep {k} = {v!r}")
             out.append(entry)
-    return out
+            origins.append({**before, **{tuple(paths[k]): v for k, v in values.items()}})
+    return out, origins
+
+
+def expand_sweeps(runs: list[Any], network: Mapping[str, Any] | None = None) -> list[Any]:
+    """Expand every run entry holding a ``sweep`` grid into one entry per combination.
+
+    Parameters
+    ----------
+    runs : list of dict
+        Raw ``[[runs]]`` entries (entries that are not dicts or have no ``sweep`` pass through).
+    network : dict, optional
+        The study's raw ``[network]`` table: a dotted key into a network table (``network.groups.count``)
+        takes the rest of that table from it (unless the run's own ``network`` override sets the field).
+
+    Returns
+    -------
+    list of dict
+        The runs, each sweep replaced by its combinations in ``itertools.product`` order; each
+        combination's values are set where their keys point (:func:`sweep_target`: a protocol parameter,
+        ``accounting``, ``epochs``, ``network.*``, ``training.*``) and named in the label
+        (:class:`RunSpec` ``sweep``).
+
+    Raises
+    ------
+    ValueError
+        If a sweep is not a table of non-empty lists, a key cannot be swept (:func:`sweep_target`), two keys set
+        the same thing, or a label template names a key the sweep lacks (one line naming the run, key and values).
+    """
+    return _expand(runs, network)[0]
 
 
 def _not_generators(cls: type) -> str:
@@ -966,7 +1199,9 @@ def apply_assignment(raw: dict[str, Any], path: Sequence[str], value: Any, *, te
     """Set ``raw[path] = value`` in place (missing tables are created; validation comes later).
 
     A path segment addressing a list (``runs``) is an index (``runs.0.params.alpha``), a run
-    label (``runs.Conventional FL.epochs``) or ``*`` (every entry: ``runs.*.params.mode``).
+    label (``runs.Conventional FL.epochs``), a label pattern (``runs.CodedPaddedFL *.epochs``) or ``*``
+    (every entry: ``runs.*.params.mode``). :func:`load_study` applies the ``runs.`` assignments to the runs
+    after sweep expansion, so labels and indices are the expanded runs' (those of the outputs).
 
     Raises
     ------
@@ -989,10 +1224,13 @@ def apply_assignment(raw: dict[str, Any], path: Sequence[str], value: Any, *, te
                     raise StudyError(f"--set {where}: index {idx} out of range ({len(node)} entries)")
                 node = node[idx]
                 continue
-            labels = [r.get("label") or r.get("protocol") for r in node if isinstance(r, dict)]
-            if seg not in labels:
-                raise StudyError(f"--set {where}: no run labelled {seg!r}{_did_you_mean(seg, labels)}")
-            node = node[labels.index(seg)]
+            labels = [r.get("label") or r.get("protocol") if isinstance(r, dict) else None for r in node]
+            hits = _run_indices(labels, seg, where)
+            if len(hits) > 1:
+                for j in hits:
+                    apply_assignment(node[j], rest, value, text=where)
+                return
+            node = node[hits[0]]
             continue
         if not isinstance(node, dict):
             raise StudyError(f"--set {where}: {'.'.join(path[:j])} is not a table")
@@ -1005,17 +1243,22 @@ def apply_assignment(raw: dict[str, Any], path: Sequence[str], value: Any, *, te
 def select_runs(raw_runs: list[Any], labels: Sequence[str], baseline: str | None) -> list[Any]:
     """The runs named in ``labels`` (plus the baseline, kept for the speed-ups), in study order.
 
+    ``labels`` are the runs' labels after sweep expansion (those of the outputs), or patterns with ``*`` and
+    ``?`` (``"CodedPaddedFL alpha=*"``).
+
     Raises
     ------
     StudyError
-        For a label no run has (with a suggestion and the list of labels).
+        For a label or pattern no run has (with a suggestion and the labels to choose from).
     """
     have = [r.get("label") or r.get("protocol") for r in raw_runs]
-    unknown = [x for x in labels if x not in have]
+    unknown = [x for x in labels if x not in have and not (("*" in x or "?" in x)
+                                                          and any(fnmatch.fnmatchcase(h, x) for h in have))]
     if unknown:
         hints = "; ".join(f"{x!r}{_did_you_mean(x, have)}" for x in unknown)
         raise StudyError(f"--runs: no run labelled {hints}; {label_choices(unknown[0], have)}")
-    keep = set(labels) | ({baseline} if baseline else set())
+    keep = {h for x in labels for h in have if h == x or (("*" in x or "?" in x) and fnmatch.fnmatchcase(h, x))}
+    keep |= {baseline} if baseline else set()
     return [r for r, name in zip(raw_runs, have) if name in keep]
 
 
@@ -1055,12 +1298,99 @@ def _format_errors(e: ValidationError) -> list[str]:
     return lines
 
 
+def _run_indices(labels: Sequence[Any], seg: str, where: str, what: str = "--set") -> list[int]:
+    """Indices of the runs a path segment or ``--runs`` entry names: an exact label, else a pattern with ``*``/``?``.
+
+    Raises
+    ------
+    StudyError
+        When nothing matches (with a suggestion and the labels to choose from).
+    """
+    if seg in labels:
+        return [i for i, x in enumerate(labels) if x == seg]
+    if "*" in seg or "?" in seg:
+        hits = [i for i, x in enumerate(labels) if isinstance(x, str) and fnmatch.fnmatchcase(x, seg)]
+        if hits:
+            return hits
+    names = [x for x in labels if isinstance(x, str)]
+    raise StudyError(f"{what} {where}: no run labelled {seg!r}{_did_you_mean(seg, names)}; "
+                     f"{label_choices(seg, names)}")
+
+
+def _overlap(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    """Whether one path is a prefix of the other (setting one changes the other)."""
+    n = min(len(a), len(b))
+    return tuple(a[:n]) == tuple(b[:n])
+
+
+def _study_swept(runs: Any) -> list[tuple[list[str], int, str, str, Any]]:
+    """The study-level paths the raw runs' sweeps set: ``(path, run index, base label, key, values)``."""
+    out = []
+    for i, run in enumerate(runs if isinstance(runs, list) else []):
+        grid = run.get("sweep") if isinstance(run, dict) else None
+        if not isinstance(grid, dict):
+            continue
+        for k, values in grid.items():
+            try:
+                path = sweep_target(k)
+            except ValueError:
+                continue                      # named by the expansion
+            if path[0] != "params":           # params have no study-level counterpart
+                out.append((path, i, run.get("label") or run.get("protocol") or "run", k, values))
+    return out
+
+
+def _refuse_swept(path: Sequence[str], what: str, runs: Any) -> None:
+    """Refuse a study-level assignment to a key that a run's sweep sets (the sweep would silently win)."""
+    for swept, i, base, key, values in _study_swept(runs):
+        if _overlap(path, swept):
+            raise StudyError(f"{what}: {'.'.join(path)} is swept by runs[{i}] ({base}) (sweep {key!r} = "
+                             f"{values!r}), which sets it in each of its runs; change that grid in the study file, "
+                             f"or keep some of its runs with --runs")
+
+
+def _refuse_run_swept(rest: Sequence[str], value: Any, label: str, swept: Mapping[tuple[str, ...], Any],
+                      text: str) -> None:
+    """Refuse ``--set runs.<run>.<rest>`` where ``rest`` changes a value the run's sweep gave it (its label's)."""
+    targets: list[list[str]] = []
+    if not rest:
+        targets = [[]]
+    elif rest[0] == "sweep":
+        keys = [rest[1]] if len(rest) > 1 else (list(value) if isinstance(value, dict) else [])
+        for k in keys:
+            try:
+                targets.append(sweep_target(k))
+            except ValueError:
+                pass                           # named by the expansion
+    else:
+        targets = [list(rest)]
+    for t in targets:
+        for path, v in swept.items():
+            if _overlap(t, path):
+                raise StudyError(f"--set {text}: {'.'.join(path)} is swept in run {label!r} (its value {v!r} is "
+                                 f"named in the label); keep the grid points you want with --runs, or change the "
+                                 f"sweep in the study file")
+
+
 def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: Sequence[str] | None = None,
                max_epochs: int | None = None, **overrides: Any) -> Study:
     """Read a study TOML file, apply overrides, and validate it.
 
-    Overrides are applied in this order: ``overrides`` (deep-merged), ``sets``, ``max_epochs``,
-    sweep expansion, ``only_runs``; the result is validated as a whole, exactly like the file.
+    Overrides are applied in this order: ``overrides`` (deep-merged), the ``sets`` of study keys, sweep expansion,
+    the ``sets`` of run keys (``runs.<run>...``), ``max_epochs``, ``only_runs``; the result is validated as a
+    whole, exactly like the file.
+
+    One label scheme: ``sets`` (``runs.<label>...``, ``runs.<index>...``), ``only_runs``, the summary and the
+    output folders all name a run by its label *after* sweep expansion (``"CodedPaddedFL alpha=6"``; an index
+    counts the expanded runs, as the error messages do). A label may be a pattern with ``*`` and ``?``
+    (``runs."CodedPaddedFL alpha=*".epochs=50``, ``only_runs=["CodedPaddedFL *"]``).
+
+    A swept key is never overridden silently: an assignment to a key that a run's sweep sets (``--set
+    runs.*.params.alpha=16`` or ``--set network.groups.count=4`` with ``sweep = { alpha = [...] }`` or
+    ``{ "network.groups.count" = [...] }``), or a Python override of such a study key, is refused with a
+    :class:`StudyError` naming the run, the key and its swept values: pick grid points with ``only_runs``
+    (``--runs``) or change the grid in the file. A ``--set runs.<label>.sweep.<key>=[...]`` adds a sweep to
+    that (expanded) run.
 
     Parameters
     ----------
@@ -1068,7 +1398,7 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
     sets : sequence of str
         ``"key.path=value"`` assignments (the CLI's ``--set``; :func:`apply_assignment`).
     only_runs : sequence of str, optional
-        Keep only the runs with these labels (the baseline is always kept).
+        Keep only the runs with these labels or label patterns (the baseline is always kept).
     max_epochs : int, optional
         Maximum rounds of every run (the study's ``epochs`` and every run's own).
     **overrides
@@ -1079,9 +1409,9 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
     Raises
     ------
     StudyError
-        For a missing, unreadable or non-UTF-8 file, invalid TOML, a bad assignment, or a study
-        that does not validate; the message lists every problem on its own line, naming each key and value (unknown keys
-        with a "did you mean" suggestion).
+        For a missing, unreadable or non-UTF-8 file, invalid TOML, a bad assignment (or one to a swept key), or a
+        study that does not validate; the message lists every problem on its own line, naming each key and value
+        (unknown keys with a "did you mean" suggestion).
     """
     path = Path(path)
     try:
@@ -1096,24 +1426,60 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
         raise StudyError(f"{path}: not UTF-8 text (byte {e.start}): a study is a TOML file") from None
     except tomllib.TOMLDecodeError as e:
         raise StudyError(f"{path}: invalid TOML: {e}") from None
-    raw = deep_merge(raw, {k: v for k, v in overrides.items() if v is not None})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if "runs" not in given:
+        for leaf in _leaves(given):
+            _refuse_swept(leaf, f"override {'.'.join(leaf)}", raw.get("runs"))
+    raw = deep_merge(raw, given)
     raw = copy.deepcopy(raw)
+    run_sets = []
     for text in sets:
         keys, value = parse_assignment(text)
+        if keys[0] == "runs" and len(keys) > 1:
+            run_sets.append((text, keys, value))       # after the expansion: runs are named as in the outputs
+            continue
+        if keys[0] != "runs":
+            _refuse_swept(keys, f"--set {text}", raw.get("runs"))
         apply_assignment(raw, keys, value, text=text)
+    note = f" (with --set {', '.join(sets)})" if sets else ""
+    if isinstance(raw.get("runs"), list):
+        try:
+            raw["runs"], swept = _expand(raw["runs"], raw.get("network"))
+        except ValueError as e:
+            raise StudyError(f"{path}: invalid study{note}:\n  {e}") from None
+        for text, keys, value in run_sets:
+            labels = [r.get("label") or r.get("protocol") if isinstance(r, dict) else None for r in raw["runs"]]
+            seg, rest = keys[1], keys[2:]
+            if seg == "*":
+                hits = list(range(len(labels)))
+            elif seg.lstrip("-").isdigit():
+                idx = int(seg)
+                if not -len(labels) <= idx < len(labels):
+                    raise StudyError(f"--set {text}: index {idx} out of range ({len(labels)} runs, counted after "
+                                     f"sweep expansion)")
+                hits = [idx % len(labels)]
+            else:
+                hits = _run_indices(labels, seg, text)
+            for j in hits:
+                _refuse_run_swept(rest, value, labels[j], swept[j], text)
+                if not rest:
+                    raw["runs"][j] = copy.deepcopy(value)
+                elif not isinstance(raw["runs"][j], dict):
+                    raise StudyError(f"--set {text}: runs[{j}] is not a table")
+                else:
+                    apply_assignment(raw["runs"][j], rest, copy.deepcopy(value), text=text)
+        if run_sets:
+            try:               # a sweep added from the command line
+                raw["runs"], swept = _expand(raw["runs"], raw.get("network"), swept)
+            except ValueError as e:
+                raise StudyError(f"{path}: invalid study{note}:\n  {e}") from None
     if max_epochs is not None:
         raw["epochs"] = max_epochs
         for r in raw.get("runs", []) if isinstance(raw.get("runs"), list) else []:
             if isinstance(r, dict) and "epochs" in r:
                 r["epochs"] = max_epochs
-    note = f" (with --set {', '.join(sets)})" if sets else ""
-    if isinstance(raw.get("runs"), list):
-        try:
-            raw["runs"] = expand_sweeps(raw["runs"])
-        except ValueError as e:
-            raise StudyError(f"{path}: invalid study{note}:\n  {e}") from None
-        if only_runs:
-            raw["runs"] = select_runs(raw["runs"], only_runs, raw.get("baseline"))
+    if isinstance(raw.get("runs"), list) and only_runs:
+        raw["runs"] = select_runs(raw["runs"], only_runs, raw.get("baseline"))
     try:
         with search_path(path.parent):  # "module:Class" protocols and builders may sit beside the study
             study = Study.model_validate(raw, strict=True)
@@ -1126,3 +1492,14 @@ def load_study(path: str | os.PathLike, *, sets: Sequence[str] = (), only_runs: 
                 if isinstance(raw.get("network", {}), dict) else None
             lines += [f"  {p}" for p in run_problems(raw["runs"], n_dev)]
         raise StudyError(f"{path}: invalid study{note}:\n" + "\n".join(lines)) from None
+
+
+def _leaves(d: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[list[str]]:
+    """The key paths of a nested mapping's leaves (``{"network": {"groups": {"count": 4}}}`` -> network.groups.count)."""
+    out: list[list[str]] = []
+    for k, v in d.items():
+        if isinstance(v, Mapping) and v:
+            out += _leaves(v, (*prefix, str(k)))
+        else:
+            out.append([*prefix, str(k)])
+    return out

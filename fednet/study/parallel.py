@@ -221,14 +221,18 @@ def _round_reporter(topic: str | None, tag: str) -> Any:
         worker = get_worker()
     except (ImportError, ValueError):  # not inside a Dask worker
         return None
-    state = {"rounds": 0, "last": 0.0}
+    state = {"rounds": 0, "last": 0.0, "t0": time.perf_counter(), "setup": None}
 
     def _on_round(row: dict[str, Any]) -> None:
         state["rounds"] += 1
         now = time.monotonic()
+        elapsed = time.perf_counter() - state["t0"]       # host seconds since the pair's protocol was built
+        if state["setup"] is None:
+            state["setup"] = elapsed
         if now - state["last"] >= 0.5:
             state["last"] = now
-            worker.log_event(topic, {"task": tag, "rounds": state["rounds"]})
+            worker.log_event(topic, {"task": tag, "rounds": state["rounds"], "elapsed": elapsed,
+                                     "setup": state["setup"]})
 
     return _on_round
 
@@ -448,8 +452,8 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
     data_dir : path-like, optional
         Directory with the data sets, as the workers see it (default their ``$FEDNET_DATA``).
     progress : bool
-        One progress bar over all tasks, in rounds (reported by the workers while they run;
-        exact as each task completes).
+        One progress display over all tasks, weighted by measured host cost (:mod:`fednet.study.progress`;
+        the workers report each task's rows and host seconds while it runs, exact as each task completes).
     blas_threads : int or None
         Thread-pool size in every worker.
     finished : {(run index, seed): record}, optional
@@ -482,7 +486,8 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
         in the client after the other tasks are cancelled.
     """
     from distributed import as_completed
-    from tqdm.auto import tqdm
+
+    from .progress import study_progress
 
     groups: dict[int, list[int]] = {}
     for seed in study.seeds:
@@ -503,36 +508,20 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
     try:
         check_workers(client, study)       # the study's own modules travel to the workers; all import them, or stop
         env = {k: os.environ.get(k) for k in FORWARDED_ENV}
-        # progress in rounds, as in the serial runner: workers log the rounds done per task to a
-        # topic; a finished task counts its rows, and a run stopped early by stop_at shrinks the
-        # total expected of its remaining seeds
-        expect = {i: study.run_epochs(run) + 1 for i, run in enumerate(study.runs)}
-        left = {i: len(study.seeds) for i in expect}
+        # progress weighted by measured host cost (fednet.study.progress): workers log the rows done per task, its
+        # host seconds and its set-up time to a topic; a finished task reports its rows and host seconds
+        n_workers = len(client.scheduler_info().get("workers", {})) or 1
+        bar = study_progress(study, enabled=progress, workers=n_workers)
+        for (i, seed), rec in finished.items():
+            bar.finish((i, seed), len(rec["rows"]), rec["wall_s"], resumed=True)
         running: dict[str, int] = {}
-        done_rounds = 0
-        for i, seed in finished:
-            done_rounds += len(finished[(i, seed)]["rows"])
-            left[i] -= 1
-            expect[i] = min(expect[i], len(finished[(i, seed)]["rows"]))
-        lock = threading.Lock()
         topic = f"fednet-progress-{os.urandom(6).hex()}"
-        bar = tqdm(total=sum(expect[i] * left[i] for i in expect), desc=study.name, unit="round",
-                   disable=not progress, leave=False, mininterval=0.5)
-
-        def _refresh() -> None:
-            bar.n = done_rounds + sum(running.values())
-            bar.total = max(bar.n, done_rounds + sum(expect[i] * left[i] for i in expect))
-            bar.refresh()
-
-        if finished:
-            _refresh()
 
         def _on_event(event: tuple[float, dict[str, Any]]) -> None:
             msg = event[1]
-            with lock:
-                if msg["task"] in running:
-                    running[msg["task"]] = max(running[msg["task"]], int(msg["rounds"]))
-                    _refresh()
+            if msg["task"] in running:
+                i, seed = (int(x) for x in msg["task"].split(":"))
+                bar.update((i, seed), int(msg["rounds"]), msg.get("elapsed"), msg.get("setup"))
 
         futures = {}
         for unit in _task_units(study, [pair for pair in _submission_order(study, order) if pair not in finished]):
@@ -585,13 +574,9 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                             ENGINE_PATHS.setdefault(study.runs[i].name, EnginePaths()).merge(res["engine"])
                         if on_done is not None:
                             on_done(i, seed, res)
-                        with lock:
-                            running.pop(f"{i}:{seed}", None)
-                            done_rounds += len(res["rows"])
-                            left[i] -= 1
-                            expect[i] = min(expect[i], len(res["rows"]))
-                            bar.set_postfix_str(f"{study.runs[i].name} seed {seed} done")
-                            _refresh()
+                        running.pop(f"{i}:{seed}", None)
+                        bar.set_status(f"{study.runs[i].name} seed {seed} done")
+                        bar.finish((i, seed), len(res["rows"]), res["wall_s"])
                         rows = res["rows"]
                         log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s", study.name,
                                  study.runs[i].name, seed, len(rows) - 1, rows[-1]["time_s"], res["wall_s"])

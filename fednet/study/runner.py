@@ -43,7 +43,6 @@ from typing import Any
 
 import networkx as nx
 import numpy as np
-from tqdm.auto import tqdm
 
 from fednet.errors import CapacityError, ConfigError, FednetError, OutputError
 from fednet.runtime import configure_host
@@ -66,6 +65,7 @@ from fednet.topologies.lte import assign_cells, lte_star
 from .checkpoint import Checkpoint, Record
 from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
 from .output import StagedOutput
+from .progress import study_progress
 from .threads import scoped_environment
 from .usercode import study_imports, user_modules
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
@@ -459,6 +459,21 @@ class StudyResult:
                        self.summary, json.loads(self.study.model_dump_json()) if self.study else {})
 
 
+def training_task(study: Study, run: RunSpec, task: LearningTask) -> LearningTask:
+    """The task ``run`` trains on: ``task`` with the run's own ``training`` overrides, if any.
+
+    The data are the study's (loaded and split once); only the hyperparameters the run's ``training`` sets
+    (:meth:`~fednet.study.config.Study.run_training`; e.g. a swept ``training.learning_rate``) change.
+    """
+    if not run.training:
+        return task
+    import dataclasses
+
+    tr = study.run_training(run)
+    return dataclasses.replace(task, **{k: tuple(getattr(tr, k)) if k == "lr_milestones" else getattr(tr, k)
+                                        for k in run.training})
+
+
 def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -> Any:
     """The protocol of ``run`` on a fresh simulation of ``seed``.
 
@@ -471,7 +486,7 @@ def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -
     cls = registry.get(run.protocol)
     sim = build_simulation(study.run_network(run), seed, record_views=study.record_views)
     try:
-        return cls(sim, task, study.run_params(run), label=run.name)
+        return cls(sim, training_task(study, run, task), study.run_params(run), label=run.name)
     except ConfigError as e:
         i = study.runs.index(run)
         message = f"runs[{i}] ({run.name}).params: {e}"
@@ -562,22 +577,16 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
     traces: dict[str, dict[int, list[dict[str, Any]]]] = {run.name: {} for run in study.runs}
     wall: dict[str, dict[int, float]] = {run.name: {} for run in study.runs}
     data_s: dict[str, float] = {}
-    # progress in rounds; a run stopped early by stop_at shrinks the total, and its remaining seeds
-    # are expected to stop near the same round (an honest ETA instead of a jump at each early stop)
-    expect = {run.name: study.run_epochs(run) + 1 for run in study.runs}
-    left = {run.name: len(study.seeds) for run in study.runs}
-    done = 0
-    with tqdm(total=sum(expect[r] * left[r] for r in expect), desc=study.name, unit="round", disable=not progress,
-              leave=False, mininterval=0.5) as bar:
+    # progress weighted by measured host cost per run (set-up and rows), not by rounds (fednet.study.progress)
+    with study_progress(study, enabled=progress) as bar:
         data = None
         for fs, seeds in groups.items():
             todo = [(i, seed) for i in range(len(study.runs)) for seed in seeds if (i, seed) not in finished]
             task = None
             if todo:
-                bar.set_postfix_str(f"loading {study.data.dataset}, vertical split" if study.data.vertical else
-                                    f"loading {study.data.dataset}, {study.data.n_components} random features "
-                                    f"(draw {fs})")
-                bar.refresh()
+                bar.set_status(f"loading {study.data.dataset}, vertical split" if study.data.vertical else
+                               f"loading {study.data.dataset}, {study.data.n_components} random features "
+                               f"(draw {fs})")
                 t0 = time.perf_counter()
                 if data is None:
                     data = load_source(study, data_dir)
@@ -593,22 +602,24 @@ def _simulate(study: Study, *, data_dir: str | os.PathLike | None, progress: boo
                 for seed in seeds:
                     if (i, seed) in finished:
                         rows, wall[run.name][seed] = finished[(i, seed)]["rows"], finished[(i, seed)]["wall_s"]
-                        bar.update(len(rows))
+                        bar.finish((i, seed), len(rows), wall[run.name][seed], resumed=True)
                     else:
-                        bar.set_postfix_str(f"{run.name} seed {seed}")
+                        bar.set_status(f"{run.name} seed {seed}")
+                        bar.start((i, seed))
+                        count = [0]
+
+                        def _on_round(row: dict[str, Any], key: tuple[int, int] = (i, seed)) -> None:
+                            count[0] += 1
+                            bar.update(key, count[0])
+
                         t0 = time.perf_counter()
-                        rows = _run_one(study, run, seed, task, lambda row: bar.update(1))
+                        rows = _run_one(study, run, seed, task, _on_round)
                         wall[run.name][seed] = time.perf_counter() - t0
+                        bar.finish((i, seed), len(rows), wall[run.name][seed])
                         if on_done is not None:
                             on_done(i, seed, {"rows": rows, "wall_s": wall[run.name][seed],
                                               "data_s": data_s[str(fs)], "feature_seed": fs})
                     traces[run.name][seed] = rows
-                    done += len(rows)
-                    left[run.name] -= 1
-                    if len(rows) < expect[run.name]:
-                        expect[run.name] = len(rows)
-                    bar.total = done + sum(expect[r] * left[r] for r in expect)
-                    bar.refresh()
                     log.info("%s: %s seed %d: %d rounds, %.1f simulated s, %.1f host s%s", study.name, run.name,
                              seed, len(rows) - 1, rows[-1]["time_s"], wall[run.name][seed],
                              " (resumed)" if (i, seed) in finished else "")
@@ -730,7 +741,9 @@ def run_study(study: Study, out_dir: str | os.PathLike | None = None, *,
     data_dir : path-like, optional
         Directory with ``mnist/`` and ``fashion-mnist/`` (default ``$FEDNET_DATA``).
     progress : bool
-        Show a progress bar (rounds; data loading shown in its postfix).
+        Show the progress: on a terminal a bar whose share and ETA weigh each (run, seed) by its measured host
+        cost (set-up and rows, per run, else per protocol), elsewhere a line at most every 30 s
+        (:mod:`fednet.study.progress`).
     plot : bool
         Draw ``accuracy_vs_time.png``.
     command : sequence of str, optional
