@@ -33,7 +33,7 @@
     Every parameter of a protocol: type, default, bounds and documentation.
 ``fednet schema``
     The JSON schema of a study file.
-``fednet summarize DIR [--per-seed] [--format text|markdown|latex|csv]`` / ``fednet plot DIR [--output F.pdf] [--log-x] [--dpi N]``
+``fednet summarize DIR [--per-seed] [--format text|markdown|latex|csv]`` / ``fednet plot DIR [--output F.pdf] [--log-x | --speedup] [--dpi N]``
     Reprint the summary table (or one tidy row per run and target as Markdown, LaTeX or CSV) / redraw
     ``accuracy_vs_time.png`` from a saved study (the mean over seeds with their range; PNG, PDF or SVG).
 ``fednet list``
@@ -222,13 +222,26 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from fednet.study.plots import plot_results
+    from fednet.study.plots import plot_results, plot_speedup_results
 
     out = _saved(args)
     if out is None:
         return 2
+    if args.speedup and args.log_x:
+        print("error: --log-x is for the accuracy plot, not with --speedup", file=sys.stderr)
+        return 2
     try:
-        path = plot_results(out, args.output, log_x=args.log_x, dpi=args.dpi)
+        if args.speedup:
+            import json
+
+            summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+            if summary.get("baseline") is None or len(summary.get("runs", {})) < 2:
+                print(f"error: --speedup needs a study with a baseline and another run; {out} has baseline "
+                      f"{summary.get('baseline')!r}", file=sys.stderr)
+                return 2
+            path = plot_speedup_results(out, args.output, dpi=args.dpi)
+        else:
+            path = plot_results(out, args.output, log_x=args.log_x, dpi=args.dpi)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise _unreadable(out, e) from e
     print(path)
@@ -415,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     p_plot.add_argument("--output", help="output file, PNG, PDF or SVG by its extension "
                                          "(default DIR/accuracy_vs_time.png)")
     p_plot.add_argument("--log-x", action="store_true", help="logarithmic time axis")
+    p_plot.add_argument("--speedup", action="store_true",
+                        help="plot each run's speed-up over the baseline per target with its interval "
+                             "(from summary.json; default file DIR/speedup.png)")
     p_plot.add_argument("--dpi", type=_positive, default=300, help="resolution of a PNG (default 300)")
     p_plot.set_defaults(func=_cmd_plot)
     p_top = sub.add_parser("topology", help="build and show a run's network and group tree (nothing is run)")

@@ -226,7 +226,7 @@ def test_not_reached_is_counted_null_with_a_reason_and_shown() -> None:
     from fednet.study.results import format_summary
 
     table = format_summary(s)
-    assert "2 (1/2)" in table and "2.5 (1/2)" in table and "test acc, last round (mean)" in table
+    assert "2 (1/2)" in table and "2.5 (1/2)" in table and "test acc, last" in table
 
 
 # -- tidy results, reproducibility ---------------------------------------------------------------------
@@ -270,8 +270,11 @@ def test_load_results_round_trips_a_run(tmp_path) -> None:
     assert len(res.targets) == 2 * 2 * 2  # run x seed x target
     row = res.targets.query("run == 'drop1' and seed == 1 and target == 0.5").iloc[0]
     assert row["time_s"] == written.summary["runs"]["drop1"]["per_target"]["0.5"]["time_s"]["1"]
-    assert res.traces() == {k: {s: [{kk: vv for kk, vv in r.items() if kk != "protocol"} for r in rows]
+    listed = {"used", "dropped"}                                   # lists of ints in the tables, text in the CSV
+    assert res.traces() == {k: {s: [{kk: [int(i) for i in vv.split()] if kk in listed else vv
+                                     for kk, vv in r.items() if kk != "protocol"} for r in rows]
                                 for s, rows in by.items()} for k, by in mem.traces.items()}
+    assert all(isinstance(v, list) for v in res.rounds["used"]) and res.rounds["used"].iloc[-1]
     assert res.summary == written.summary
 
 

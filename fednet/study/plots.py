@@ -1,4 +1,4 @@
-"""Accuracy against simulated wall-clock time (the papers' Figs. 4-8).
+"""Accuracy against simulated wall-clock time (the papers' Figs. 4-8), and speed-ups with their intervals.
 
 Drawn with matplotlib's object API (:class:`matplotlib.figure.Figure`, rendered by the Agg
 canvas into a file): importing fednet or this module never selects a matplotlib backend, so a
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-__all__ = ["plot_accuracy_vs_time", "plot_results", "DPI"]
+__all__ = ["plot_accuracy_vs_time", "plot_results", "plot_speedups", "plot_speedup_results", "DPI"]
 
 
 #: Resolution of raster figures (PNG); PDF and SVG (chosen by the file's extension) are vector graphics.
@@ -130,3 +130,92 @@ def plot_results(out_dir: str | Path, path: str | Path | None = None, *, log_x: 
     path = Path(out_dir) / "accuracy_vs_time.png" if path is None else Path(path)
     return plot_accuracy_vs_time(res.traces(), res.summary["targets"], path, title=res.summary.get("study", ""),
                                  log_x=log_x, dpi=dpi)
+
+
+def plot_speedups(summary: Mapping[str, Any], path: str | Path, *, title: str = "", log_y: bool = True,
+                  dpi: int = DPI) -> Path:
+    """Plot each run's speed-up over the baseline per target, with its interval (taken from ``summary.json``).
+
+    The points are the summary's ``speedup_stats`` (:func:`fednet.study.results.summarize`: geometric mean over
+    the seeds of the paired ratios ``time(baseline) / time(run)``) and the error bars its Student-t interval of
+    the log-ratios; nothing is recomputed.  A run that did not reach a target at every seed (together with the
+    baseline) has no point there; a run with one seed has a point without a bar.  The dotted line marks 1 (as fast
+    as the baseline).
+
+    Parameters
+    ----------
+    summary : dict
+        ``summary.json`` of a study with a ``baseline``.
+    path : output file; its extension picks the format (``.png``, ``.pdf``, ``.svg``)
+    title : str
+        Figure title.
+    log_y : bool
+        Logarithmic speed-up axis (default: ratios).
+    dpi : int
+        Resolution of a PNG (300 by default).
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Raises
+    ------
+    ValueError
+        If the summary has no baseline, or no run other than it.
+    """
+    baseline = summary.get("baseline")
+    runs = [label for label in summary["runs"] if label != baseline]
+    if baseline is None or not runs:
+        raise ValueError(f"a speed-up plot needs a baseline and another run, got baseline={baseline!r} "
+                         f"and runs {list(summary['runs'])!r}")
+    targets = list(summary["targets"])
+    fig = Figure(figsize=(7.5, 4.8))
+    ax = fig.add_subplot()
+    width = 0.8 / len(runs)
+    for i, label in enumerate(runs):
+        xs, ys, lo, hi = [], [], [], []
+        for j, t in enumerate(targets):
+            st = summary["runs"][label]["per_target"][f"{t:g}"].get("speedup_stats")
+            if not st or st.get("geomean") is None:
+                continue
+            g = st["geomean"]
+            xs.append(j - 0.4 + width * (i + 0.5))
+            ys.append(g)
+            lo.append(g - st["ci_low"] if st.get("ci_low") is not None else 0.0)
+            hi.append(st["ci_high"] - g if st.get("ci_high") is not None else 0.0)
+        ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", color=f"C{(i + 1) % 10}", capsize=3, label=label)
+    ax.axhline(1.0, color="0.4", ls=":", lw=1.0)
+    ax.set_xticks(range(len(targets)), [f"{t:.0%}" for t in targets])
+    ax.set_xlim(-0.5, len(targets) - 0.5)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel("target test accuracy")
+    ax.set_ylabel(f"speed-up over {baseline} [x]")
+    level = summary.get("level", 0.95)
+    note = f"geometric mean over seeds, {level:.0%} interval (paired log-ratios)"
+    ax.set_title(f"{title} ({note})" if title else note, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    return Path(path)
+
+
+def plot_speedup_results(out_dir: str | Path, path: str | Path | None = None, *, dpi: int = DPI) -> Path:
+    """Draw ``speedup.png`` of a saved study from its ``summary.json`` (``fednet plot DIR --speedup``).
+
+    Parameters
+    ----------
+    out_dir : path-like
+        A study's output directory.
+    path : path-like, optional
+        Output file, PNG, PDF or SVG by its extension (default ``out_dir/speedup.png``).
+    dpi
+        As :func:`plot_speedups`.
+    """
+    import json
+
+    summary = json.loads((Path(out_dir) / "summary.json").read_text(encoding="utf-8"))
+    path = Path(out_dir) / "speedup.png" if path is None else Path(path)
+    return plot_speedups(summary, path, title=summary.get("study", ""), dpi=dpi)

@@ -41,7 +41,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["time_to_target", "crossing", "mean_ci", "log_interval", "target_table", "summarize",
            "format_summary", "format_per_seed", "dumps_strict", "Results", "load_results", "rounds_frame",
-           "targets_frame", "summary_frame", "format_frame", "FORMATS", "LEVEL"]
+           "targets_frame", "summary_frame", "format_frame", "FORMATS", "LEVEL", "device_indices",
+           "INDEX_COLUMNS"]
 
 #: Confidence level of every interval in the summaries.
 LEVEL = 0.95
@@ -221,13 +222,16 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
         ``targets``, ``baseline``, ``level``, ``statistics`` (how the numbers were computed),
         ``feature_seeds`` and ``runs``: per run label, ``seeds``, ``accuracy_last_round``,
         ``accuracy_max`` (over the rows before a training failure; null without any), ``last_round`` (per
-        seed), ``failed`` (only when some seed's training ended as a recorded failure: seed: ``round``,
+        seed), ``setup_s`` (simulated seconds of the set-up phase, per seed), ``round_s`` (mean simulated seconds per
+        round after the set-up, per seed; null without a round), ``energy_j_total`` (only with an energy model),
+        ``failed`` (only when some seed's training ended as a recorded failure: seed: ``round``,
         ``reason``; :mod:`fednet.protocol.finite`) and ``per_target``: per target key
         (``"0.95"``), ``reached`` ("k/n"), ``n_reached``, ``time_s`` and ``round`` per seed
         (null when not reached), ``not_reached`` (seed: reason), ``time_s_stats``
         (:func:`log_interval` over the seeds, null unless every seed reached it, with
         ``time_s_stats_reason``), ``time_s_range`` ([min, max] over reaching seeds) and
-        ``time_s_spread`` (max/min), and for non-baseline runs ``speedup`` per seed and
+        ``time_s_spread`` (max/min), ``energy_j`` per seed (joules until the target; only with an energy
+        model), and for non-baseline runs ``speedup`` per seed and
         ``speedup_stats``.
     """
     del wall_s
@@ -248,6 +252,7 @@ def summarize(traces: Traces, targets: Sequence[float], baseline: str | None,
             "accuracy_max": {str(s): _max_accuracy(by_seed[s]) for s in seeds},
             "last_round": {str(s): int(by_seed[s][-1]["round"]) for s in seeds},
             "setup_s": {str(s): _setup_seconds(by_seed[s]) for s in seeds},
+            "round_s": {str(s): _round_seconds(by_seed[s]) for s in seeds},
             "per_target": {},
         }
         failures = {s: training_failure(by_seed[s]) for s in seeds}
@@ -311,6 +316,15 @@ def _setup_seconds(rows: Sequence[Mapping[str, Any]]) -> float:
     return 0.0
 
 
+def _round_seconds(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """Mean simulated seconds per training round after the set-up: ``(time of the last row - set-up) / last
+    round`` (None without a round after the set-up)."""
+    last = int(rows[-1]["round"]) if rows else 0
+    if last <= 0:
+        return None
+    return (float(rows[-1]["time_s"]) - _setup_seconds(rows)) / last
+
+
 def _decode_errors(by_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[str, Any] | None:
     """Per seed, the largest ``decode_error`` the observer measured and its stated ``decode_bound`` (None when no
     row has them: timing mode, or a protocol without an observer); ``exceeded``: the seeds where it passed it."""
@@ -354,6 +368,13 @@ def _num(v: float, scale: float = 1.0) -> str:
     return f"{x:.3g}" if x < 10 else f"{x:.1f}" if x < 1000 else f"{x:.0f}"
 
 
+#: Mark of a zero-width interval (every seed gave the same value), explained under the table.
+SAME = "*"
+
+#: Widest line of the text tables (:func:`format_summary`): wider tables are folded into blocks.
+WIDTH = 120
+
+
 def _interval(st: Mapping[str, Any] | None, centre: str, scale: float = 1.0) -> str:
     if st is not None and st.get(centre) is None and st.get("mean") is not None:
         centre = "mean"  # a summary.json written before the log-scale statistics
@@ -361,15 +382,43 @@ def _interval(st: Mapping[str, Any] | None, centre: str, scale: float = 1.0) -> 
         return "-"
     s = _num(st[centre], scale)
     if st.get("ci_low") is not None:
+        if st["ci_low"] == st["ci_high"]:   # not a precise estimate: the seeds agree exactly
+            return s + " " + SAME
         s += f" [{_num(st['ci_low'], scale)}, {_num(st['ci_high'], scale)}]"
     return s
 
 
-def _table(lines: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in lines) for i in range(len(lines[0]))]
-    text = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in lines]
-    text.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(text)
+def _table(lines: list[list[str]], width: int | None = None) -> str:
+    """Columns padded to their widest cell; a header cell may hold two lines (``"a\nb"``).  With ``width``, a
+    table wider than it is folded into blocks, each repeating the first column, separated by a blank line."""
+    heads = [c.split("\n") for c in lines[0]]
+    depth = max(len(h) for h in heads)
+    heads = [h + [""] * (depth - len(h)) for h in heads]
+    widths = [max([len(x) for x in heads[i]] + [len(r[i]) for r in lines[1:]]) for i in range(len(heads))]
+    blocks, cur = [], [0]
+    for i in range(1, len(widths)):
+        if width is not None and len(cur) > 1 and sum(widths[j] + 2 for j in cur) + widths[i] > width:
+            blocks.append(cur)
+            cur = [0]
+        cur.append(i)
+    blocks.append(cur)
+    out = []
+    for cols in blocks:
+        text = ["  ".join(heads[i][k].ljust(widths[i]) for i in cols).rstrip() for k in range(depth)]
+        text.append("  ".join("-" * widths[i] for i in cols))
+        text += ["  ".join(r[i].ljust(widths[i]) for i in cols).rstrip() for r in lines[1:]]
+        out.append("\n".join(text))
+    return "\n\n".join(out)
+
+
+def _wrap(text: str, width: int = WIDTH) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False))
+
+
+def _geomean(values: Sequence[float]) -> float:
+    return float(np.exp(np.mean(np.log(values))))
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:
@@ -377,28 +426,41 @@ def format_summary(summary: Mapping[str, Any]) -> str:
 
     One unit per column (named in the header); "not reached (k/n)" where a seed missed a target;
     a run that reached a target at only some seeds shows the reaching seeds' geometric mean
-    followed by "(k/n)".
+    followed by "(k/n)".  With a set-up phase, the mean set-up time and the mean time per round after it
+    are columns of their own (a one-off set-up can dominate the time to a target of a short study).  With an
+    energy model, the mean joules until each target stand beside its time.  An interval of zero width (every seed
+    gave the same value) is shown as the value marked ``*``; with one seed there are no intervals (the note says
+    so).  Lines are at most :data:`WIDTH` characters: a wider table is folded into blocks of columns.
     """
     targets = summary["targets"]
     level = summary.get("level", LEVEL)
     runs = summary["runs"]
-    header = ["run", "test acc, last round (mean)"]
+    header = ["run", "test acc, last\nround (mean)"]
     setups = {label: [v for v in run.get("setup_s", {}).values() if v is not None] for label, run in runs.items()}
+    rounds = {label: [v for v in run.get("round_s", {}).values() if v is not None] for label, run in runs.items()}
     show_setup = any(v > 0 for vals in setups.values() for v in vals)
     if show_setup:          # a one-off set-up that dominates a short study should not hide in the time to target
         setup_scale, setup_unit = _time_unit(v for vals in setups.values() for v in vals)
-        header.append(f"set-up [{setup_unit}] (mean)")
+        header.append(f"set-up [{setup_unit}]\n(mean)")
+        round_scale, round_unit = _time_unit(v for vals in rounds.values() for v in vals)
+        header.append(f"per round [{round_unit}]\n(mean, after set-up)")
+    energy = any("energy_j" in e for r in runs.values() for e in r["per_target"].values())
     units = {}
     for t in targets:
         k = _key(t)
         units[k] = _time_unit(v for r in runs.values() for v in r["per_target"][k]["time_s"].values())
-        header += [f"time to {t:.0%} [{units[k][1]}]", f"speed-up @{t:.0%} [x]"]
+        header += [f"time to {t:.0%}\n[{units[k][1]}]"]
+        if energy:
+            header += [f"energy to {t:.0%}\n[J] (mean)"]
+        header += [f"speed-up\n@{t:.0%} [x]"]
     lines = [header]
+    marked = False
     for label, run in runs.items():
         accs = [a for a in run.get("accuracy_last_round", run.get("final_accuracy", {})).values() if a is not None]
         row = [label, f"{np.mean(accs):.4f}" if accs else "-"]
         if show_setup:
             row.append(_num(float(np.mean(setups[label])), setup_scale) if setups[label] else "-")
+            row.append(_num(float(np.mean(rounds[label])), round_scale) if rounds[label] else "-")
         for t in targets:
             e = run["per_target"][_key(t)]
             scale = units[_key(t)][0]
@@ -410,8 +472,12 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                 row.append(_interval(e["time_s_stats"], "geomean", scale))
             else:
                 got = [v for v in e["time_s"].values() if v is not None and v > 0]
-                part = _num(float(np.exp(np.mean(np.log(got)))), scale) if got else "-"
+                part = _num(_geomean(got), scale) if got else "-"
                 row.append(f"{part} ({n_reached}/{n})")
+            if energy:
+                joules = [v for v in (e.get("energy_j") or {}).values() if v is not None]
+                cell = _num(float(np.mean(joules))) if joules else "-"
+                row.append(cell if len(joules) == n or not joules else f"{cell} ({len(joules)}/{n})")
             if label == summary.get("baseline"):
                 row.append("1 (baseline)")
             elif "speedup" not in e:
@@ -420,15 +486,19 @@ def format_summary(summary: Mapping[str, Any]) -> str:
                 row.append(_interval(e["speedup_stats"], "geomean"))
             else:
                 ok = [v for v in e["speedup"].values() if v is not None]
-                row.append(f"{_num(float(np.exp(np.mean(np.log(ok)))))} ({len(ok)}/{len(e['speedup'])})" if ok
+                row.append(f"{_num(_geomean(ok))} ({len(ok)}/{len(e['speedup'])})" if ok
                            else f"- (0/{len(e['speedup'])})")
+        marked = marked or any(c.endswith(" " + SAME) for c in row)
         lines.append(row)
+    n_seeds = max((len(r["seeds"]) for r in runs.values()), default=0)
     note = (f"times: geometric mean over seeds [{level:.0%} interval, log scale], set-up included; speed-up: "
             f"time(baseline) / time(run), paired by seed, geometric mean [{level:.0%} interval]; (k/n): reached at k "
-            f"of n seeds; n = {max((len(r['seeds']) for r in runs.values()), default=0)} seeds")
+            f"of n seeds; n = {n_seeds} seed{'s' if n_seeds != 1 else ''}"
+            + ("; one seed: no intervals" if n_seeds == 1 else "")
+            + (f"; {SAME}: zero-width interval (every seed gave the same value)" if marked else ""))
     failed = [f"{label} seed {seed}: training failed at round {f['round']}: {f['reason']}"
               for label, run in runs.items() for seed, f in run.get("failed", {}).items()]
-    return _table(lines) + "\n" + note + "".join("\n" + line for line in failed)
+    return _table(lines, WIDTH) + "\n" + _wrap(note) + "".join("\n" + _wrap(line) for line in failed)
 
 
 def format_per_seed(summary: Mapping[str, Any]) -> str:
@@ -456,11 +526,38 @@ def format_per_seed(summary: Mapping[str, Any]) -> str:
 
 # -- tidy tables and reading results back ---------------------------------------------------------
 
+#: The trace columns that list device indices (space-separated in ``trace.csv``, lists of ints in the tables).
+INDEX_COLUMNS = ("used", "dropped")
+
+
+def device_indices(value: Any) -> list[int]:
+    """The device indices of a ``used``/``dropped`` cell: ``"0 3 7"`` (as in ``trace.csv``), a list, or empty.
+
+    Raises
+    ------
+    ValueError
+        If ``value`` is not a space-separated list of integers (names it).
+    """
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [int(v) for v in value]
+    if value is None or (isinstance(value, float) and value != value):
+        return []
+    try:
+        return [int(v) for v in str(value).split()]
+    except ValueError:
+        raise ValueError(f"a used/dropped cell must list device indices, got {value!r}") from None
+
+
 def rounds_frame(traces: Traces) -> "pd.DataFrame":
-    """One row per (run, seed, round): the trace rows with the run label in column ``run``."""
+    """One row per (run, seed, round): the trace rows with the run label in column ``run``.
+
+    ``used`` and ``dropped`` (:data:`INDEX_COLUMNS`) are lists of device indices (ints, sorted), not the
+    space-separated text of ``trace.csv``.
+    """
     import pandas as pd
 
-    rows = [{"run": label, **{k: v for k, v in r.items() if k != "protocol"}}
+    rows = [{"run": label, **{k: device_indices(v) if k in INDEX_COLUMNS else v
+                              for k, v in r.items() if k != "protocol"}}
             for label, by_seed in traces.items() for seed in sorted(by_seed) for r in by_seed[seed]]
     return pd.DataFrame(rows)
 
@@ -486,37 +583,61 @@ def summary_frame(summary: Mapping[str, Any]) -> "pd.DataFrame":
     (mean over seeds), ``setup_s`` (mean simulated seconds of the set-up phase), ``time_s``, ``time_s_low``,
     ``time_s_high`` (geometric mean over the seeds and its interval, simulated seconds; NaN unless every seed
     reached the target), ``speedup``, ``speedup_low``, ``speedup_high`` (paired against the baseline; NaN for the
-    baseline and where not every seed of both reached it) and ``note`` (why an interval is missing, or that it has
-    zero width: every seed gave the same time).
+    baseline and where not every seed of both reached it) and ``note`` (why an interval is missing: one seed, or
+    not every seed reached the target; or that it has zero width: every seed gave the same value).  With a
+    ``round_s`` in the summary (written since it has one), ``round_s`` (mean simulated seconds per round after the
+    set-up) follows ``setup_s``.  With an energy model (``energy_j`` in the summary's targets), ``energy_j`` (mean
+    joules the devices spent until the target, NaN unless every seed reached it) and ``energy_j_total`` (mean
+    joules of the whole run) follow ``time_s_high``.
     """
     import pandas as pd
 
     rows = []
     nan = float("nan")
+    has_round = any("round_s" in run for run in summary["runs"].values())
+    has_energy = any("energy_j" in e for run in summary["runs"].values() for e in run["per_target"].values())
     for label, run in summary["runs"].items():
         accs = [a for a in run.get("accuracy_last_round", {}).values() if a is not None]
         setup = [v for v in run.get("setup_s", {}).values() if v is not None]
+        per_round = [v for v in run.get("round_s", {}).values() if v is not None]
+        total = [v for v in run.get("energy_j_total", {}).values() if v is not None]
         for t in summary["targets"]:
             e = run["per_target"][_key(t)]
             st, sp = e.get("time_s_stats") or {}, e.get("speedup_stats") or {}
             note = e.get("time_s_stats_reason") or e.get("speedup_stats_reason") or ""
-            if st and st.get("ci_low") is not None and st["ci_low"] == st["ci_high"]:
-                note = note or "zero-width interval: every seed gave the same time"
-            rows.append({
+            if not note and len(run["seeds"]) == 1:
+                note = "n = 1: one seed, no interval"
+            for stat in (st, sp):
+                if stat and stat.get("ci_low") is not None and stat["ci_low"] == stat["ci_high"]:
+                    note = note or "zero-width interval: every seed gave the same value"
+            row = {
                 "run": label, "target": float(t), "seeds": len(run["seeds"]),
                 "reached": int(e.get("n_reached", sum(v is not None for v in e["time_s"].values()))),
                 "accuracy_last": float(np.mean(accs)) if accs else nan,
                 "setup_s": float(np.mean(setup)) if setup else nan,
+            }
+            if has_round:
+                row["round_s"] = float(np.mean(per_round)) if per_round else nan
+            row.update({
                 "time_s": st.get("geomean", nan) if st else nan,
                 "time_s_low": st.get("ci_low", nan) if st else nan,
                 "time_s_high": st.get("ci_high", nan) if st else nan,
+            })
+            if has_energy:
+                joules = list((e.get("energy_j") or {}).values())
+                row["energy_j"] = (float(np.mean(joules)) if joules and all(v is not None for v in joules)
+                                   else nan)
+                row["energy_j_total"] = float(np.mean(total)) if total else nan
+            row.update({
                 "speedup": sp.get("geomean", nan) if sp else nan,
                 "speedup_low": sp.get("ci_low", nan) if sp else nan,
                 "speedup_high": sp.get("ci_high", nan) if sp else nan,
                 "note": note,
             })
-    return pd.DataFrame(rows).astype({c: float for c in ("time_s", "time_s_low", "time_s_high", "speedup",
-                                                          "speedup_low", "speedup_high", "setup_s")})
+            rows.append(row)
+    floats = ["time_s", "time_s_low", "time_s_high", "speedup", "speedup_low", "speedup_high", "setup_s"]
+    floats += (["round_s"] if has_round else []) + (["energy_j", "energy_j_total"] if has_energy else [])
+    return pd.DataFrame(rows).astype(dict.fromkeys(floats, float))
 
 
 #: The formats ``fednet summarize --format`` writes (:func:`format_frame`).
@@ -556,7 +677,8 @@ class Results:
     rounds : pandas.DataFrame
         One row per (run, seed, round): ``run`` (label), ``seed``, ``round``, ``time_s``
         (simulated seconds), ``accuracy``, ``loss``, ``bits_up``, ``bits_down``, ``device_macs``,
-        ``server_macs``, ``retransmissions``, ``used`` and protocol-specific columns.
+        ``server_macs``, ``retransmissions``, ``used`` and ``dropped`` (lists of device indices, ints:
+        :func:`device_indices` of ``trace.csv``'s space-separated text) and protocol-specific columns.
     targets : pandas.DataFrame
         One row per (run, seed, target): ``reached``, ``time_s``, ``round``, ``speedup``, ...
     summary : dict
@@ -579,7 +701,8 @@ class Results:
         return summary_frame(self.summary)
 
     def traces(self) -> dict[str, dict[int, list[dict[str, Any]]]]:
-        """``{run label: {seed: rows}}`` rebuilt from :attr:`rounds` (for plots)."""
+        """``{run label: {seed: rows}}`` rebuilt from :attr:`rounds` (for plots); ``used``/``dropped`` are lists of
+        ints, as in :attr:`rounds`."""
         out: dict[str, dict[int, list[dict[str, Any]]]] = {}
         for label in self.rounds["run"].drop_duplicates():
             sub = self.rounds[self.rounds["run"] == label]
@@ -620,6 +743,9 @@ def load_results(out_dir: str | Path) -> Results:
         for col in TEXT_COLUMNS:
             if col in df:
                 df[col] = df[col].fillna("").astype(object)
+        for col in INDEX_COLUMNS:
+            if col in df:
+                df[col] = [device_indices(v) for v in df[col]]
         frames.append(df.rename(columns={"protocol": "run"}).assign(run=label))
     rounds = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     res = Results(rounds, pd.DataFrame(), summary, study)
