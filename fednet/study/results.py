@@ -449,7 +449,7 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     for t in targets:
         k = _key(t)
         units[k] = _time_unit(v for r in runs.values() for v in r["per_target"][k]["time_s"].values())
-        header += [f"time to {t:.0%}\n[{units[k][1]}]"]
+        header += [f"time to {t:.0%} [{units[k][1]}]"]
         if energy:
             header += [f"energy to {t:.0%}\n[J] (mean)"]
         header += [f"speed-up\n@{t:.0%} [x]"]
