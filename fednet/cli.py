@@ -36,6 +36,7 @@
 ``fednet summarize DIR [--per-seed] [--format text|markdown|latex|csv]`` / ``fednet plot DIR [--output F.pdf] [--log-x | --speedup] [--dpi N]``
     Reprint the summary table (or one tidy row per run and target as Markdown, LaTeX or CSV) / redraw
     ``accuracy_vs_time.png`` from a saved study (the mean over seeds with their range; PNG, PDF or SVG).
+    With ``--speedup``, ``speedup.png``: each run's speed-up over the baseline per target with its interval.
 ``fednet list``
     Name the registered protocols, topologies and bundled studies.
 ``fednet topology STUDY [--run LABEL] [--seed N] [--plot tree.png]``
