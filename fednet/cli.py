@@ -99,6 +99,17 @@ def _non_negative(text: str) -> int:
     return n
 
 
+#: Largest ``fednet plot --dpi`` (a 7.5 x 4.8 inch figure: 9000 x 5760 pixels, about 200 MB of image in memory).
+MAX_DPI = 1200
+
+
+def _dpi(text: str) -> int:
+    n = _positive(text)
+    if n > MAX_DPI:
+        raise argparse.ArgumentTypeError(f"expected a resolution in [1, {MAX_DPI}] dots per inch, got {text!r}")
+    return n
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from fednet.study.config import load_study
     from fednet.study.runner import run_study
@@ -205,7 +216,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
             text = format_frame(summary_frame(summary), args.format)
         table = format_summary(summary)
         per_seed = format_per_seed(summary) if args.per_seed or summary.get("feature_seeds") else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise _unreadable(out, e) from e
     if args.format != "text":
         print(text, end="")
@@ -223,9 +234,22 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     out = _saved(args)
     if out is None:
         return 2
+    if args.output is not None:                       # checked before drawing: the message names --output
+        target = Path(args.output)
+        if target.suffix.lower() not in (".png", ".pdf", ".svg"):
+            print(f"fednet: --output {args.output!r}: the image format comes from the extension: .png, .pdf or .svg",
+                  file=sys.stderr)
+            return 2
+        if not target.parent.is_dir():
+            print(f"fednet: --output {args.output!r}: no folder {str(target.parent)!r} to write it into",
+                  file=sys.stderr)
+            return 2
+        if target.is_dir():
+            print(f"fednet: --output {args.output!r} is a folder; name an image file", file=sys.stderr)
+            return 2
     try:
         path = plot_results(out, args.output, log_x=args.log_x, dpi=args.dpi)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise _unreadable(out, e) from e
     print(path)
     return 0
@@ -281,6 +305,9 @@ def _cmd_topology(args: argparse.Namespace) -> int:
     seed = study.seeds[0] if args.seed is None else args.seed
     net = study.run_network(run)
     graph = build_network(net, seed)
+    from fednet.sim.simulation import Simulation
+
+    Simulation(graph, seed)          # refuses what a run would (a non-finite rate, a loss of 1 or more), by name
     n = study.run_params(run).get("groups")
     groups = membership(graph, None if has_groups(graph) else (n if isinstance(n, int) else 1))
     tree = group_tree(groups)
@@ -408,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     p_plot.add_argument("--output", help="output file, PNG, PDF or SVG by its extension "
                                          "(default DIR/accuracy_vs_time.png)")
     p_plot.add_argument("--log-x", action="store_true", help="logarithmic time axis")
-    p_plot.add_argument("--dpi", type=_positive, default=300, help="resolution of a PNG (default 300)")
+    p_plot.add_argument("--dpi", type=_dpi, default=300, help=f"resolution of a PNG, 1 to {MAX_DPI} (default 300)")
     p_plot.set_defaults(func=_cmd_plot)
     p_top = sub.add_parser("topology", help="build and show a run's network and group tree (nothing is run)")
     p_top.add_argument("study", help="study TOML file or bundled study name")

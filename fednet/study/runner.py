@@ -64,10 +64,10 @@ from fednet.topologies.groups import assign_groups, make_groups
 from fednet.topologies.lte import assign_cells, lte_star
 
 from .checkpoint import Checkpoint, Record
-from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
+from .config import MAX_SEED, DataSpec, NetworkSpec, RunSpec, Study, slug
 from .output import StagedOutput
 from .threads import scoped_environment
-from .usercode import study_imports, user_modules
+from .usercode import study_imports, user_code_error, user_modules
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
 
 __all__ = ["prepare_task", "vertical_task", "load_source", "build_network", "check_graph", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
@@ -362,6 +362,28 @@ def data_provenance(study: Study, data_dir: str | os.PathLike | None = None) -> 
     return doc
 
 
+def redact_secret_seed(command: Sequence[str]) -> list[str]:
+    """``command`` with the value of ``--secret-seed N`` (or ``--secret-seed=N``) replaced by ``<secret>``.
+
+    The command line goes into the public ``provenance.json``; the secret seed only into the private
+    ``secret_seed.json``.
+    """
+    out, hide = [], False
+    for arg in command:
+        arg = str(arg)
+        if hide:
+            out.append("<secret>")
+            hide = False
+        elif arg == "--secret-seed":
+            out.append(arg)
+            hide = True
+        elif arg.startswith("--secret-seed="):
+            out.append("--secret-seed=<secret>")
+        else:
+            out.append(arg)
+    return out
+
+
 def provenance(command: Sequence[str] | None = None, study: Study | None = None,
                data_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     """What produced a result: fednet version, git commit, package versions, Python, command line, time, code, data.
@@ -400,7 +422,7 @@ def provenance(command: Sequence[str] | None = None, study: Study | None = None,
     doc: dict[str, Any] = {
         "fednet": fednet.__version__, "git_commit": commit, "git_dirty": dirty, "packages": versions,
         "python": platform.python_version(), "platform": platform.platform(),
-        "command": shlex.join(sys.argv if command is None else command),
+        "command": shlex.join(redact_secret_seed(sys.argv if command is None else command)),
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if study is not None:
         try:
@@ -485,6 +507,11 @@ def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -
     except ValueError as e:
         i = study.runs.index(run)
         raise ConfigError(f"runs[{i}] ({run.name}).params: {e}") from e
+    except (Exception, SystemExit) as e:                 # a study's own protocol that raised: named, one line
+        named = user_code_error(cls, e, "when constructed")
+        if named is None:
+            raise
+        raise named from e
 
 
 #: Which engine backend ran each step of the runs this process made (label -> paths), for ``timing.json`` and
@@ -497,6 +524,12 @@ def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
     proto = _build_protocol(study, run, seed, task)
     try:
         return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round, strict=study.strict)
+    except (Exception, SystemExit) as e:                 # a study's own protocol that raised: named, one line
+        named = user_code_error(type(proto), e, f"in {'the set-up' if not getattr(proto, 'epoch', 0) else f'round {proto.epoch}'} "
+                                                f"of run {run.name!r}, seed {seed}")
+        if named is None:
+            raise
+        raise named from e
     finally:
         ENGINE_PATHS.setdefault(run.name, EnginePaths()).merge(proto.sim.engine_paths)
 
@@ -682,7 +715,7 @@ def study_secret_seed(study: Study, secret_seed: int | None = None,
     Raises
     ------
     fednet.errors.ConfigError
-        For a negative or non-integer ``secret_seed``, one equal to a public seed of the study, or one that differs
+        For a ``secret_seed`` that is not an integer in [0, 2**63 - 1], one equal to a public seed of the study, or one that differs
         from the seed the resumed pairs ran under (their secrets would not be this study's).
     """
     import secrets as _secrets
@@ -695,6 +728,9 @@ def study_secret_seed(study: Study, secret_seed: int | None = None,
     if secret_seed is not None:
         if isinstance(secret_seed, bool) or not isinstance(secret_seed, (int, np.integer)) or secret_seed < 0:
             raise ConfigError(f"secret_seed must be a non-negative integer, got {secret_seed!r}")
+        if secret_seed > MAX_SEED:
+            raise ConfigError(f"--secret-seed must be in [0, 2**63 - 1] (63 bits, as the public seeds), got "
+                              f"{secret_seed}")
         seed, source = int(secret_seed), "--secret-seed"
     elif secret_seed_from_env() is not None:
         seed, source = int(secret_seed_from_env()), "FEDNET_SECRET_SEED"
