@@ -58,7 +58,7 @@ from fednet.sim.dropout import ExtremeDropout
 from fednet.sim.rng import SECRET_SEED_ENV, Streams, secret_seed_from_env
 from fednet.sim.engine.paths import EnginePaths
 from fednet.sim.simulation import Simulation
-from fednet.topologies import builder
+from fednet.topologies import TOPOLOGIES, builder
 from fednet.topologies.distributions import per_device
 from fednet.topologies.groups import assign_groups, make_groups
 from fednet.topologies.lte import assign_cells, lte_star
@@ -213,7 +213,7 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
                      server_mac_rate=spec.server_mac_rate, device_mac_rates=rates, rng=topo_rng,
                      hop_latency_s=spec.hop_latency_s, energy=spec.energy)
         if spec.kind == "lte_cells":
-            g = assign_cells(g, **spec.params)
+            g = assign_cells(g, **{"n_cells": 1, **spec.params})      # one cell unless given, as lte_cells()
     else:
         g = builder(spec.kind)(D, rng=topo_rng, **spec.params)
         check_graph(g, spec.kind, D)
@@ -489,9 +489,19 @@ def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -
     ConfigError
         When the protocol refuses its parameters against the data or network (its ``validate``
         raised ``ValueError``); the message names the run.
+    PluginError
+        When the study's own protocol or network builder raised (:func:`~.usercode.user_code_error`).
     """
     cls = registry.get(run.protocol)
-    sim = build_simulation(study.run_network(run), seed, record_views=study.record_views)
+    net = study.run_network(run)
+    try:
+        sim = build_simulation(net, seed, record_views=study.record_views)
+    except (Exception, SystemExit) as e:     # a study's own builder that fails at a seed the load did not build
+        named = None if net.kind in TOPOLOGIES else user_code_error(builder(net.kind), e, f"building the network of "
+                                                                                         f"seed {seed}")
+        if named is None:
+            raise
+        raise named from e
     try:
         return cls(sim, task, study.run_params(run), label=run.name)
     except ConfigError as e:

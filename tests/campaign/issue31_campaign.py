@@ -367,6 +367,14 @@ def network_cases() -> list[Case]:
     ]
     cases = [Case(f"network {n.splitlines()[-1]} ({n.split(chr(10))[0]})", tiny(network=n, epochs=1), needle=needle)
              for n, needle in bad]
+    sets = [("network.kind=radio_star", "loss"), ("network.energy.tx_power_w=-2.0", "tx_power_w"),
+            ("network.hop_latency_s=1e9", "hop_latency_s"), ("network.params.n_cells=3", "params"),
+            ("runs.0.params.buffer_size=0", "buffer_size"), ('network.kind="lte_cells"', ""),
+            ("runs.*.protocol=secaggplus", ""), ("network.energy=off", "energy")]
+    for s, needle in sets:
+        ok = needle == ""
+        cases.append(Case(f"--set {s}", tiny(epochs=1), args=("--set", s), needle=needle,
+                          expect=("correct",) if ok else ("named error",)))
     cases += [
         Case("network energy with lte_cells (valid)",
              tiny(network='kind = "lte_cells"\nparams = { n_cells = 2 }\nenergy = { tx_power_w = 0.2 }', epochs=2),
@@ -1143,6 +1151,17 @@ def fails_on_seed_1(n_devices, rng=None, seed_flag=None):
     return g
 
 
+_CALLS = []
+
+
+def fails_on_second_call(n_devices, rng=None):
+    """Builds once (the study's load-time check), then raises (the run's own build)."""
+    _CALLS.append(1)
+    if len(_CALLS) > 1:
+        raise OSError("the builder's site survey file is gone")
+    return lte_star(n_devices, rng=rng)
+
+
 def returns_none(n_devices, rng=None):
     return None
 
@@ -1182,6 +1201,7 @@ def plugin_cases() -> list[Case]:
                    args=("--jobs", "2"), plant=plant, expect=("named error", "recorded failure"), needle=name,
                    slow=True) for name in ("RaisesInRound",)]
     brows = [("nan_rate", "uplink_bps"), ("negative_mac", "mac_rate"), ("loss_above_one", "loss"),
+             ("fails_on_second_call", "fails_on_second_call"),
              ("returns_none", "returns_none"), ("exits", "exits")]
     cases += [Case(f"plugin builder {name}", tiny(network=f'kind = "w31_builders_W31UID:{name}"', epochs=1), plant=plant,
                    needle=needle) for name, needle in brows]
