@@ -29,7 +29,7 @@
     Every parameter of a protocol: type, default, bounds and documentation.
 ``fednet schema``
     The JSON schema of a study file.
-``fednet summarize DIR [--per-seed] [--format text|markdown|latex|csv]`` / ``fednet plot DIR [--output F.pdf] [--log-x] [--dpi N]``
+``fednet summarize DIR [--per-seed] [--format text|markdown|latex|csv]`` / ``fednet plot DIR [--output F.pdf] [--log-x] [--dpi N (1-1200)]``
     Reprint the summary table (or one tidy row per run and target as Markdown, LaTeX or CSV) / redraw
     ``accuracy_vs_time.png`` from a saved study (the mean over seeds with their range; PNG, PDF or SVG).
 ``fednet list``

@@ -710,7 +710,6 @@ class Protocol:
                     gc.enable()
         return self.trace
 
-
     def _stalled(self, strict: bool) -> None:
         """The round in progress can never complete: every process waits for an event nothing will trigger (SimPy's
         queue ran dry; e.g. FedBuff's buffer when fewer devices are available than ``buffer_size``).

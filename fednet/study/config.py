@@ -280,7 +280,10 @@ class NetworkSpec(_Strict):
     kind : str
         ``"lte_star"`` (the LTE star of Sec. VII; the fields below) or a user builder
         ``"package.module:function"``, called as ``function(n_devices, rng=..., **params)`` and
-        returning a networkx graph (:mod:`fednet.topologies`).
+        returning a networkx graph (:mod:`fednet.topologies`). The link, loss, packet, latency, energy and
+        MAC-rate fields below reach ``lte_star`` and ``lte_cells`` only: another kind (``radio_star``, a user
+        builder) refuses them when set to anything but their defaults, since it would ignore them (give them in
+        ``params`` where the builder takes them).
     n_devices : int
         D, in [1, 10000].
     uplink_bps, downlink_bps : float, list of float, or distribution table
