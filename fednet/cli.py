@@ -33,7 +33,7 @@
     Every parameter of a protocol: type, default, bounds and documentation.
 ``fednet schema``
     The JSON schema of a study file.
-``fednet summarize DIR [--per-seed] [--format text|markdown|latex|csv]`` / ``fednet plot DIR [--output F.pdf] [--log-x | --speedup] [--dpi N]``
+``fednet summarize DIR [--per-seed] [--format text|markdown|latex|csv]`` / ``fednet plot DIR [--output F.pdf] [--log-x | --speedup] [--dpi N (1-1200)]``
     Reprint the summary table (or one tidy row per run and target as Markdown, LaTeX or CSV) / redraw
     ``accuracy_vs_time.png`` from a saved study (the mean over seeds with their range; PNG, PDF or SVG).
     With ``--speedup``, ``speedup.png``: each run's speed-up over the baseline per target with its interval.
@@ -101,6 +101,17 @@ def _non_negative(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}")
+    return n
+
+
+#: Largest ``fednet plot --dpi`` (a 7.5 x 4.8 inch figure: 9000 x 5760 pixels, about 200 MB of image in memory).
+MAX_DPI = 1200
+
+
+def _dpi(text: str) -> int:
+    n = _positive(text)
+    if n > MAX_DPI:
+        raise argparse.ArgumentTypeError(f"expected a resolution in [1, {MAX_DPI}] dots per inch, got {text!r}")
     return n
 
 
@@ -210,7 +221,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
             text = format_frame(summary_frame(summary), args.format)
         table = format_summary(summary)
         per_seed = format_per_seed(summary) if args.per_seed or summary.get("feature_seeds") else None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise _unreadable(out, e) from e
     if args.format != "text":
         print(text, end="")
@@ -229,21 +240,34 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     if out is None:
         return 2
     if args.speedup and args.log_x:
-        print("error: --log-x is for the accuracy plot, not with --speedup", file=sys.stderr)
+        print("fednet: --log-x is for the accuracy plot, not with --speedup", file=sys.stderr)
         return 2
+    if args.output is not None:                       # checked before drawing: the message names --output
+        target = Path(args.output)
+        if target.suffix.lower() not in (".png", ".pdf", ".svg"):
+            print(f"fednet: --output {args.output!r}: the image format comes from the extension: .png, .pdf or .svg",
+                  file=sys.stderr)
+            return 2
+        if not target.parent.is_dir():
+            print(f"fednet: --output {args.output!r}: no folder {str(target.parent)!r} to write it into",
+                  file=sys.stderr)
+            return 2
+        if target.is_dir():
+            print(f"fednet: --output {args.output!r} is a folder; name an image file", file=sys.stderr)
+            return 2
     try:
         if args.speedup:
             import json
 
             summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
             if summary.get("baseline") is None or len(summary.get("runs", {})) < 2:
-                print(f"error: --speedup needs a study with a baseline and another run; {out} has baseline "
+                print(f"fednet: --speedup needs a study with a baseline and another run; {out} has baseline "
                       f"{summary.get('baseline')!r}", file=sys.stderr)
                 return 2
             path = plot_speedup_results(out, args.output, dpi=args.dpi)
         else:
             path = plot_results(out, args.output, log_x=args.log_x, dpi=args.dpi)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise _unreadable(out, e) from e
     print(path)
     return 0
@@ -299,6 +323,9 @@ def _cmd_topology(args: argparse.Namespace) -> int:
     seed = study.seeds[0] if args.seed is None else args.seed
     net = study.run_network(run)
     graph = build_network(net, seed)
+    from fednet.sim.simulation import Simulation
+
+    Simulation(graph, seed)          # refuses what a run would (a non-finite rate, a loss of 1 or more), by name
     n = study.run_params(run).get("groups")
     groups = membership(graph, None if has_groups(graph) else (n if isinstance(n, int) else 1))
     tree = group_tree(groups)
@@ -432,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     p_plot.add_argument("--speedup", action="store_true",
                         help="plot each run's speed-up over the baseline per target with its interval "
                              "(from summary.json; default file DIR/speedup.png)")
-    p_plot.add_argument("--dpi", type=_positive, default=300, help="resolution of a PNG (default 300)")
+    p_plot.add_argument("--dpi", type=_dpi, default=300, help=f"resolution of a PNG, 1 to {MAX_DPI} (default 300)")
     p_plot.set_defaults(func=_cmd_plot)
     p_top = sub.add_parser("topology", help="build and show a run's network and group tree (nothing is run)")
     p_top.add_argument("study", help="study TOML file or bundled study name")

@@ -28,7 +28,11 @@ class                        built-in base                       raised for
                              DecodeFailure)                      complete (devices absent under
                                                                  the protocol's reaction)
 :class:`ClusterError`        ``RuntimeError``                    a Dask cluster that cannot run
-                                                                 the study (no worker left)
+                                                                 the study (no worker left, or a
+                                                                 task whose workers all died)
+:class:`PluginError`         ``RuntimeError``                    a study's own code (protocol or
+                                                                 network builder) that raised
+                                                                 while fednet ran it
 :class:`TrainingFailure`     ``RuntimeError``                    training that cannot go on: a
                                                                  non-finite loss or parameter,
                                                                  or values overflowing the field
@@ -42,7 +46,7 @@ This module imports nothing from fednet, so every layer may use it.
 from __future__ import annotations
 
 __all__ = ["FednetError", "ConfigError", "CapacityError", "DataError", "OutputError", "OutputLocked",
-           "DecodeFailure", "SetupFailure", "TrainingFailure", "ClusterError"]
+           "DecodeFailure", "SetupFailure", "TrainingFailure", "ClusterError", "PluginError"]
 
 
 class FednetError(Exception):
@@ -101,3 +105,10 @@ class TrainingFailure(FednetError, RuntimeError):
 class ClusterError(FednetError, RuntimeError):
     """A Dask cluster that cannot run the study: no worker left for longer than the stated timeout
     (:data:`fednet.study.parallel.WORKERLESS_TIMEOUT_S`), e.g. a worker without a nanny that died."""
+
+
+class PluginError(FednetError, RuntimeError):
+    """A study's own code (a ``"module:Name"`` protocol or network builder, or an installed plugin) that raised
+    while fednet ran it: the message names the code, what fednet was doing (constructing it, a round, its
+    ``Config`` or ``check``), the file and line where it raised, and the exception
+    (:func:`fednet.study.usercode.user_code_error`). fednet's own protocols keep their tracebacks (a bug)."""

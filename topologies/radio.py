@@ -117,6 +117,14 @@ def radio_star(n_devices: int, *, radius_m: float = 500.0, min_distance_m: float
     """
     if rng is None:
         raise ValueError("radio_star needs the topology's rng (positions and shadowing are drawn)")
+    for name, v in (("radius_m", radius_m), ("min_distance_m", min_distance_m), ("shadowing_db", shadowing_db),
+                    ("carrier_hz", carrier_hz), ("tx_power_dbm", tx_power_dbm), ("bs_power_dbm", bs_power_dbm),
+                    ("noise_dbm_hz", noise_dbm_hz), ("noise_figure_db", noise_figure_db), ("uplink_hz", uplink_hz),
+                    ("downlink_hz", downlink_hz), ("bler", bler), ("gap_db", gap_db)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"{name} must be a finite number, got {v!r}")
+    if shadowing_db < 0:
+        raise ValueError(f"shadowing_db is a standard deviation (dB) and must be >= 0, got {shadowing_db}")
     if not 0 < min_distance_m < radius_m:
         raise ValueError(f"need 0 < min_distance_m < radius_m, got {min_distance_m} and {radius_m}")
     if rate_model not in ("bler_target", "shannon"):

@@ -57,7 +57,7 @@ import simpy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from fednet import runtime
-from fednet.errors import ConfigError, FednetError, SetupFailure
+from fednet.errors import ConfigError, FednetError, SetupFailure, TrainingFailure
 from fednet.learning.task import LearningTask
 from fednet.sim.compute import AlwaysAvailable
 from fednet.sim import pcg
@@ -707,12 +707,37 @@ class Protocol:
             self.sim.run(main())
         except finite.RUNTIME_OVERFLOW as overflow:     # raised in a step's own process, outside round()
             finite.overflowed(self, self.epoch, overflow, strict)
+        except RuntimeError as stall:
+            if not str(stall).startswith("No scheduled events left"):
+                raise
+            self._stalled(strict)                       # a round that can never complete (SimPy ran dry)
         finally:
             if gc_rounds:
                 gc.unfreeze()
                 if enabled:
                     gc.enable()
         return self.trace
+
+    def _stalled(self, strict: bool) -> None:
+        """The round in progress can never complete: every process waits for an event nothing will trigger (SimPy's
+        queue ran dry; e.g. FedBuff's buffer when fewer devices are available than ``buffer_size``).
+
+        Without ``strict`` the round ends training as a recorded failure (:mod:`fednet.protocol.finite`'s
+        ``failure`` column, the summary's ``failed``), as an overflow does.
+
+        Raises
+        ------
+        fednet.errors.TrainingFailure
+            Under ``strict``, or in the set-up phase (round 0); the message names the run and the round.
+        """
+        reason = ("the round can never complete: every process waits for an event that nothing will trigger "
+                  "(for example fewer available devices than the round waits for)")
+        if strict or self.epoch == 0:
+            raise TrainingFailure(finite._message(self, self.epoch, reason)) from None
+        self.used = None
+        row = self._record(self.epoch, failure=reason)
+        row.pop("skip_reason", None)
+        row[finite.FAILURE_COLUMN] = reason
 
 
 #: :meth:`Protocol.minibatch_rows` as defined here (:meth:`Protocol.minibatch_rows_many` defers to an override).

@@ -113,8 +113,24 @@ def _message(protocol: Any, round: int, reason: str) -> str:
             f"recorded as failed at this round and no target is credited from it on)")
 
 
+def _impossible_row(row: dict[str, Any]) -> str | None:
+    """Why ``row`` cannot be a round's outcome: a simulated clock that is not finite (a step that waited ``nan`` or
+    ``inf`` seconds) or an accuracy outside [0, 1] (an ``evaluate`` that is wrong); None when it can."""
+    try:
+        t = float(row.get("time_s", 0.0))
+        acc = float(row.get("accuracy", 0.0))
+    except (TypeError, ValueError):
+        return f"the round's time_s or accuracy is not a number ({row.get('time_s')!r}, {row.get('accuracy')!r})"
+    if not math.isfinite(t):
+        return f"the simulated clock is not finite (time_s = {t!r}): a step waited a non-finite time"
+    if math.isfinite(acc) and not 0.0 <= acc <= 1.0:
+        return f"accuracy = {acc!r} is outside [0, 1] (the protocol's evaluate)"
+    return None
+
+
 def checked(protocol: Any, row: dict[str, Any], strict: bool) -> dict[str, Any]:
-    """``row`` (just recorded), marked as the end of training if the model is not finite.
+    """``row`` (just recorded), marked as the end of training if the model is not finite, the simulated clock is
+    not finite or the accuracy lies outside [0, 1].
 
     Parameters
     ----------
@@ -135,7 +151,7 @@ def checked(protocol: Any, row: dict[str, Any], strict: bool) -> dict[str, Any]:
     fednet.errors.TrainingFailure
         Under ``strict``, when the model is not finite.
     """
-    reason = nonfinite_reason(protocol, row.get("loss"))
+    reason = _impossible_row(row) or nonfinite_reason(protocol, row.get("loss"))
     if reason is None:
         return row
     if strict:

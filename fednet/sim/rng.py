@@ -80,7 +80,7 @@ def secret_seed_from_env(environ: Mapping[str, str] | None = None) -> int | None
     Raises
     ------
     fednet.errors.ConfigError
-        If the variable is set but is not a non-negative integer.
+        If the variable is set but is not an integer in [0, 2**63 - 1].
     """
     env = os.environ if environ is None else environ
     raw = env.get(SECRET_SEED_ENV)
@@ -92,6 +92,8 @@ def secret_seed_from_env(environ: Mapping[str, str] | None = None) -> int | None
         raise ConfigError(f"{SECRET_SEED_ENV} must be a non-negative integer, got {raw!r}") from None
     if value < 0:
         raise ConfigError(f"{SECRET_SEED_ENV} must be a non-negative integer, got {raw!r}")
+    if value > 2**63 - 1:
+        raise ConfigError(f"{SECRET_SEED_ENV} must be in [0, 2**63 - 1] (63 bits, as the public seeds), got {raw!r}")
     return value
 
 

@@ -214,7 +214,7 @@ class Checkpoint:
         marker = read_own(self.folder / MARKER, limit=4096)
         try:
             ok = marker is not None and json.loads(marker.decode("utf-8")) == {"fednet": "checkpoint"}
-        except ValueError:
+        except (ValueError, RecursionError):
             ok = False
         if not ok:
             raise self._refuse(f"has no {MARKER} marker of a fednet checkpoint")
@@ -329,6 +329,8 @@ class Checkpoint:
             doc = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             raise self._bad(path, "is not valid JSON") from None
+        except RecursionError:                   # arrays nested deeper than the interpreter's stack
+            raise self._bad(path, "is JSON nested deeper than any record fednet writes") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT or set(doc) != {"format", "digest", "record"}:
             raise self._bad(path, f"is not a {FORMAT} record")
         assert self._key is not None

@@ -202,6 +202,10 @@ _VERTICAL_DATASETS = ("fashion-mnist", "mnist", "handwritten")
 #: Fields of the horizontal pipeline that a vertical split refuses when set.
 _HORIZONTAL_ONLY = frozenset({"features", "rbf_gamma", "n_components", "feature_seed", "partition", "dirichlet_alpha"})
 
+#: Fields of [network] that only the star builders (lte_star, lte_cells) read; another kind refuses them when set.
+_STAR_ONLY = frozenset({"uplink_bps", "downlink_bps", "loss", "header_overhead", "packet_bits", "hop_latency_s",
+                        "energy", "server_mac_rate", "device_mac_rates"})
+
 _RATE = TypeAdapter(Annotated[float, Field(ge=1, allow_inf_nan=False)])
 _LOSS = TypeAdapter(Annotated[float, Field(ge=0, le=0.999, allow_inf_nan=False)])
 _RATES = TypeAdapter(list[Annotated[float, Field(ge=1, allow_inf_nan=False)]])
@@ -286,7 +290,10 @@ class NetworkSpec(_Strict):
     kind : str
         ``"lte_star"`` (the LTE star of Sec. VII; the fields below) or a user builder
         ``"package.module:function"``, called as ``function(n_devices, rng=..., **params)`` and
-        returning a networkx graph (:mod:`fednet.topologies`).
+        returning a networkx graph (:mod:`fednet.topologies`). The link, loss, packet, latency, energy and
+        MAC-rate fields below reach ``lte_star`` and ``lte_cells`` only: another kind (``radio_star``, a user
+        builder) refuses them when set to anything but their defaults, since it would ignore them (give them in
+        ``params`` where the builder takes them).
     n_devices : int
         D, in [1, 10000].
     uplink_bps, downlink_bps : float, list of float, or distribution table
@@ -416,6 +423,14 @@ class NetworkSpec(_Strict):
                                  f"got {n_cells!r}")
         elif self.kind != "lte_star":
             check_builder_params(self.kind, self.params)
+            # the star's fields reach lte_star and lte_cells only: another builder would ignore them
+            ignored = sorted(k for k in self.model_fields_set & _STAR_ONLY
+                             if getattr(self, k) != type(self).model_fields[k].default)
+            if ignored:
+                raise ValueError(f"{', '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} not used by network "
+                                 f"kind {self.kind!r}, which builds its links itself (only lte_star and lte_cells "
+                                 f"read them); give what the builder takes in network.params, e.g. params = "
+                                 f"{{ {ignored[0]} = ... }} where it has that parameter")
         g = self.groups
         if g is not None:
             from fednet.topologies.groups import check_membership
@@ -738,7 +753,7 @@ class Study(_Strict):
                 build_network(net, self.seeds[0])
             except ConfigError as e:
                 problems.append(f"{where}.kind: {e}")
-            except Exception as e:      # the builder's own bug: named with where it happened
+            except (Exception, SystemExit) as e:      # the builder's own bug (or exit): named with where it happened
                 tb = e.__traceback__
                 while tb is not None and tb.tb_next is not None:
                     tb = tb.tb_next
@@ -1142,6 +1157,13 @@ def run_problems(runs: list[Any], n_devices: Any, *, dropout: float = 0.0) -> li
                     problems.append(f"runs[{i}] ({name}).params{'.' + loc if loc else ''}: {msg}{shown}")
         except ValueError as e:
             problems.append(f"runs[{i}] ({name}).params: {e}")
+        except (Exception, SystemExit) as e:        # a study's own Config or check() that raised: named, one line
+            from .usercode import user_code_error
+
+            named = user_code_error(cls, e, "validating its params (its Config or check)")
+            if named is None:
+                raise
+            problems.append(f"runs[{i}] ({name}).params: {named}")
     return problems
 
 

@@ -192,7 +192,7 @@ def read_marker(folder: Path, kind: str = "output") -> dict[str, Any] | None:
     raw = read_own(folder / MARKER, limit=1 << 24)
     try:
         data = json.loads(raw.decode("utf-8")) if raw is not None else None
-    except ValueError:
+    except (ValueError, RecursionError):           # not JSON, or nested past the interpreter's stack: not ours
         return None
     return data if isinstance(data, dict) and data.get("fednet") == kind else None
 

@@ -43,6 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 try:
+    from distributed import KilledWorker
     from distributed.diagnostics.plugin import WorkerPlugin
 except ImportError as e:  # pragma: no cover - dask is a dependency
     raise ImportError("parallel runs (--jobs, --scheduler) need dask.distributed: "
@@ -567,7 +568,16 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
                         raise ClusterError(f"the Dask cluster ({client.scheduler.address}) has had no worker for "
                                            f"{lost[0]:g} s (a worker lost without a nanny?): the study stopped; "
                                            f"finished pairs are kept for --resume")
-                    unit, records = futures[fut], fut.result()
+                    unit = futures[fut]
+                    try:
+                        records = fut.result()
+                    except KilledWorker as e:            # every worker that ran it died (memory, a crash, an exit)
+                        i, seed = unit[0]
+                        raise ClusterError(
+                            f"the Dask task of run {study.runs[i].name!r}, seed {seed} ended the process of every "
+                            f"worker that ran it (a worker lost: out of memory, a crash or an exit in the "
+                            f"simulation; {e.args[0] if e.args else ''}); the study stopped; finished pairs are "
+                            f"kept for --resume") from None
                     for (i, seed), res in zip(unit, records if len(unit) > 1 else [records]):
                         results[(i, seed)] = res
                         if "engine" in res:                # the worker's engine paths, for timing.json

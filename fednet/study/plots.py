@@ -7,6 +7,8 @@ notebook's or a user's backend choice stands.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -128,7 +130,15 @@ def plot_results(out_dir: str | Path, path: str | Path | None = None, *, log_x: 
 
     res = load_results(out_dir)
     path = Path(out_dir) / "accuracy_vs_time.png" if path is None else Path(path)
-    return plot_accuracy_vs_time(res.traces(), res.summary["targets"], path, title=res.summary.get("study", ""),
+    traces = res.traces()
+    for label, by_seed in traces.items():             # a damaged trace is refused, not drawn
+        for seed, rows in by_seed.items():
+            bad = [r["time_s"] for r in rows if not (isinstance(r["time_s"], (int, float))
+                                                     and math.isfinite(r["time_s"]) and r["time_s"] >= 0)]
+            if bad:
+                raise ValueError(f"run {label!r}, seed {seed}: time_s = {bad[0]!r} is not a simulated time "
+                                 f"(finite, >= 0 s)")
+    return plot_accuracy_vs_time(traces, res.summary["targets"], path, title=res.summary.get("study", ""),
                                  log_x=log_x, dpi=dpi)
 
 

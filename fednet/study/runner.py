@@ -57,17 +57,17 @@ from fednet.sim.dropout import ExtremeDropout
 from fednet.sim.rng import SECRET_SEED_ENV, Streams, secret_seed_from_env
 from fednet.sim.engine.paths import EnginePaths
 from fednet.sim.simulation import Simulation
-from fednet.topologies import builder
+from fednet.topologies import TOPOLOGIES, builder
 from fednet.topologies.distributions import per_device
 from fednet.topologies.groups import assign_groups, make_groups
 from fednet.topologies.lte import assign_cells, lte_star
 
 from .checkpoint import Checkpoint, Record
-from .config import DataSpec, NetworkSpec, RunSpec, Study, slug
+from .config import MAX_SEED, DataSpec, NetworkSpec, RunSpec, Study, slug
 from .output import StagedOutput
 from .progress import study_progress
 from .threads import scoped_environment
-from .usercode import study_imports, user_modules
+from .usercode import study_imports, user_code_error, user_modules
 from .results import Results, dumps_strict, format_per_seed, format_summary, rounds_frame, summarize, targets_frame
 
 __all__ = ["prepare_task", "vertical_task", "load_source", "build_network", "check_graph", "build_simulation", "run_study", "StudyResult", "slug", "provenance",
@@ -213,7 +213,7 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
                      server_mac_rate=spec.server_mac_rate, device_mac_rates=rates, rng=topo_rng,
                      hop_latency_s=spec.hop_latency_s, energy=spec.energy)
         if spec.kind == "lte_cells":
-            g = assign_cells(g, **spec.params)
+            g = assign_cells(g, **{"n_cells": 1, **spec.params})      # one cell unless given, as lte_cells()
     else:
         g = builder(spec.kind)(D, rng=topo_rng, **spec.params)
         check_graph(g, spec.kind, D)
@@ -362,6 +362,28 @@ def data_provenance(study: Study, data_dir: str | os.PathLike | None = None) -> 
     return doc
 
 
+def redact_secret_seed(command: Sequence[str]) -> list[str]:
+    """``command`` with the value of ``--secret-seed N`` (or ``--secret-seed=N``) replaced by ``<secret>``.
+
+    The command line goes into the public ``provenance.json``; the secret seed only into the private
+    ``secret_seed.json``.
+    """
+    out, hide = [], False
+    for arg in command:
+        arg = str(arg)
+        if hide:
+            out.append("<secret>")
+            hide = False
+        elif arg == "--secret-seed":
+            out.append(arg)
+            hide = True
+        elif arg.startswith("--secret-seed="):
+            out.append("--secret-seed=<secret>")
+        else:
+            out.append(arg)
+    return out
+
+
 def provenance(command: Sequence[str] | None = None, study: Study | None = None,
                data_dir: str | os.PathLike | None = None) -> dict[str, Any]:
     """What produced a result: fednet version, git commit, package versions, Python, command line, time, code, data.
@@ -400,7 +422,7 @@ def provenance(command: Sequence[str] | None = None, study: Study | None = None,
     doc: dict[str, Any] = {
         "fednet": fednet.__version__, "git_commit": commit, "git_dirty": dirty, "packages": versions,
         "python": platform.python_version(), "platform": platform.platform(),
-        "command": shlex.join(sys.argv if command is None else command),
+        "command": shlex.join(redact_secret_seed(sys.argv if command is None else command)),
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     if study is not None:
         try:
@@ -482,9 +504,19 @@ def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -
     ConfigError
         When the protocol refuses its parameters against the data or network (its ``validate``
         raised ``ValueError``); the message names the run.
+    PluginError
+        When the study's own protocol or network builder raised (:func:`~.usercode.user_code_error`).
     """
     cls = registry.get(run.protocol)
-    sim = build_simulation(study.run_network(run), seed, record_views=study.record_views)
+    net = study.run_network(run)
+    try:
+        sim = build_simulation(net, seed, record_views=study.record_views)
+    except (Exception, SystemExit) as e:     # a study's own builder that fails at a seed the load did not build
+        named = None if net.kind in TOPOLOGIES else user_code_error(builder(net.kind), e, f"building the network of "
+                                                                                         f"seed {seed}")
+        if named is None:
+            raise
+        raise named from e
     try:
         return cls(sim, training_task(study, run, task), study.run_params(run), label=run.name)
     except ConfigError as e:
@@ -500,6 +532,11 @@ def _build_protocol(study: Study, run: RunSpec, seed: int, task: LearningTask) -
     except ValueError as e:
         i = study.runs.index(run)
         raise ConfigError(f"runs[{i}] ({run.name}).params: {e}") from e
+    except (Exception, SystemExit) as e:                 # a study's own protocol that raised: named, one line
+        named = user_code_error(cls, e, "when constructed")
+        if named is None:
+            raise
+        raise named from e
 
 
 #: Which engine backend ran each step of the runs this process made (label -> paths), for ``timing.json`` and
@@ -512,6 +549,12 @@ def _run_one(study: Study, run: RunSpec, seed: int, task: LearningTask,
     proto = _build_protocol(study, run, seed, task)
     try:
         return proto.run(study.run_epochs(run), stop_at=study.stop_accuracy, on_round=on_round, strict=study.strict)
+    except (Exception, SystemExit) as e:                 # a study's own protocol that raised: named, one line
+        named = user_code_error(type(proto), e, f"in {'the set-up' if not getattr(proto, 'epoch', 0) else f'round {proto.epoch}'} "
+                                                f"of run {run.name!r}, seed {seed}")
+        if named is None:
+            raise
+        raise named from e
     finally:
         ENGINE_PATHS.setdefault(run.name, EnginePaths()).merge(proto.sim.engine_paths)
 
@@ -693,7 +736,7 @@ def study_secret_seed(study: Study, secret_seed: int | None = None,
     Raises
     ------
     fednet.errors.ConfigError
-        For a negative or non-integer ``secret_seed``, one equal to a public seed of the study, or one that differs
+        For a ``secret_seed`` that is not an integer in [0, 2**63 - 1], one equal to a public seed of the study, or one that differs
         from the seed the resumed pairs ran under (their secrets would not be this study's).
     """
     import secrets as _secrets
@@ -706,6 +749,9 @@ def study_secret_seed(study: Study, secret_seed: int | None = None,
     if secret_seed is not None:
         if isinstance(secret_seed, bool) or not isinstance(secret_seed, (int, np.integer)) or secret_seed < 0:
             raise ConfigError(f"secret_seed must be a non-negative integer, got {secret_seed!r}")
+        if secret_seed > MAX_SEED:
+            raise ConfigError(f"--secret-seed must be in [0, 2**63 - 1] (63 bits, as the public seeds), got "
+                              f"{secret_seed}")
         seed, source = int(secret_seed), "--secret-seed"
     elif secret_seed_from_env() is not None:
         seed, source = int(secret_seed_from_env()), "FEDNET_SECRET_SEED"

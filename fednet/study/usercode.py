@@ -31,8 +31,54 @@ from typing import Any
 
 from fednet.plugins import is_object_path, search_path
 
-__all__ = ["UserModule", "user_specs", "user_modules", "ship_files", "UserCode", "check_workers", "study_folder",
+__all__ = ["user_code_error", "UserModule", "user_specs", "user_modules", "ship_files", "UserCode", "check_workers", "study_folder",
            "MAX_SHIPPED_BYTES"]
+
+def user_code_error(obj: Any, exc: BaseException, doing: str) -> Exception | None:
+    """The one-line :class:`~fednet.errors.PluginError` for ``exc``, raised by a study's own code ``obj`` while
+    fednet was ``doing`` something with it; None when ``obj`` is fednet's own (a bug: its traceback stays) or
+    ``exc`` must go on as it is.
+
+    Parameters
+    ----------
+    obj : class or function
+        The protocol class or network builder (its ``__module__`` tells whose code it is).
+    exc : BaseException
+        What it raised. A :class:`~fednet.errors.FednetError` (already named), ``KeyboardInterrupt``,
+        ``GeneratorExit`` and the ``SystemExit`` of fednet's signal handler (:mod:`fednet.study.output`) are
+        never wrapped; the user's own ``sys.exit()`` is.
+    doing : str
+        E.g. ``"in round 3"``, ``"when constructed"``.
+
+    Returns
+    -------
+    fednet.errors.PluginError or None
+        Naming ``module:Name``, ``doing``, the innermost frame in the object's own file (else the innermost
+        frame) as ``file:line``, and the exception's type and message.
+    """
+    from fednet.errors import FednetError, PluginError
+
+    module = str(getattr(obj, "__module__", "") or "")
+    if module == "fednet" or module.startswith("fednet.") or isinstance(exc, (FednetError, KeyboardInterrupt,
+                                                                               GeneratorExit)):
+        return None
+    if not isinstance(exc, (Exception, SystemExit)):
+        return None
+    tb, own, last = exc.__traceback__, None, None
+    file = getattr(sys.modules.get(module), "__file__", None)
+    while tb is not None:
+        last = tb
+        if file is not None and tb.tb_frame.f_code.co_filename == file:
+            own = tb
+        tb = tb.tb_next
+    if isinstance(exc, SystemExit) and last is not None and last.tb_frame.f_code.co_name == "_on_signal":
+        return None                                   # a signal: the process ends with 128 + N
+    at = own or last
+    where = f" at {at.tb_frame.f_code.co_filename}:{at.tb_lineno}" if at is not None else ""
+    name = f"{module}:{getattr(obj, '__qualname__', getattr(obj, '__name__', obj))}"
+    what = f"SystemExit({exc.code!r})" if isinstance(exc, SystemExit) else f"{type(exc).__name__}: {exc}"
+    return PluginError(f"{name} raised {doing}{where}: {what}")
+
 
 #: Most bytes of source :class:`UserCode` carries (a package larger than this is refused, by name).
 MAX_SHIPPED_BYTES = 32 * 2**20
