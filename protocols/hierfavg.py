@@ -57,12 +57,16 @@ __all__ = ["HierFAVGConfig", "HierFAVG"]
 class HierFAVGConfig(NeuralConfig):
     """HierFAVG's parameters (:class:`~fednet.protocol.neural.NeuralConfig` plus the two aggregation periods).
 
+    The learning-rate schedule (``learning_rate``, ``lr_decay``, ``lr_every``) and the minibatches count *local
+    steps* here, not rounds (module docstring). The defaults ``kappa_1 = 5``, ``kappa_2 = 2`` are fednet's (the paper
+    studies several pairs); a study sets its own.
+
     Attributes
     ----------
     kappa_1 : int
-        Local SGD steps of every client between two edge aggregations (Liu et al., Algorithm 1), >= 1.
+        Local SGD steps of every client between two edge aggregations (Liu et al., Algorithm 1), in [1, 10000].
     kappa_2 : int
-        Edge aggregations between two cloud aggregations (Algorithm 1), >= 1.
+        Edge aggregations between two cloud aggregations (Algorithm 1), in [1, 10000].
     """
 
     kappa_1: int = Field(5, ge=1, le=10_000)

@@ -176,7 +176,7 @@ def test_check_protocol_passes_and_the_backends_decline_on_a_hierarchy() -> None
     assert rows[1]["bits_backhaul"] == 2 * rows[1]["bits_up"]           # every update and model crosses it
 
 
-def test_a_study_runs_on_two_cells_and_topology_draws_it(tmp_path, capsys) -> None:
+def test_the_study_runs_on_four_cells_and_topology_draws_it(tmp_path, capsys) -> None:
     """The bundled study, reduced (digits, two rounds), runs through the runner; ``fednet topology`` prints the
     cells, edge servers and backhaul and draws them (Agg)."""
     import matplotlib.pyplot as plt
@@ -186,11 +186,16 @@ def test_a_study_runs_on_two_cells_and_topology_draws_it(tmp_path, capsys) -> No
     from fednet.study.runner import run_study
 
     path = __import__("pathlib").Path(__file__).resolve().parents[1] / "studies" / "hierfavg_mnist.toml"
-    study = load_study(path, max_epochs=2, seeds=[0], data={"dataset": "digits"})
+    study = load_study(path, max_epochs=2, seeds=[0], data={"dataset": "digits"},
+                       only_runs=["FedAvg (cloud)", "HierFAVG k1=1 k2=1", "HierFAVG k1=5 k2=4"])
     res = run_study(study, None, progress=False, plot=False)
-    for label, traces in res.traces.items():
-        rows = traces[0]
-        assert len(rows) == 3 and rows[-1]["bits_backhaul"] > 0 and rows[-1]["time_s"] > 0, label
+    rows = {label: traces[0] for label, traces in res.traces.items()}
+    for label, trace in rows.items():
+        assert len(trace) == 3 and trace[-1]["bits_backhaul"] > 0 and trace[-1]["time_s"] > 0, label
+    flat, tree = rows["FedAvg (cloud)"], rows["HierFAVG k1=1 k2=1"]
+    # the same model up to the order of the sums (per cell, then across cells) ...
+    assert [r["loss"] for r in tree] == pytest.approx([r["loss"] for r in flat], rel=1e-9)
+    assert flat[1]["bits_backhaul"] == 5 * tree[1]["bits_backhaul"]                 # ... 20 models over 4 backhauls
     png = tmp_path / "h.png"
     drawn = []
     close = plt.close
@@ -200,6 +205,6 @@ def test_a_study_runs_on_two_cells_and_topology_draws_it(tmp_path, capsys) -> No
     finally:
         plt.close = close
     out = capsys.readouterr().out
-    assert "edge servers: 2" in out and "backhaul" in out and png.stat().st_size > 0
+    assert "edge servers: 4" in out and "backhaul" in out and png.stat().st_size > 0
     texts = {t.get_text() for ax in drawn[0].axes for t in ax.texts}
-    assert {"cloud", "edge 0", "edge 1"} <= texts
+    assert {"cloud", "edge 0", "edge 1", "edge 2", "edge 3", "cell 0 (shared air)"} <= texts
