@@ -337,12 +337,28 @@ def _cmd_topology(args: argparse.Namespace) -> int:
           + ("" if has_groups(graph) else " (consecutive, from the run's groups parameter)"))
     print(f"  server: {graph.nodes[server].get('mac_rate', float('nan')):.4g} MAC/s; header overhead "
           f"{graph.graph.get('header_overhead', 0.0)}, packet_bits {graph.graph.get('packet_bits')}")
-    print(f"  {'device':>6} {'MAC/s':>10} {'up bit/s':>10} {'down bit/s':>10} {'loss':>6} {'group':>5}")
+    edge_servers = [k for k, a in graph.nodes(data=True) if a.get("role") == "edge"]
+    if edge_servers:                           # a hierarchy (fednet.topologies.hierarchy): cells, edge servers, backhaul
+        print(f"  edge servers: {len(edge_servers)}, each with a backhaul to the server (the cloud)")
+        print(f"  {'edge':>6} {'MAC/s':>10} {'devices':>7} {'backhaul up':>11} {'down bit/s':>10} {'loss':>6} "
+              f"{'latency s':>9}")
+        for k in edge_servers:
+            a, b = graph.nodes[k], graph.edges[k, server] if graph.has_edge(k, server) else {}
+            n = sum(1 for d, _ in devs if graph.has_edge(d, k))
+            print(f"  {str(a.get('cell', k)):>6} {a.get('mac_rate', float('nan')):>10.4g} {n:>7} "
+                  f"{b.get('uplink_bps', float('nan')):>11.4g} {b.get('downlink_bps', float('nan')):>10.4g} "
+                  f"{b.get('loss', 0.0):>6.3g} {b.get('latency_s', 0.0):>9.3g}")
+    up_to = {k: next((v for v in graph.neighbors(k) if v in set(edge_servers)), server) for k, _ in devs}
+    print(f"  {'device':>6} {'MAC/s':>10} {'up bit/s':>10} {'down bit/s':>10} {'loss':>6} {'group':>5}"
+          + (f" {'cell':>4}" if edge_servers else ""))
     for i, (k, a) in enumerate(devs):
-        e = {**a, **graph.edges[k, server]} if graph.has_edge(k, server) else a
+        e = {**a, **graph.edges[k, up_to[k]]} if graph.has_edge(k, up_to[k]) else a
+        cell = graph.nodes[up_to[k]].get("cell", "-") if up_to[k] != server else "-"
         print(f"  {i:>6} {a.get('mac_rate', float('nan')):>10.4g} {e.get('uplink_bps', float('nan')):>10.4g} "
-              f"{e.get('downlink_bps', float('nan')):>10.4g} {e.get('loss', 0.0):>6.3g} {group_of[i]:>5}")
-    d2d = [(u, v) for u, v in graph.edges() if server not in (u, v)]
+              f"{e.get('downlink_bps', float('nan')):>10.4g} {e.get('loss', 0.0):>6.3g} {group_of[i]:>5}"
+              + (f" {cell:>4}" if edge_servers else ""))
+    role = {k: a.get("role") for k, a in graph.nodes(data=True)}
+    d2d = [(u, v) for u, v in graph.edges() if role[u] == "device" and role[v] == "device"]
     if d2d:
         print(f"  device-to-device links: {len(d2d)}")
     print("groups:")

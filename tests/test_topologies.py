@@ -143,7 +143,7 @@ def test_bad_network_values_are_named(tmp_path) -> None:
         ('uplink_bps = { dist = "gauss", mean = 1 }', "dist must be one of"),
         ("groups = 9", "groups.count must be at most n_devices = 8, got 9"),
         ("groups = { membership = [[0, 1], [1, 2, 3, 4, 5, 6, 7]] }", "device 1 is in groups 0 and 1"),
-        ('kind = "nope"', "network kind must be one of ['lte_cells', 'lte_star', 'radio_star'] or 'package.module:function'"),
+        ('kind = "nope"', "network kind must be one of ['hierarchy', 'lte_cells', 'lte_star', 'radio_star'] or 'package.module:function'"),
     ]:
         with pytest.raises(StudyError) as err:
             load_study(_study(tmp_path, network))

@@ -8,18 +8,21 @@ use in ``network.kind`` to builders; a study may instead name its own builder as
 
 Modules: :mod:`.lte` (the LTE star of the papers, and ``lte_cells``: the star's devices sharing the airtime of
 cells, :mod:`fednet.sim.cells`), :mod:`.radio` (devices placed around a base station, rates and losses from
-path loss, shadowing and Rayleigh fading), :mod:`.groups` (grouping rules and membership),
+path loss, shadowing and Rayleigh fading), :mod:`.hierarchy` (cells with edge servers behind a backhaul to a
+cloud server), :mod:`.groups` (grouping rules and membership),
 :mod:`.distributions` (per-device values), :mod:`.secagg_tree` (CodedSecAgg's group tree as a DiGraph).
 """
 
 from collections.abc import Callable
 
+from .hierarchy import hierarchy
 from .lte import lte_cells, lte_star
 from .radio import radio_star
 
 __all__ = ["TOPOLOGIES", "builder"]
 
-TOPOLOGIES: dict[str, Callable] = {"lte_star": lte_star, "lte_cells": lte_cells, "radio_star": radio_star}
+TOPOLOGIES: dict[str, Callable] = {"lte_star": lte_star, "lte_cells": lte_cells, "radio_star": radio_star,
+                                   "hierarchy": hierarchy}
 
 
 def builder(kind: str) -> Callable:

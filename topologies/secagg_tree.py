@@ -119,6 +119,9 @@ def device_tree(net: Any, n_groups: int | None = None) -> nx.DiGraph:
 def draw_topology(graph: nx.Graph, path: str | Path, *, n_groups: int | None = None, title: str | None = None) -> Path:
     """Draw a topology (devices coloured by group) and its group tree side by side, to a PNG.
 
+    A hierarchy (edge servers, ``role="edge"``: :func:`fednet.topologies.hierarchy.hierarchy`) is drawn as the cloud,
+    its edge servers with their backhaul links (rate and latency) and each cell's devices under its edge server.
+
     Parameters
     ----------
     graph : networkx.Graph
@@ -148,12 +151,17 @@ def draw_topology(graph: nx.Graph, path: str | Path, *, n_groups: int | None = N
 
     devs = [k for k, a in graph.nodes(data=True) if a.get("role") == "device"]
     server = next(k for k, a in graph.nodes(data=True) if a.get("role") == "server")
-    placed = all("x_m" in graph.nodes[k] for k in devs)         # radio_star: the devices where they are
+    edges = [k for k, a in graph.nodes(data=True) if a.get("role") == "edge"]
+    if edges:                                                  # a hierarchy: cloud, edge servers, cells
+        _draw_hierarchy(graph, ax_net, devs, server, edges, [cmap(group_of[i] % 20) for i in range(len(devs))])
+        devs = []
+    placed = bool(devs) and all("x_m" in graph.nodes[k] for k in devs)   # radio_star: the devices where they are
     pos = ({k: (graph.nodes[k]["x_m"], graph.nodes[k]["y_m"]) for k in devs} | {server: (0.0, 0.0)} if placed
-           else nx.shell_layout(graph, nlist=[[server], devs]))
+           else nx.shell_layout(graph, nlist=[[server], devs]) if devs else {})
     colours = [cmap(group_of[i] % 20) for i in range(len(devs))]
-    d2d = [(u, v) for u, v in graph.edges() if u != server and v != server]
-    star = [e for e in graph.edges() if e not in d2d]
+    role = {k: a.get("role") for k, a in graph.nodes(data=True)}
+    d2d = [(u, v) for u, v in graph.edges() if role[u] == "device" and role[v] == "device"] if devs else []
+    star = [e for e in graph.edges() if e not in d2d] if devs else []
     rates = [graph.edges[e].get("uplink_bps", 0.0) for e in star]
     if placed and rates:                                        # the links coloured by their uplink rate
         lines = nx.draw_networkx_edges(graph, pos, ax=ax_net, edgelist=star, edge_color=rates,
@@ -161,23 +169,26 @@ def draw_topology(graph: nx.Graph, path: str | Path, *, n_groups: int | None = N
         fig.colorbar(lines, ax=ax_net, label="uplink rate [bit/s]", shrink=0.7)
     else:
         nx.draw_networkx_edges(graph, pos, ax=ax_net, edgelist=star, edge_color="0.8")
-    nx.draw_networkx_edges(graph, pos, ax=ax_net, edgelist=d2d, edge_color="tab:red", style="dashed")
-    sizes = [60 + 240 * (graph.nodes[k].get("mac_rate", 1.0) / max(graph.nodes[d].get("mac_rate", 1.0) for d in devs))
-             for k in devs]
-    nx.draw_networkx_nodes(graph, pos, ax=ax_net, nodelist=devs, node_color=colours, node_size=sizes)
-    nx.draw_networkx_nodes(graph, pos, ax=ax_net, nodelist=[server], node_color="black", node_shape="s", node_size=400)
-    if len(devs) <= 40:
-        nx.draw_networkx_labels(graph, pos, ax=ax_net, labels={k: str(i) for i, k in enumerate(devs)}, font_size=7)
-    cells = {graph.nodes[k].get("cell") for k in devs} - {None}
-    ax_net.set_title(f"{len(devs)} devices (colour: group, size: MAC rate)"
-                     + (f", {len(d2d)} device-to-device links" if d2d else "")
-                     + (f", {len(cells)} cell(s) sharing airtime" if cells else ""), fontsize=9)
-    if placed:
-        ax_net.set_aspect("equal")
-        ax_net.set_xlabel("x [m]")
-        ax_net.set_ylabel("y [m]")
-    else:
-        ax_net.axis("off")
+    if devs:
+        nx.draw_networkx_edges(graph, pos, ax=ax_net, edgelist=d2d, edge_color="tab:red", style="dashed")
+        sizes = [60 + 240 * (graph.nodes[k].get("mac_rate", 1.0)
+                             / max(graph.nodes[d].get("mac_rate", 1.0) for d in devs)) for k in devs]
+        nx.draw_networkx_nodes(graph, pos, ax=ax_net, nodelist=devs, node_color=colours, node_size=sizes)
+        nx.draw_networkx_nodes(graph, pos, ax=ax_net, nodelist=[server], node_color="black", node_shape="s",
+                               node_size=400)
+        if len(devs) <= 40:
+            nx.draw_networkx_labels(graph, pos, ax=ax_net, labels={k: str(i) for i, k in enumerate(devs)},
+                                    font_size=7)
+        cells = {graph.nodes[k].get("cell") for k in devs} - {None}
+        ax_net.set_title(f"{len(devs)} devices (colour: group, size: MAC rate)"
+                         + (f", {len(d2d)} device-to-device links" if d2d else "")
+                         + (f", {len(cells)} cell(s) sharing airtime" if cells else ""), fontsize=9)
+        if placed:
+            ax_net.set_aspect("equal")
+            ax_net.set_xlabel("x [m]")
+            ax_net.set_ylabel("y [m]")
+        else:
+            ax_net.axis("off")
 
     tpos = nx.multipartite_layout(tree, subset_key="level", align="horizontal")
     tpos = {k: (x, y) for k, (x, y) in tpos.items()}
@@ -203,3 +214,56 @@ def draw_topology(graph: nx.Graph, path: str | Path, *, n_groups: int | None = N
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _draw_hierarchy(graph: nx.Graph, ax: Any, devs: list, server: Any, edges: list, colours: list) -> None:
+    """The left panel of :func:`draw_topology` for a client-edge-cloud hierarchy
+    (:func:`fednet.topologies.hierarchy.hierarchy`): the cloud on top, each edge server below it joined by its
+    backhaul (labelled with its rate and latency), and each cell's devices under their edge server in a shaded box
+    (devices coloured by group, sized by MAC rate; a cell sharing its airtime says so)."""
+    from matplotlib.patches import FancyBboxPatch
+
+    parent = {}
+    for k in devs:
+        up = [v for v in graph.neighbors(k) if v in set(edges)]
+        parent[k] = up[0] if up else server
+    members = {e: [k for k in devs if parent[k] == e] for e in edges}
+    width = max(1, len(devs))
+    pos: dict[Any, tuple[float, float]] = {server: (width / 2.0, 2.0)}
+    x = 0.0
+    for e in edges:
+        cell = members[e]
+        for j, k in enumerate(cell):
+            pos[k] = (x + j + 0.5, 0.0)
+        pos[e] = (x + max(len(cell), 1) / 2.0, 1.0)
+        shared = cell and all(graph.nodes[k].get("cell") is not None for k in cell)
+        ax.add_patch(FancyBboxPatch((x + 0.1, -0.35), max(len(cell), 1) - 0.2, 1.65, boxstyle="round,pad=0.02",
+                                    facecolor="0.93", edgecolor="0.6", zorder=0))
+        ax.text(x + 0.2, -0.3, f"cell {graph.nodes[e].get('cell', edges.index(e))}"
+                + (" (shared air)" if shared else ""), fontsize=7, va="bottom")
+        x += max(len(cell), 1)
+    direct = [k for k in devs if parent[k] == server]
+    for j, k in enumerate(direct):
+        pos[k] = (x + j + 0.5, 0.0)
+    radio = [(k, parent[k]) for k in devs]
+    backhaul = [(e, server) for e in edges]
+    nx.draw_networkx_edges(graph, pos, ax=ax, edgelist=radio, edge_color="0.6")
+    nx.draw_networkx_edges(graph, pos, ax=ax, edgelist=backhaul, edge_color="tab:blue", width=2.5)
+    nx.draw_networkx_edge_labels(graph, pos, ax=ax, font_size=6, edge_labels={
+        (e, server): f"{graph.edges[e, server].get('uplink_bps', float('nan')):.3g} bit/s, "
+                     f"{graph.edges[e, server].get('latency_s', 0.0):.3g} s" for e in edges})
+    rates = [graph.nodes[k].get("mac_rate", 1.0) for k in devs]
+    sizes = [60 + 240 * r / max(rates) for r in rates] if rates else []
+    nx.draw_networkx_nodes(graph, pos, ax=ax, nodelist=devs, node_color=colours, node_size=sizes)
+    nx.draw_networkx_nodes(graph, pos, ax=ax, nodelist=edges, node_color="tab:orange", node_shape="s", node_size=500)
+    nx.draw_networkx_nodes(graph, pos, ax=ax, nodelist=[server], node_color="black", node_shape="s", node_size=600)
+    labels = {e: f"edge {graph.nodes[e].get('cell', i)}" for i, e in enumerate(edges)}
+    nx.draw_networkx_labels(graph, pos, ax=ax, labels=labels, font_size=7)
+    nx.draw_networkx_labels(graph, pos, ax=ax, labels={server: "cloud"}, font_size=7, font_color="white")
+    if len(devs) <= 40:
+        nx.draw_networkx_labels(graph, pos, ax=ax, labels={k: str(i) for i, k in enumerate(devs)}, font_size=6)
+    ax.set_title(f"{len(devs)} devices in {len(edges)} cells, edge servers (orange), backhaul (blue) to the cloud\n"
+                 f"devices: colour = group, size = MAC rate", fontsize=9)
+    ax.set_xlim(-0.2, max(x, 1.0) + len(direct) + 0.2)
+    ax.set_ylim(-0.5, 2.4)
+    ax.axis("off")

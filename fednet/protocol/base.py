@@ -612,6 +612,9 @@ class Protocol:
         ).as_dict()
         if getattr(self.sim, "energy", None):                  # the devices' joules of this row (issue 28, item 4)
             row["energy_j"] = c.device_energy_j
+        if getattr(self.sim, "edge_servers", None):            # a hierarchy (issue 28, item 5): backhaul and edges
+            row["bits_backhaul"] = c.bits_backhaul
+            row["edge_macs"] = c.edge_macs
         if round == 0 and self.setup_dropouts == "reshare" and not isinstance(self.sim.availability, AlwaysAvailable):
             row["setup_attempts"] = self.setup_attempts
         if failure is None:

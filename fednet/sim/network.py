@@ -138,12 +138,17 @@ class Link(Stamped):
     air : fednet.sim.cells.SharedAir or None
         The cell's shared airtime this link transmits on (:mod:`fednet.sim.cells`); None: a dedicated link (the
         papers' star).
+    latency_s : float
+        Seconds from a message's last bit to its delivery, the link meanwhile free (an edge server's backhaul:
+        propagation and transport; :mod:`fednet.sim.simulation`). 0 for radio links, whose floor is the
+        simulation's ``hop_latency``.
     """
 
     rate_bps: float
     loss: float
     resource: Any
     air: Any = None
+    latency_s: float = 0.0
 
 
 def negative_binomials_from_uniforms(u: np.ndarray, n: np.ndarray, p: np.ndarray) -> np.ndarray:

@@ -15,6 +15,20 @@ direction; one direction only in a ``DiGraph``) instead of being relayed through
 Topologies without such edges -- every bundled one, and the papers' model -- relay through the
 server.
 
+Edge servers (issue 28, item 5; :func:`fednet.topologies.hierarchy.hierarchy`): nodes with ``role="edge"`` (``mac_rate``,
+optionally ``compute``), each joined to the server -- then the *cloud* -- by a **backhaul** edge carrying
+``uplink_bps``, ``downlink_bps``, ``loss`` and ``latency_s``. A device joined to an edge server instead of the
+server is in that edge server's cell: its uplink and downlink (the device--edge edge's attributes, as in the star)
+end at the edge server. A message follows the tree: up from its source to the lowest node it shares with its
+destination, then down (device to its edge server: the device's uplink only; edge server to cloud: the backhaul's
+uplink; device to cloud: both; device to device in one cell: up and down through the edge server; in two cells: up,
+backhaul up, backhaul down, down). A backhaul hop occupies its link for :func:`~fednet.sim.network.transmission_time`
+at the backhaul's rate and loss (keyed draws ``(edge server, "edge:backhaul_up" / "edge:backhaul_down", round)``
+of the edge servers' own streams) and is delivered ``latency_s`` later, the link meanwhile free; its bits count in
+:attr:`Counters.bits_backhaul`, an edge server's MACs in :attr:`Counters.edge_macs`. Edge servers are indexed
+``D+1 ..`` after the server (devices and server keep ``0..D``, and the devices' keyed draws are those of the star at
+a seed, so runs on a hierarchy and on a star are paired). A graph without edge servers runs exactly as before.
+
 The engine moves messages and advances time; it does no protocol math. Its two timed
 operations are SimPy sub-generators used with ``yield from``:
 
@@ -74,6 +88,10 @@ class Counters:
         Retransmitted packets.
     device_energy_j : float
         Joules the devices spent (:attr:`Simulation.energy`: radio airtime and computation; 0 without a model).
+    bits_backhaul : int
+        Payload bits carried on edge servers' backhaul links, both directions (0 without edge servers).
+    edge_macs : int
+        MACs executed by edge servers (0 without edge servers).
     """
 
     bits_up: int = 0
@@ -84,27 +102,30 @@ class Counters:
     messages: int = 0
     retransmissions: int = 0
     device_energy_j: float = 0.0
+    bits_backhaul: int = 0
+    edge_macs: int = 0
 
 
 @dataclass(eq=False)
 class Node(Stamped):
-    """A device or the server.
+    """A device, the server or an edge server.
 
     Attributes
     ----------
     index : int
-        Devices ``0..D-1``, the server ``D``.
+        Devices ``0..D-1``, the server ``D``, edge servers ``D+1, D+2, ...``.
     name : Any
         The node's key in the topology graph.
     role : str
-        ``"device"`` or ``"server"``.
+        ``"device"``, ``"server"`` or ``"edge"``.
     mac_rate : float
         MAC/s (the paper's tau).
     compute_model : ComputeModel
     cpu : simpy.Resource
         The processor: one computation at a time.
     uplink, downlink : Link or None
-        The device's links to / from the server (None for the server).
+        The device's links to / from the server or its edge server; an edge server's backhaul to / from the server
+        (None for the server).
     state : SimpleNamespace
         Private per-node state of the protocol.
     view : list of Message
@@ -132,8 +153,13 @@ class Node(Stamped):
 
     @property
     def is_server(self) -> bool:
-        """True for the server node."""
+        """True for the server node (the cloud in a hierarchy; an edge server is not)."""
         return self.role == "server"
+
+    @property
+    def is_edge(self) -> bool:
+        """True for an edge server."""
+        return self.role == "edge"
 
     def __repr__(self) -> str:
         return f"Node({self.index}, {self.role}, name={self.name!r})"
@@ -277,7 +303,7 @@ class Simulation:
         Default compute model of devices without a ``compute`` attribute
         (shifted exponential with setup fraction 0.5).
     server_compute : ComputeModel, optional
-        Default compute model of the server (deterministic).
+        Default compute model of the server and of edge servers (deterministic).
     availability : Availability, optional
         Dropout model of devices (every device always available).
     record_views : bool, optional
@@ -293,8 +319,9 @@ class Simulation:
     Raises
     ------
     ValueError
-        For a graph without exactly one server, a device not linked to it, a non-positive rate
-        or MAC rate, a loss probability outside [0, 1) or a negative overhead.
+        For a graph without exactly one server, a device linked neither to it nor to exactly one edge server, an
+        edge server without a backhaul to the server, a non-positive rate or MAC rate, a loss probability outside
+        [0, 1), a negative overhead or backhaul latency.
     """
 
     def __init__(self, graph: nx.Graph, seed: int, *, device_compute: ComputeModel | None = None,
@@ -326,22 +353,38 @@ class Simulation:
         if len(servers) != 1:
             raise ValueError(f"the topology needs exactly one node with role='server', found {len(servers)}")
         device_keys = [n for n, a in graph.nodes(data=True) if a.get("role") == "device"]
-        others = [n for n, a in graph.nodes(data=True) if a.get("role") not in ("device", "server")]
+        edge_keys = [n for n, a in graph.nodes(data=True) if a.get("role") == "edge"]
+        others = [n for n, a in graph.nodes(data=True) if a.get("role") not in ("device", "server", "edge")]
         if others:
-            raise ValueError(f"nodes {others[:5]} have a role other than 'device' or 'server'")
+            raise ValueError(f"nodes {others[:5]} have a role other than 'device', 'server' or 'edge'")
         if not device_keys:
             raise ValueError("the topology has no devices")
         self.streams = Streams(seed, len(device_keys) + 1, secret_seed=secret_seed)
         self.seed = self.streams.seed
+        #: The edge servers' keyed draws (their own streams and purposes, ``"edge:<purpose>"``: the devices' draws
+        #: stay those of the star at a seed); None without edge servers.
+        self.edge_streams: Streams | None = Streams(seed, len(edge_keys)) if edge_keys else None
 
         dev_default = device_compute or ShiftedExponential(0.5)
         srv_default = server_compute or Deterministic()
+        edge_index = {key: len(device_keys) + 1 + e for e, key in enumerate(edge_keys)}
+        #: Each device's and edge server's parent in the hierarchy, by index (the server's, or an edge server's);
+        #: empty without edge servers (every device's parent is the server).
+        self.parent: dict[int, int] = {}
         self.devices: list[Node] = []
         for i, key in enumerate(device_keys):
             attrs = dict(graph.nodes[key])
+            up_to = servers[0]
             if not graph.has_edge(key, servers[0]):
-                raise ValueError(f"device {key!r} has no link to the server")
-            e = {**{k: attrs[k] for k in _LINK_KEYS if k in attrs}, **graph.edges[key, servers[0]]}
+                at = [k for k in graph.neighbors(key) if k in edge_index] if edge_keys else []
+                if len(at) != 1:
+                    raise ValueError(f"device {key!r} has no link to the server" if not at else
+                                     f"device {key!r} is linked to {len(at)} edge servers {at[:3]}; it needs one")
+                up_to = at[0]
+                self.parent[i] = edge_index[up_to]
+            elif edge_keys:
+                self.parent[i] = len(device_keys)
+            e = {**{k: attrs[k] for k in _LINK_KEYS if k in attrs}, **graph.edges[key, up_to]}
             for k in _LINK_KEYS:
                 attrs.pop(k, None)
             loss = e.get("loss", 0.0)
@@ -364,7 +407,33 @@ class Simulation:
             compute_model=sattrs.pop("compute", None) or srv_default,
             cpu=Slot(self.env),
             attrs={k: v for k, v in sattrs.items() if k != "role"})
-        self.nodes: list[Node] = [*self.devices, self.server]
+        #: The edge servers (``role="edge"``), indices ``D+1, D+2, ...``; empty: the star (module docstring).
+        self.edge_servers: list[Node] = []
+        for e, key in enumerate(edge_keys):
+            attrs = dict(graph.nodes[key])
+            if not graph.has_edge(key, servers[0]):
+                raise ValueError(f"edge server {key!r} has no backhaul link to the server")
+            b = graph.edges[key, servers[0]]
+            what = f"the backhaul of edge server {key!r}"
+            latency = float(b.get("latency_s", 0.0))
+            if not (math.isfinite(latency) and latency >= 0):
+                raise ConfigError(f"latency_s of {what} must be finite and >= 0 seconds, got {latency!r}")
+            loss = b.get("loss", 0.0)
+            up = Link(_positive(b.get("uplink_bps"), f"uplink_bps of {what}"),
+                      _probability(b.get("uplink_loss", loss), f"uplink loss of {what}"), Slot(self.env),
+                      latency_s=latency)
+            down = Link(_positive(b.get("downlink_bps"), f"downlink_bps of {what}"),
+                        _probability(b.get("downlink_loss", loss), f"downlink loss of {what}"), Slot(self.env),
+                        latency_s=latency)
+            index = edge_index[key]
+            self.parent[index] = len(device_keys)
+            self.edge_servers.append(Node(
+                index=index, name=key, role="edge",
+                mac_rate=_positive(attrs.pop("mac_rate", None), f"mac_rate of edge server {key!r}"),
+                compute_model=attrs.pop("compute", None) or srv_default,
+                cpu=Slot(self.env), uplink=up, downlink=down,
+                attrs={k: v for k, v in attrs.items() if k != "role"}))
+        self.nodes: list[Node] = [*self.devices, self.server, *self.edge_servers]
         #: Each device's energy model (issue 28, item 4), from its node attributes ``tx_power_w``, ``rx_power_w`` (W
         #: while its radio sends / receives: joules = power x airtime) and ``j_per_mac`` (J per MAC: the standard
         #: ``kappa f^2`` per CPU cycle times cycles per MAC): ``{device index: (tx W, rx W, J/MAC)}``; empty: none
@@ -433,7 +502,7 @@ class Simulation:
         Row ``p`` is node ``p``'s ``(index, downlink rate, downlink loss, uplink rate, uplink loss, MAC rate,
         setup fraction)`` in bit/s, probabilities and MAC/s, the setup fraction -1 for a
         :class:`~fednet.sim.compute.Deterministic` compute model. None where a node is the server or has another
-        compute model. Kept between calls with the same nodes while no node, link or compute model attribute was
+        compute model (and for an edge server). Kept between calls with the same nodes while no node, link or compute model attribute was
         assigned (:data:`fednet.sim.stamp.STAMP`): a replay reads it every round.
 
         Parameters
@@ -474,7 +543,7 @@ class Simulation:
             resources += (node.cpu, *(link.resource for link in (down, up) if link is not None))
             model = node.compute_model
             kind = type(model)
-            if rows is None or node.role == "server" or (kind is not ShiftedExponential and kind is not Deterministic):
+            if rows is None or node.role != "device" or (kind is not ShiftedExponential and kind is not Deterministic):
                 rows = None
                 continue
             rows.append((node.index, down.rate_bps, down.loss, up.rate_bps, up.loss, node.mac_rate,
@@ -513,7 +582,7 @@ class Simulation:
         return self.streams.secret(idx, purpose, *more)
 
     def available(self, node: Node, round: int | None = None, *, phase: int | None = None) -> bool:
-        """Whether a device takes part in a round under the availability model (server: always).
+        """Whether a device takes part in a round under the availability model (the server, edge servers: always).
 
         The availability of a device in a round is drawn once -- the first keyed uniform of
         ``(device, "dropout", round)`` -- and every later question about the same device and round
@@ -527,7 +596,7 @@ class Simulation:
         ValueError
             For a negative ``round`` or ``phase``.
         """
-        if node.is_server:
+        if node.role != "device":
             return True
         phase = self.phase if phase is None else int(phase)
         r = self.round if round is None else int(round)
@@ -562,7 +631,7 @@ class Simulation:
         r = self.round if round is None else int(round)
         if type(self.availability) is AlwaysAvailable and r >= 0 and phase_ >= 0:
             return out                                              # nothing to draw (or to remember)
-        dev = [p for p, node in enumerate(nodes) if not node.is_server]
+        dev = [p for p, node in enumerate(nodes) if node.role == "device"]
         if not dev:
             return out
         if r < 0 or phase_ < 0:
@@ -595,13 +664,19 @@ class Simulation:
     def hop_draw(self, msg: Message, device: Node, direction: str) -> tuple[float, int]:
         """The keyed draw of one hop of ``msg`` on ``device``'s uplink or downlink: (seconds, retransmissions).
 
-        Consumes the next keyed uniform of (device, "uplink"/"downlink", msg.round); the link's
+        Consumes the next keyed uniform of (device, "uplink"/"downlink", msg.round) -- for an edge server's backhaul,
+        of (edge server, "edge:backhaul_up"/"edge:backhaul_down", msg.round) in :attr:`edge_streams`; the link's
         occupation time follows :func:`~fednet.sim.network.transmission_time`.
         """
         link = device.uplink if direction == "up" else device.downlink
         purpose = "uplink" if direction == "up" else "downlink"
-        u = self.streams.uniform(device.index, f"{purpose}:{msg.timing_key}" if msg.timing_key else purpose,
-                                 msg.round)
+        if device.role == "edge":                  # a backhaul hop: the edge servers' own keyed streams
+            purpose = "edge:backhaul_up" if direction == "up" else "edge:backhaul_down"
+            u = self.edge_streams.uniform(device.index - self.n_devices - 1,
+                                          f"{purpose}:{msg.timing_key}" if msg.timing_key else purpose, msg.round)
+        else:
+            u = self.streams.uniform(device.index, f"{purpose}:{msg.timing_key}" if msg.timing_key else purpose,
+                                     msg.round)
         seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
                                                self.packet_bits, u)
         return seconds, extra
@@ -652,6 +727,58 @@ class Simulation:
         if self.hop_latency:
             yield self.env.timeout(self.hop_latency)
 
+    def _backhaul_hop(self, msg: Message, edge: Node, direction: str) -> Generator:
+        """One hop of ``msg`` on an edge server's backhaul (module docstring): its link for the keyed transmission
+        time, then the backhaul's ``latency_s`` with the link free."""
+        link = edge.uplink if direction == "up" else edge.downlink
+        with link.resource.request() as req:
+            yield req
+            seconds, extra = self.hop_draw(msg, edge, direction)
+            start = self.now
+            yield self.env.timeout(seconds)
+        self.counters.bits_backhaul += msg.bits
+        self.counters.messages += 1
+        self.counters.retransmissions += extra
+        msg.hops.append((f"backhaul_{direction}", edge.index, start, self.now))
+        if link.latency_s:
+            yield self.env.timeout(link.latency_s)
+
+    def route(self, src: Node, dst: Node) -> tuple[list[Node], list[Node]]:
+        """The hops of a message from ``src`` to ``dst`` in a hierarchy: ``(up, down)``.
+
+        ``up`` are the nodes whose uplinks it climbs (from ``src`` to the lowest node it shares with ``dst``),
+        ``down`` those whose downlinks it descends, in order. In the star: a device's own link one way, both
+        links of a device-to-device message.
+        """
+        def chain(node: Node) -> list[int]:
+            out = [node.index]
+            while out[-1] != self.server.index:
+                out.append(self.parent.get(out[-1], self.server.index))
+            return out
+        a, b = chain(src), chain(dst)
+        shared = set(b)
+        top = next(i for i in a if i in shared)
+        up = [self.nodes[i] for i in a[:a.index(top)]]
+        down = [self.nodes[i] for i in reversed(b[:b.index(top)])]
+        return up, down
+
+    def _routed(self, msg: Message, src: Node, dst: Node) -> Generator[Any, Any, Message]:
+        """:meth:`transfer` in a hierarchy: up the tree, then down (module docstring). A device-to-device message
+        is end-to-end encrypted; every node it passes through on the way files it in its ``relayed`` list (it sees
+        the size and the endpoints), as the star's server does."""
+        up, down = self.route(src, dst)
+        if src.role == "device" and dst.role == "device":
+            msg.encrypted = True
+        hops = [(node, "up") for node in up] + [(node, "down") for node in down]
+        for node, direction in hops:
+            yield from (self._backhaul_hop(msg, node, direction) if node.role == "edge"
+                        else self._hop(msg, node, direction))
+            at = self.nodes[self.parent.get(node.index, self.server.index)] if direction == "up" else node
+            if at is not dst and self.record_views:
+                at.relayed.append(msg)
+        self.deliver(msg, self.now)
+        return msg
+
     def transfer(self, msg: Message) -> Generator[Any, Any, Message]:
         """Move a message to its destination (``yield from``); returns it once delivered.
 
@@ -659,7 +786,8 @@ class Simulation:
         device both in turn (relayed through the server; such messages are end-to-end encrypted,
         Sec. III-B, so the server records them in ``relayed``, not in its ``view``) -- or, where the
         topology has a device-to-device edge between them, that direct link (keyed draw ``"d2d"``
-        of the sender; the server sees nothing).
+        of the sender; the server sees nothing). With edge servers, the path of :meth:`route` (module
+        docstring).
         """
         if msg.src == msg.dst:
             raise ValueError(f"message {msg.kind!r} from node {msg.src} to itself")
@@ -673,6 +801,8 @@ class Simulation:
             if self.record_views:
                 dst.view.append(msg)
             return msg
+        if self.edge_servers:                       # a hierarchy: along the tree
+            return (yield from self._routed(msg, src, dst))
         if not src.is_server:
             yield from self._hop(msg, src, "up")
             if not dst.is_server:
@@ -726,6 +856,13 @@ class Simulation:
             with meter:
                 result = fn(*args, **kwargs)
         total = meter.macs + (int(macs) if macs is not None else 0)
+        if node.role == "edge":                      # its own keyed streams (module docstring)
+            seconds = node.compute_model.duration(
+                node.index, r, total, node.mac_rate,
+                lambda: self.edge_streams.standard_exponential(node.index - self.n_devices - 1,
+                                                               f"edge:{timing_key}", r))
+            self.counters.edge_macs += total
+            return result, seconds
         seconds = node.compute_model.duration(
             node.index, r, total, node.mac_rate,
             lambda: self.streams.standard_exponential(node.index, timing_key, r))

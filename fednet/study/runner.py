@@ -244,22 +244,23 @@ def check_graph(g: Any, kind: str, n_devices: int) -> None:
     Raises
     ------
     fednet.errors.ConfigError
-        Naming the problem: not a networkx graph; a node whose ``role`` is neither ``"device"`` nor ``"server"``
-        (an edge server, a relay: fednet models one server, devices and direct device-to-device edges; relay
-        through the server or add device-to-device edges instead); not exactly one server; another number of
-        devices than ``n_devices``; a device without a link to the server.
+        Naming the problem: not a networkx graph; a node whose ``role`` is not ``"device"``, ``"server"`` or
+        ``"edge"`` (a relay: fednet models one server, edge servers, devices and direct device-to-device edges);
+        not exactly one server; another number of devices than ``n_devices``; a device linked neither to the
+        server nor to exactly one edge server; an edge server without a backhaul to the server.
     """
     if not isinstance(g, nx.Graph):
         raise ConfigError(f"network builder {kind!r} returned {type(g).__name__}, not a networkx graph")
     roles: dict[Any, list[Any]] = {}
     for k, a in g.nodes(data=True):
         roles.setdefault(a.get("role"), []).append(k)
-    others = {r: ks for r, ks in roles.items() if r not in ("device", "server")}
+    others = {r: ks for r, ks in roles.items() if r not in ("device", "server", "edge")}
     if others:
         role, keys = next(iter(others.items()))
         raise ConfigError(f"network builder {kind!r} built node(s) {keys[:3]} with role {role!r}: fednet simulates one "
-                          f"node with role 'server' and nodes with role 'device' (no edge servers or relays; devices "
-                          f"reach each other through the server, or over device-to-device edges)")
+                          f"node with role 'server', nodes with role 'device' and edge servers with role 'edge' (no "
+                          f"relays; devices reach each other through the server or their edge server, or over "
+                          f"device-to-device edges)")
     servers = roles.get("server", [])
     if len(servers) != 1:
         raise ConfigError(f"network builder {kind!r} built {len(servers)} nodes with role 'server'; the network needs "
@@ -267,10 +268,16 @@ def check_graph(g: Any, kind: str, n_devices: int) -> None:
     devices = roles.get("device", [])
     if len(devices) != n_devices:
         raise ConfigError(f"network builder {kind!r} built {len(devices)} devices for n_devices = {n_devices}")
-    unlinked = [k for k in devices if not g.has_edge(k, servers[0])]
+    edges = set(roles.get("edge", []))
+    unlinked = [k for k in devices if not g.has_edge(k, servers[0])
+                and sum(1 for v in g.neighbors(k) if v in edges) != 1]
     if unlinked:
         raise ConfigError(f"network builder {kind!r}: device(s) {unlinked[:3]} have no edge to the server "
-                          f"{servers[0]!r}")
+                          f"{servers[0]!r}" + (" or to exactly one edge server" if edges else ""))
+    cut_off = [k for k in edges if not g.has_edge(k, servers[0])]
+    if cut_off:
+        raise ConfigError(f"network builder {kind!r}: edge server(s) {cut_off[:3]} have no backhaul edge to the "
+                          f"server {servers[0]!r}")
 
 
 def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False) -> Simulation:

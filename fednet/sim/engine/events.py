@@ -152,6 +152,9 @@ def plain_engine(net: Any) -> bool | str:
     if getattr(net.sim, "hop_latency", 0.0):
         return ("every hop has a latency floor (hop_latency_s): the backends replay hops without it, so the "
                 "reference processes run")
+    if getattr(net.sim, "edge_servers", None):
+        return ("devices reach the server through edge servers and their backhaul (a hierarchy): the backends "
+                "replay a one-server star, so the reference processes run")
     if getattr(net.sim, "cells", None):
         return ("devices share a cell's airtime (fednet.sim.cells): the backends replay dedicated links, so the "
                 "reference processes run")
