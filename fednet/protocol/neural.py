@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import secrets
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -126,6 +126,44 @@ class NeuralLearning(Learning):
         task = self.protocol.task
         r = self.rows(dev, self.protocol.epoch)
         return task.X[dev.index][r], task.Y[dev.index][r]
+
+    def local_batches(self, dev: Node, steps: int = 1, epochs: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Client ``dev``'s minibatches for its local work this round (FedAvg's local steps / epochs).
+
+        ``epochs = None``: ``steps`` minibatches of ``batch_size`` rows without replacement, the first
+        :meth:`batch` itself (keyed ``(device, "minibatch", round)``, so one step is the one-step baselines' draw),
+        step ``s >= 1`` keyed ``(device, "minibatch", round, s)``. ``epochs = E``: McMahan et al.'s ``E`` local
+        epochs (AISTATS 2017, Alg. 1, ``ClientUpdate``): each a pass over the client's rows in the order of a
+        permutation keyed ``(device, "local-epoch", round, e)``, split into ``ceil(n_i / B)`` minibatches of
+        ``B = batch_size`` rows (the last one smaller when ``B`` does not divide ``n_i``).
+
+        Parameters
+        ----------
+        dev : Node
+        steps : int
+            Local steps ``K >= 1`` (ignored when ``epochs`` is given).
+        epochs : int, optional
+            Local epochs ``E >= 1``.
+
+        Yields
+        ------
+        (ndarray (b, d), ndarray (b,) or (b, c))
+            Rows and labels of each minibatch, in order.
+        """
+        p = self.protocol
+        X, Y = p.task.X[dev.index], p.task.Y[dev.index]
+        n, b = X.shape[0], min(p.config.batch_size, X.shape[0])
+        if epochs is None:
+            yield self.batch(dev)
+            for s in range(1, steps):
+                r = p.sim.rng(dev, "minibatch", p.epoch, s).choice(n, size=b, replace=False)
+                yield X[r], Y[r]
+            return
+        for e in range(epochs):
+            order = p.sim.rng(dev, "local-epoch", p.epoch, e).permutation(n)
+            for start in range(0, n, p.config.batch_size):
+                r = order[start:start + p.config.batch_size]
+                yield X[r], Y[r]
 
     def secret_rng(self, dev: Node, purpose: str, *key: int) -> np.random.Generator:
         """A stream for protocol secrets (masks, noise shards) that never derives from the public seed.
