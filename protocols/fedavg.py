@@ -27,7 +27,9 @@ Everyday knobs (defaults: the baselines above, bit for bit):
 * local work (``local_steps = K`` or ``local_epochs = E``; McMahan et al. 2017, Alg. 1 ``ClientUpdate``):
   ``Delta_i = w_{i,K} - w`` after ``K`` SGD steps ``w <- w - eta grad l(w; b)`` on keyed minibatches
   (:meth:`fednet.protocol.neural.NeuralLearning.local_batches`), every step's MACs metered
-  (:func:`fednet.learning.federated.local_sgd_steps`); ``E`` epochs are ``E ceil(n_i / B)`` steps.
+  (:func:`fednet.learning.federated.local_sgd_steps`); ``E`` epochs are ``E ceil(n_i / B)`` steps;
+* a user's model (``model = "package.module:factory"``, a ``torch.nn.Module`` factory of ``(n_inputs,
+  n_outputs)``; :func:`fednet.protocol.neural.plugin_model`) in place of the MLP, its MACs counted by torch.
 
 A round in which no client is present is skipped (no update; ``skipped`` column). What each party
 sees: the server sees every present client's update in the clear (the paper runs the baselines
@@ -44,16 +46,17 @@ from pydantic import Field, model_validator
 
 from fednet.learning.federated import add_scaled, fedavg_weights, local_sgd_steps, weighted_sum
 from fednet.protocol.base import Protocol
-from fednet.protocol.neural import NeuralConfig, NeuralLearning
+from fednet.protocol.neural import ModelPluginConfig, NeuralConfig, NeuralLearning
 from fednet.protocol.sampling import SamplingConfig, sample_clients, sample_size, sampled_text
 from fednet.sim.simulation import Node
 
 __all__ = ["FedAvgConfig", "FedAvg", "FedAvgIS"]
 
 
-class FedAvgConfig(NeuralConfig, SamplingConfig):
+class FedAvgConfig(NeuralConfig, SamplingConfig, ModelPluginConfig):
     """FedAvg's parameters (:class:`~fednet.protocol.neural.NeuralConfig`, client sampling
-    :class:`~fednet.protocol.sampling.SamplingConfig`, the weighting and the local work).
+    :class:`~fednet.protocol.sampling.SamplingConfig`, a user's model :class:`~fednet.protocol.neural.ModelPluginConfig`,
+    the weighting and the local work).
 
     Attributes
     ----------

@@ -23,17 +23,18 @@ from collections.abc import Generator, Iterator
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fednet.learning.federated import dresfl_schedule
 from fednet.learning.model import Model, Params
 from fednet.learning.torch_models import MLPModel
+from fednet.plugins import import_object, is_object_path
 from fednet.sim.simulation import Node
 
 from .base import Protocol, ProtocolConfig
 from .learning import Learning
 
-__all__ = ["NeuralConfig", "NeuralLearning", "NeuralProtocol"]
+__all__ = ["NeuralConfig", "ModelPluginConfig", "plugin_model", "NeuralLearning", "NeuralProtocol"]
 
 
 class NeuralConfig(ProtocolConfig):
@@ -73,6 +74,80 @@ class NeuralConfig(ProtocolConfig):
     eval_every: int = Field(1, ge=1)
 
 
+class ModelPluginConfig(ProtocolConfig):
+    """A user's own torch model in place of the MLP (:func:`plugin_model`).
+
+    Attributes
+    ----------
+    model : str or None
+        ``"package.module:factory"``: ``factory(n_inputs, n_outputs)`` returns a ``torch.nn.Module`` mapping
+        ``(b, n_inputs)`` float rows to ``(b, n_outputs)`` scores (or a :class:`fednet.learning.model.Model`);
+        imported like a ``module:Class`` protocol (``sys.path``, then the study file's folder and the working
+        folder). Its initial parameters are torch's initialisation under ``model_seed``; ``loss`` applies;
+        ``hidden`` and ``activation`` are not used. None (default): the MLP of ``hidden`` and ``activation``.
+    """
+
+    model: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _importable(cls, spec: str | None) -> str | None:
+        if spec is None:
+            return spec
+        if not is_object_path(spec):
+            raise ValueError(f"model must be 'package.module:factory', got {spec!r}")
+        try:
+            factory = import_object(spec, "model factory")
+        except ImportError as e:                     # one line, through pydantic (names the field)
+            raise ValueError(str(e)) from None
+        if not callable(factory):
+            raise ValueError(f"model {spec!r} is not callable (got a {type(factory).__name__})")
+        return spec
+
+
+def plugin_model(spec: str, n_inputs: int, n_outputs: int, loss: str) -> Model:
+    """The model a ``"package.module:factory"`` builds (:class:`ModelPluginConfig`), as a metered :class:`Model`.
+
+    Parameters
+    ----------
+    spec : str
+        ``"package.module:factory"``; ``factory(n_inputs, n_outputs)`` returns a ``torch.nn.Module`` (wrapped in
+        :class:`~fednet.learning.torch_models.TorchModel`: float32, MACs counted by torch's flop counter, the
+        forward and backward contractions) or a :class:`~fednet.learning.model.Model` (used as it is).
+    n_inputs, n_outputs : int
+        ``d`` and ``c`` of the task.
+    loss : {"cross_entropy", "mse"}
+
+    Returns
+    -------
+    Model
+
+    Raises
+    ------
+    fednet.errors.ConfigError
+        If the factory cannot be imported, raises, or returns something else (one line, naming ``model``).
+    """
+    from torch import nn
+
+    from fednet.errors import ConfigError
+    from fednet.learning.torch_models import TorchModel
+
+    try:
+        built = import_object(spec, "model factory")(n_inputs, n_outputs)
+    except Exception as e:  # the user's code: one line naming the option
+        raise ConfigError(f"model = {spec!r}: {spec.partition(':')[2]}({n_inputs}, {n_outputs}) failed: "
+                          f"{type(e).__name__}: {e}") from e
+    if isinstance(built, Model):
+        return built
+    if not isinstance(built, nn.Module):
+        raise ConfigError(f"model = {spec!r} returned a {type(built).__name__}; it must return a torch.nn.Module "
+                          f"(or a fednet.learning.model.Model)")
+    try:
+        return TorchModel(built, n_inputs, n_outputs, loss=loss)
+    except ValueError as e:
+        raise ConfigError(f"model = {spec!r}: {e}") from e
+
+
 class NeuralLearning(Learning):
     """The MLP set-up of the DReS-FL baselines (module docstring); ``self.learning`` of its protocols.
 
@@ -96,8 +171,12 @@ class NeuralLearning(Learning):
     def __init__(self, protocol: Protocol) -> None:
         super().__init__(protocol)
         cfg, task = protocol.config, protocol.task
-        sizes = [task.d, *cfg.hidden, task.c]
-        self.model: Model = MLPModel(sizes, cfg.activation, loss=cfg.loss)
+        spec = getattr(cfg, "model", None)          # a protocol whose Config has ``model`` (ModelPluginConfig)
+        if spec is None:
+            sizes = [task.d, *cfg.hidden, task.c]
+            self.model: Model = MLPModel(sizes, cfg.activation, loss=cfg.loss)
+        else:
+            self.model = plugin_model(spec, task.d, task.c, cfg.loss)
         self.params: Params = {k: np.asarray(v, np.float64) for k, v in self.model.init_params(cfg.model_seed).items()}
         self.schedule = dresfl_schedule(cfg.learning_rate, cfg.lr_decay, cfg.lr_every)
         self._last_eval: tuple[float, float] = (float("nan"), float("nan"))

@@ -47,7 +47,7 @@ class UserModule:
     spec : str
         ``"package.module:Name"`` as the study names it.
     what : str
-        ``"protocol"`` or ``"network builder"``.
+        ``"protocol"``, ``"model factory"`` or ``"network builder"``.
     module : str
         The module's dotted name.
     path : str or None
@@ -90,12 +90,15 @@ def user_specs(study: Any) -> list[tuple[str, str]]:
     Returns
     -------
     list of (spec, what)
-        ``what`` is ``"protocol"`` or ``"network builder"``.
+        ``what`` is ``"protocol"``, ``"model factory"`` (a run's ``params.model``) or ``"network builder"``.
     """
     found: dict[str, str] = {}
     for run in study.runs:
         if is_object_path(run.protocol):
             found.setdefault(run.protocol, "protocol")
+        model = (run.params or {}).get("model")          # a user's model factory (fednet.protocol.neural)
+        if isinstance(model, str) and is_object_path(model):
+            found.setdefault(model, "model factory")
         kind = run.network.get("kind", study.network.kind) if run.network else study.network.kind
         if isinstance(kind, str) and is_object_path(kind):
             found.setdefault(kind, "network builder")
