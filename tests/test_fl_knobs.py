@@ -377,3 +377,41 @@ def test_model_plugin_through_fednet_run(factory_folder, capsys):
     err = capsys.readouterr().err
     assert "model" in err and "has no attribute 'missing'" in err
     assert not (factory_folder.parent / "out2").exists()
+
+
+# -- conventional FL (ridge, Schlegel et al.) with client sampling --------------------------------------------------
+def _conventional(extra: dict | None = None, seed: int = 1, rounds: int = 4):
+    from factories import make_sim
+    task = make_task(D=8)
+    proto = registry.get("conventional")(make_sim(D=8, seed=seed), task, dict({"minibatch_fraction": 0.5},
+                                                                             **(extra or {})))
+    return proto, proto.run(rounds)
+
+
+def test_conventional_sampling_all_is_no_sampling_and_paired_with_fedavg():
+    (pa, ta), (pb, tb) = _conventional(), _conventional({"clients_per_round": 8})
+    for ra, rb in zip(ta, tb):
+        assert all(repr(ra[c]) == repr(rb[c]) for c in COLUMNS)
+    assert pa.theta.tobytes() == pb.theta.tobytes()
+    _, tc = _conventional({"clients_per_round": 3, "drop_slowest": 1}, rounds=5)
+    assert all(len(r["sampled"].split()) == 3 and len(r["used"].split()) == 2
+               and set(r["used"].split()) <= set(r["sampled"].split()) for r in tc[1:])
+    # the same draw as the FedAvg family's at this seed and D (the key (server, "sampling", round) is shared)
+    _, tf = _run("fedavg", {"clients_per_round": 3}, seed=1, rounds=5, n_devices=8)
+    assert [r["sampled"] for r in tc] == [r["sampled"] for r in tf]
+
+
+def test_conventional_sampling_errors():
+    with pytest.raises(ConfigError, match="drop_slowest must be less than the clients sampled per round \\(2\\)"):
+        _conventional({"clients_per_round": 2, "drop_slowest": 2})
+    from fednet.protocols.conventional import ConventionalFL, ConventionalFLConfig
+    with pytest.raises(ValueError, match="leaves 3.6 of 4 sampled devices available on average, fewer than the "
+                                         "m - drop_slowest = 4"):
+        ConventionalFL.check_dropout(ConventionalFLConfig(clients_per_round=4), 8, 0.1)
+
+
+@pytest.mark.backends
+def test_conventional_sampling_passes_check_protocol():
+    report = check_protocol(registry.get("conventional"), {"minibatch_fraction": 0.5, "clients_per_round": 5,
+                                                           "drop_slowest": 1}, task=make_task(D=8), rounds=2)
+    assert report.engine.backends_used()
