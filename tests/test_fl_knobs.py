@@ -369,6 +369,10 @@ def test_model_plugin_through_fednet_run(factory_folder, capsys):
     trace = pd.read_csv(out / "mine" / "trace.csv", keep_default_na=False)
     assert [len(s.split()) for s in trace["sampled"]] == [0, 2, 2]
     assert trace["bits_down"].iloc[1] < pd.read_csv(out / "FedAvg" / "trace.csv")["bits_down"].iloc[1] / 4
+    from fednet.study.results import load_results
+    rows = load_results(out).rounds
+    mine = rows[rows["run"] == "mine"]
+    assert mine["sampled"].tolist()[0] == "" and all(len(s.split()) == 2 for s in mine["sampled"].tolist()[1:])
     specs = json.dumps(json.loads((out / "provenance.json").read_text()))
     assert "w30_model:tiny" in specs and "model factory" in specs
     capsys.readouterr()
