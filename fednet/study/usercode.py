@@ -47,7 +47,7 @@ class UserModule:
     spec : str
         ``"package.module:Name"`` as the study names it.
     what : str
-        ``"protocol"``, ``"model factory"`` or ``"network builder"``.
+        ``"protocol"``, ``"model factory"``, ``"dataset loader"`` or ``"network builder"``.
     module : str
         The module's dotted name.
     path : str or None
@@ -90,9 +90,12 @@ def user_specs(study: Any) -> list[tuple[str, str]]:
     Returns
     -------
     list of (spec, what)
-        ``what`` is ``"protocol"``, ``"model factory"`` (a run's ``params.model``) or ``"network builder"``.
+        ``what`` is ``"protocol"``, ``"model factory"`` (a run's ``params.model``), ``"dataset loader"`` (``data.dataset``) or
+        ``"network builder"``.
     """
     found: dict[str, str] = {}
+    if is_object_path(study.data.dataset):                # a user's dataset loader (fednet.learning.datasets)
+        found.setdefault(study.data.dataset, "dataset loader")
     for run in study.runs:
         if is_object_path(run.protocol):
             found.setdefault(run.protocol, "protocol")
