@@ -15,6 +15,11 @@ arrive (the client-drift variant of Sec. VII-B: the slowest are dropped each epo
 gradients (one MAC per element and gradient), and applies eqs. (4)-(5) with ``m`` replaced by
 the number of points of the devices used.
 
+Client sampling (``clients_per_round`` / ``client_fraction``; McMahan et al. 2017, Alg. 1;
+:mod:`fednet.protocol.sampling`): each epoch only the sampled set ``S_t`` (``m`` devices, a public keyed draw) takes
+part and the server waits for the ``m - drop_slowest`` first of them; the trace's ``sampled`` column names ``S_t``.
+Default: every device (the paper's setting, traces unchanged).
+
 What each party sees: the server sees every used device's local gradient estimate in the clear
 (no privacy beyond not sharing raw data); devices see only the model.
 """
@@ -24,6 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Generator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from pydantic import Field
@@ -32,18 +38,20 @@ from fednet.learning.models import (STACK_BYTES, minibatch_gradient, minibatch_g
                                     minibatch_gradients_of, sum_gradients)
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.protocol.primitives import batched
+from fednet.protocol.sampling import SamplingConfig, sample_clients, sample_size, sampled_text
 from fednet.sim.simulation import Node
 
 
-class ConventionalFLConfig(ProtocolConfig):
-    """Parameters of conventional FL.
+class ConventionalFLConfig(SamplingConfig):
+    """Parameters of conventional FL (and client sampling, :class:`~fednet.protocol.sampling.SamplingConfig`).
 
     Attributes
     ----------
     minibatch_fraction : float
         Fraction of each device's points used per epoch, in (0, 1] (0.2 in Sec. VII-A).
     drop_slowest : int
-        Number of slowest devices whose gradients the server does not wait for (Sec. VII-B).
+        Number of slowest devices whose gradients the server does not wait for (Sec. VII-B); with client sampling,
+        of the ``m`` sampled ones.
     """
 
     minibatch_fraction: float = Field(0.2, gt=0.0, le=1.0)
@@ -67,20 +75,29 @@ class ConventionalFL(Protocol):
 
     @classmethod
     def check(cls, config: ConventionalFLConfig, n_devices: int) -> None:
-        """Refuse dropping as many devices as there are."""
+        """Refuse dropping as many devices as there are (or as are sampled), or sampling more than there are."""
+        m = sample_size(config, n_devices)
+        if m is not None and config.drop_slowest >= m:
+            raise ValueError(f"drop_slowest must be less than the clients sampled per round ({m}), "
+                             f"got {config.drop_slowest}")
         if config.drop_slowest >= n_devices:
             raise ValueError(f"drop_slowest must be less than the number of devices ({n_devices}), "
                              f"got {config.drop_slowest}")
 
     @classmethod
     def check_dropout(cls, config: ConventionalFLConfig, n_devices: int, dropout: float) -> None:
-        """Refuse a dropout that leaves fewer than ``D - drop_slowest`` devices on average."""
+        """Refuse a dropout that leaves fewer than ``D - drop_slowest`` devices on average (``m - drop_slowest`` of
+        the ``m`` sampled)."""
+        m = sample_size(config, n_devices)
+        what, who = ("D", "devices") if m is None else ("m", "sampled devices")
+        if m is not None:
+            n_devices = m
         need = n_devices - config.drop_slowest
         mean = n_devices * (1.0 - dropout)
         if mean < need:
             s_min = math.ceil(n_devices * dropout - 1e-12)
-            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_devices} devices available on "
-                             f"average, fewer than the D - drop_slowest = {need} each round waits for "
+            raise ValueError(f"network.dropout = {dropout} leaves {mean:.4g} of {n_devices} {who} available on "
+                             f"average, fewer than the {what} - drop_slowest = {need} each round waits for "
                              f"(drop_slowest = {config.drop_slowest}); set drop_slowest >= {s_min} or lower dropout")
 
     def setup(self) -> Generator:
@@ -100,8 +117,10 @@ class ConventionalFL(Protocol):
 
     def round(self, epoch: int) -> Generator:
         """One epoch: download Theta, minibatch gradient (eq. 3), upload; the server sums the first D - s and updates (eqs. 4-5)."""
-        replies = yield from self.net.gather(self.devices, self.local_gradient, kind="gradient",
-                                             first=self.sim.n_devices - self.config.drop_slowest,
+        clients = sample_clients(self, epoch)
+        self.sampled = clients
+        replies = yield from self.net.gather(clients, self.local_gradient, kind="gradient",
+                                             first=len(clients) - self.config.drop_slowest,
                                              download=self.theta.astype(np.float32),
                                              download_bits=self.element_bits, upload_bits=self.element_bits)
         if replies.stack_rows is not None:                  # the batch's stack and the arrivals' rows in it
@@ -112,3 +131,10 @@ class ConventionalFL(Protocol):
         counts = self.point_counts
         m_used = int(counts.sum() if len(self.used) == len(counts) else counts[self.used].sum())
         self.mode.update(self, G, m_used)                                                 # eqs. (4)-(5)
+
+    def round_metrics(self, round: int) -> dict[str, Any]:
+        """``sampled`` (this epoch's ``S_t``) when client sampling is configured; nothing otherwise."""
+        out = super().round_metrics(round)
+        if sample_size(self.config, self.sim.n_devices) is not None:
+            out["sampled"] = sampled_text(getattr(self, "sampled", None) if round else None)
+        return out

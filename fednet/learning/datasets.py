@@ -36,12 +36,14 @@ from pathlib import Path
 import numpy as np
 
 from fednet.errors import DataError
+from fednet.plugins import import_object, is_object_path
 
 __all__ = [
     "Dataset",
     "DatasetError",
     "DATASETS",
     "UNAVAILABLE",
+    "load_plugin_dataset",
     "SHA256",
     "FILES",
     "DEFAULT_URLS",
@@ -366,7 +368,8 @@ def load_dataset(
 
     Parameters
     ----------
-    name : {"digits", "mnist", "fashion-mnist"}
+    name : {"digits", "mnist", "fashion-mnist"} or "package.module:loader"
+        A user's loader (:func:`load_plugin_dataset`), or
         ``"digits"``: scikit-learn's bundled 8x8 digits (1797 images, pixels 0..16 divided
         by 16), split deterministically by ``sklearn.model_selection.train_test_split`` with
         ``test_size=0.25`` (:data:`DIGITS_TEST_FRACTION`), ``random_state=0``
@@ -395,6 +398,8 @@ def load_dataset(
         file is missing and no download URL is set (the message says how to provide the
         data), cannot be downloaded, or fails its SHA-256 check (the message names the file).
     """
+    if is_object_path(name):
+        return load_plugin_dataset(name)
     if name in UNAVAILABLE:
         raise DatasetError(f"{UNAVAILABLE[name]} is not available on this machine and fednet has no loader for it: "
                            f"only {DATASETS} can be loaded (the EMNIST, CIFAR-10, CIFAR-100 and SVHN columns of "
@@ -404,3 +409,63 @@ def load_dataset(
     if name == "digits":
         return _load_digits()
     return _load_idx_dataset(name, resolve_data_dir(data_dir), url)
+
+
+def load_plugin_dataset(spec: str) -> Dataset:
+    """A user's data set: ``"package.module:loader"``, ``loader()`` returning a :class:`Dataset` or the tuple
+    ``(x_train, y_train, x_test, y_test)``.
+
+    The module is imported like a ``module:Class`` protocol (:func:`fednet.plugins.import_object`: ``sys.path``,
+    then the study file's folder and the working folder). ``x``: (m, p) finite numbers (taken as float64, e.g.
+    pixels scaled to [0, 1]; rows of images flattened by the loader); ``y``: (m,) integer class labels in
+    ``{0, ..., C - 1}``, ``C = max label + 1`` over both sets.
+
+    Parameters
+    ----------
+    spec : str
+
+    Returns
+    -------
+    Dataset
+        Read-only arrays, ``name = spec``.
+
+    Raises
+    ------
+    DatasetError
+        If the loader cannot be imported, raises, or returns arrays of the wrong shape, type or values (one line,
+        naming ``data.dataset``).
+    """
+    what = f"data.dataset = {spec!r}"
+    try:
+        out = import_object(spec, "dataset loader")()
+    except Exception as e:          # the user's code: one line naming the option
+        raise DatasetError(f"{what}: {type(e).__name__}: {e}") from e
+    if isinstance(out, Dataset):
+        return out
+    if not (isinstance(out, (tuple, list)) and len(out) == 4):
+        raise DatasetError(f"{what}: the loader must return a fednet.learning.datasets.Dataset or "
+                           f"(x_train, y_train, x_test, y_test), got a {type(out).__name__}")
+    arrays = {}
+    for key, a in zip(("x_train", "y_train", "x_test", "y_test"), out):
+        a = np.asarray(a)
+        want = 2 if key.startswith("x") else 1
+        if a.ndim != want or a.shape[0] == 0:
+            raise DatasetError(f"{what}: {key} must be a non-empty {want}-D array, got shape {a.shape}")
+        if key.startswith("x"):
+            if a.dtype.kind not in "biuf" or not np.isfinite(a.astype(np.float64)).all():
+                raise DatasetError(f"{what}: {key} must hold finite numbers (dtype {a.dtype})")
+            a = np.ascontiguousarray(a, dtype=np.float64)
+        else:
+            if a.dtype.kind not in "iu" or a.min() < 0:
+                raise DatasetError(f"{what}: {key} must hold integer class labels >= 0 (dtype {a.dtype}, "
+                                   f"min {a.min()})")
+            a = np.ascontiguousarray(a, dtype=np.int64)
+        arrays[key] = a
+    if arrays["x_train"].shape[1] != arrays["x_test"].shape[1]:
+        raise DatasetError(f"{what}: x_train has {arrays['x_train'].shape[1]} features but x_test has "
+                           f"{arrays['x_test'].shape[1]}")
+    n_classes = int(max(arrays["y_train"].max(), arrays["y_test"].max())) + 1
+    try:
+        return Dataset(n_classes=n_classes, name=spec, **arrays)
+    except ValueError as e:
+        raise DatasetError(f"{what}: {e}") from None

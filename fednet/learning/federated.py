@@ -14,15 +14,15 @@ results around.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from fednet.algebra.meter import axpy, charge
 from fednet.learning.model import Model, Params, StepSchedule
 
-__all__ = ["dresfl_schedule", "add_scaled", "local_sgd_delta", "weighted_sum", "fedavg_weights",
-           "scaffold_local", "scaffold_server"]
+__all__ = ["dresfl_schedule", "add_scaled", "local_sgd_delta", "local_sgd_steps", "weighted_sum", "fedavg_weights",
+           "scaffold_local", "scaffold_server", "fedopt_server"]
 
 
 def dresfl_schedule(learning_rate: float = 0.1, decay: float = 0.65, every: int = 1500) -> StepSchedule:
@@ -78,6 +78,126 @@ def local_sgd_delta(model: Model, params: Params, x: np.ndarray, y: np.ndarray, 
     g = {k: np.divide(v, b, dtype=np.float64) for k, v in grad.items()}   # = float64(v) / b, one pass
     step = g if correction is None else add_scaled(g, 1.0, correction)
     return {k: axpy(-lr, v, 0.0) for k, v in step.items()}, g               # -lr v + 0, as onto a zero array
+
+
+def local_sgd_steps(model: Model, params: Params, batches: Iterable[tuple[np.ndarray, np.ndarray]], lr: float,
+                    mu: float = 0.0) -> Params:
+    """``K`` local SGD steps of a client (FedAvg's ``E`` local epochs, FedProx's inexact local solve); returns ``delta``.
+
+    The client keeps ``delta_s = w_s - w_t`` (``w_t`` = ``params``, the downloaded model) and takes, on its
+    ``s``-th minibatch ``(x_s, y_s)``,
+
+        ``delta_{s+1} = delta_s - lr (g_s(w_t + delta_s) + mu delta_s)``,
+
+    ``g_s`` the mean minibatch gradient; ``mu delta_s = mu (w - w_t)`` is the gradient of FedProx's proximal term
+    ``mu/2 ||w - w_t||^2`` (Li et al., "Federated optimization in heterogeneous networks", MLSys 2020, eq. (2)).
+    The first step is :func:`local_sgd_delta` at ``w_t`` itself (there ``delta = 0``: no proximal term is
+    computed), so one batch gives FedAvg's one-step update bit for bit; ``mu = 0`` computes no proximal term at
+    all (FedProx with ``mu = 0`` is FedAvg).
+
+    MACs (metered): each batch's gradient (the model's kernels); one per element for ``-lr v``; from the second
+    step on, one per element for ``w_t + delta_s`` and one for ``delta_s + step``, and with ``mu > 0`` one for
+    ``mu delta_s`` and one for adding it to the gradient.
+
+    Parameters
+    ----------
+    model : Model
+    params : Params
+        ``w_t``, the model the client downloaded.
+    batches : iterable of (x (b, d), y (b,) or (b, c))
+        The ``K >= 1`` minibatches, in order.
+    lr : float
+        Local learning rate ``eta_l``.
+    mu : float
+        FedProx's ``mu >= 0`` (0: FedAvg).
+
+    Returns
+    -------
+    Params
+        ``delta_K = w_K - w_t`` (float64).
+
+    Raises
+    ------
+    ValueError
+        If ``batches`` is empty.
+    """
+    delta: Params | None = None
+    for x, y in batches:
+        if delta is None:
+            delta, _ = local_sgd_delta(model, params, x, y, lr)
+            continue
+        w = add_scaled(params, 1.0, delta)
+        prox = None if mu == 0 else {k: axpy(mu, v, 0.0) for k, v in delta.items()}
+        step, _ = local_sgd_delta(model, w, x, y, lr, prox)
+        delta = add_scaled(delta, 1.0, step)
+    if delta is None:
+        raise ValueError("local_sgd_steps needs at least one minibatch")
+    return delta
+
+
+def fedopt_server(params: Params, m: Params, v: Params, delta: Params, rule: str, server_lr: float,
+                  beta1: float, beta2: float, tau: float) -> tuple[Params, Params, Params]:
+    """One server step of FedAdam / FedYogi / FedAdagrad on the averaged client delta (Reddi et al., Alg. 2).
+
+    Source: Reddi, Charles, Zaheer, Garrett, Rush, Konecny, Kumar, McMahan, "Adaptive federated optimization",
+    ICLR 2021, Algorithm 2 (lines 10-14), element-wise:
+
+    * ``m_t = beta1 m_{t-1} + (1 - beta1) Delta_t``
+    * FedAdagrad: ``v_t = v_{t-1} + Delta_t^2``;
+      FedYogi: ``v_t = v_{t-1} - (1 - beta2) Delta_t^2 sign(v_{t-1} - Delta_t^2)``;
+      FedAdam: ``v_t = beta2 v_{t-1} + (1 - beta2) Delta_t^2``
+    * ``x_{t+1} = x_t + eta m_t / (sqrt(v_t) + tau)`` (no bias correction, as in Alg. 2).
+
+    MACs (metered, one per element-wise multiply, add, square root or division): ``m_t`` 2, ``Delta^2`` 1,
+    ``v_t`` 1 (Adagrad), 2 (Adam), 3 (Yogi: the difference, the signed product, the scaled addition), the step 4
+    (square root, ``+ tau``, division, scaled addition); per parameter.
+
+    Parameters
+    ----------
+    params : Params
+        ``x_t``.
+    m, v : Params
+        ``m_{t-1}``, ``v_{t-1}`` (Alg. 2 starts from ``m_{-1} = 0``, ``v_{-1} >= tau^2``).
+    delta : Params
+        ``Delta_t``, the aggregated client delta.
+    rule : {"adam", "yogi", "adagrad"}
+    server_lr : float
+        ``eta``.
+    beta1, beta2 : float
+    tau : float
+        Degree of adaptivity (``> 0``).
+
+    Returns
+    -------
+    (Params, Params, Params)
+        ``x_{t+1}``, ``m_t``, ``v_t`` (float64).
+
+    Raises
+    ------
+    ValueError
+        For an unknown rule.
+    """
+    if rule not in ("adam", "yogi", "adagrad"):
+        raise ValueError(f"rule must be 'adam', 'yogi' or 'adagrad', got {rule!r}")
+    x_new, m_new, v_new = {}, {}, {}
+    for k, x in params.items():
+        d = np.asarray(delta[k], dtype=np.float64)
+        mk = beta1 * np.asarray(m[k], dtype=np.float64) + (1.0 - beta1) * d
+        d2 = d * d
+        vk = np.asarray(v[k], dtype=np.float64)
+        if rule == "adagrad":
+            vk = vk + d2
+            ops = 1
+        elif rule == "adam":
+            vk = beta2 * vk + (1.0 - beta2) * d2
+            ops = 2
+        else:
+            vk = vk - (1.0 - beta2) * (d2 * np.sign(vk - d2))
+            ops = 3
+        x_new[k] = np.asarray(x, dtype=np.float64) + server_lr * (mk / (np.sqrt(vk) + tau))
+        m_new[k], v_new[k] = mk, vk
+        charge((2 + 1 + ops + 4) * d.size)
+    return x_new, m_new, v_new
 
 
 def weighted_sum(vectors: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]) -> Params:

@@ -19,21 +19,22 @@ from __future__ import annotations
 
 import secrets
 import warnings
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fednet.learning.federated import dresfl_schedule
 from fednet.learning.model import Model, Params
 from fednet.learning.torch_models import MLPModel
+from fednet.plugins import import_object, is_object_path
 from fednet.sim.simulation import Node
 
 from .base import Protocol, ProtocolConfig
 from .learning import Learning
 
-__all__ = ["NeuralConfig", "NeuralLearning", "NeuralProtocol"]
+__all__ = ["NeuralConfig", "ModelPluginConfig", "plugin_model", "NeuralLearning", "NeuralProtocol"]
 
 
 class NeuralConfig(ProtocolConfig):
@@ -73,6 +74,80 @@ class NeuralConfig(ProtocolConfig):
     eval_every: int = Field(1, ge=1)
 
 
+class ModelPluginConfig(ProtocolConfig):
+    """A user's own torch model in place of the MLP (:func:`plugin_model`).
+
+    Attributes
+    ----------
+    model : str or None
+        ``"package.module:factory"``: ``factory(n_inputs, n_outputs)`` returns a ``torch.nn.Module`` mapping
+        ``(b, n_inputs)`` float rows to ``(b, n_outputs)`` scores (or a :class:`fednet.learning.model.Model`);
+        imported like a ``module:Class`` protocol (``sys.path``, then the study file's folder and the working
+        folder). Its initial parameters are torch's initialisation under ``model_seed``; ``loss`` applies;
+        ``hidden`` and ``activation`` are not used. None (default): the MLP of ``hidden`` and ``activation``.
+    """
+
+    model: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _importable(cls, spec: str | None) -> str | None:
+        if spec is None:
+            return spec
+        if not is_object_path(spec):
+            raise ValueError(f"model must be 'package.module:factory', got {spec!r}")
+        try:
+            factory = import_object(spec, "model factory")
+        except ImportError as e:                     # one line, through pydantic (names the field)
+            raise ValueError(str(e)) from None
+        if not callable(factory):
+            raise ValueError(f"model {spec!r} is not callable (got a {type(factory).__name__})")
+        return spec
+
+
+def plugin_model(spec: str, n_inputs: int, n_outputs: int, loss: str) -> Model:
+    """The model a ``"package.module:factory"`` builds (:class:`ModelPluginConfig`), as a metered :class:`Model`.
+
+    Parameters
+    ----------
+    spec : str
+        ``"package.module:factory"``; ``factory(n_inputs, n_outputs)`` returns a ``torch.nn.Module`` (wrapped in
+        :class:`~fednet.learning.torch_models.TorchModel`: float32, MACs counted by torch's flop counter, the
+        forward and backward contractions) or a :class:`~fednet.learning.model.Model` (used as it is).
+    n_inputs, n_outputs : int
+        ``d`` and ``c`` of the task.
+    loss : {"cross_entropy", "mse"}
+
+    Returns
+    -------
+    Model
+
+    Raises
+    ------
+    fednet.errors.ConfigError
+        If the factory cannot be imported, raises, or returns something else (one line, naming ``model``).
+    """
+    from torch import nn
+
+    from fednet.errors import ConfigError
+    from fednet.learning.torch_models import TorchModel
+
+    try:
+        built = import_object(spec, "model factory")(n_inputs, n_outputs)
+    except Exception as e:  # the user's code: one line naming the option
+        raise ConfigError(f"model = {spec!r}: {spec.partition(':')[2]}({n_inputs}, {n_outputs}) failed: "
+                          f"{type(e).__name__}: {e}") from e
+    if isinstance(built, Model):
+        return built
+    if not isinstance(built, nn.Module):
+        raise ConfigError(f"model = {spec!r} returned a {type(built).__name__}; it must return a torch.nn.Module "
+                          f"(or a fednet.learning.model.Model)")
+    try:
+        return TorchModel(built, n_inputs, n_outputs, loss=loss)
+    except ValueError as e:
+        raise ConfigError(f"model = {spec!r}: {e}") from e
+
+
 class NeuralLearning(Learning):
     """The MLP set-up of the DReS-FL baselines (module docstring); ``self.learning`` of its protocols.
 
@@ -96,8 +171,12 @@ class NeuralLearning(Learning):
     def __init__(self, protocol: Protocol) -> None:
         super().__init__(protocol)
         cfg, task = protocol.config, protocol.task
-        sizes = [task.d, *cfg.hidden, task.c]
-        self.model: Model = MLPModel(sizes, cfg.activation, loss=cfg.loss)
+        spec = getattr(cfg, "model", None)          # a protocol whose Config has ``model`` (ModelPluginConfig)
+        if spec is None:
+            sizes = [task.d, *cfg.hidden, task.c]
+            self.model: Model = MLPModel(sizes, cfg.activation, loss=cfg.loss)
+        else:
+            self.model = plugin_model(spec, task.d, task.c, cfg.loss)
         self.params: Params = {k: np.asarray(v, np.float64) for k, v in self.model.init_params(cfg.model_seed).items()}
         self.schedule = dresfl_schedule(cfg.learning_rate, cfg.lr_decay, cfg.lr_every)
         self._last_eval: tuple[float, float] = (float("nan"), float("nan"))
@@ -126,6 +205,44 @@ class NeuralLearning(Learning):
         task = self.protocol.task
         r = self.rows(dev, self.protocol.epoch)
         return task.X[dev.index][r], task.Y[dev.index][r]
+
+    def local_batches(self, dev: Node, steps: int = 1, epochs: int | None = None) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Client ``dev``'s minibatches for its local work this round (FedAvg's local steps / epochs).
+
+        ``epochs = None``: ``steps`` minibatches of ``batch_size`` rows without replacement, the first
+        :meth:`batch` itself (keyed ``(device, "minibatch", round)``, so one step is the one-step baselines' draw),
+        step ``s >= 1`` keyed ``(device, "minibatch", round, s)``. ``epochs = E``: McMahan et al.'s ``E`` local
+        epochs (AISTATS 2017, Alg. 1, ``ClientUpdate``): each a pass over the client's rows in the order of a
+        permutation keyed ``(device, "local-epoch", round, e)``, split into ``ceil(n_i / B)`` minibatches of
+        ``B = batch_size`` rows (the last one smaller when ``B`` does not divide ``n_i``).
+
+        Parameters
+        ----------
+        dev : Node
+        steps : int
+            Local steps ``K >= 1`` (ignored when ``epochs`` is given).
+        epochs : int, optional
+            Local epochs ``E >= 1``.
+
+        Yields
+        ------
+        (ndarray (b, d), ndarray (b,) or (b, c))
+            Rows and labels of each minibatch, in order.
+        """
+        p = self.protocol
+        X, Y = p.task.X[dev.index], p.task.Y[dev.index]
+        n, b = X.shape[0], min(p.config.batch_size, X.shape[0])
+        if epochs is None:
+            yield self.batch(dev)
+            for s in range(1, steps):
+                r = p.sim.rng(dev, "minibatch", p.epoch, s).choice(n, size=b, replace=False)
+                yield X[r], Y[r]
+            return
+        for e in range(epochs):
+            order = p.sim.rng(dev, "local-epoch", p.epoch, e).permutation(n)
+            for start in range(0, n, p.config.batch_size):
+                r = order[start:start + p.config.batch_size]
+                yield X[r], Y[r]
 
     def secret_rng(self, dev: Node, purpose: str, *key: int) -> np.random.Generator:
         """A stream for protocol secrets (masks, noise shards) that never derives from the public seed.

@@ -78,9 +78,10 @@ class TraceRow:
 #: The standard columns, in order.
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRow))
 
-#: The standard columns that hold text (an empty string is a value, not a missing one).
+#: The standard columns that hold text (an empty string is a value, not a missing one), and the optional
+#: ``sampled`` of client sampling (:mod:`fednet.protocol.sampling`: indices as ``used``).
 TEXT_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TraceRow)
-                                      if f.type == "str" or str(f.type).startswith("Literal"))
+                                      if f.type == "str" or str(f.type).startswith("Literal")) + ("sampled",)
 
 #: The extra column that holds the reason on the row where a run's training ended (a non-finite model or a
 #: run-time overflow; :mod:`fednet.protocol.finite`); absent from the other rows (empty in ``trace.csv``).

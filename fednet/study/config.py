@@ -72,7 +72,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, Va
 from pydantic_core import PydanticCustomError
 
 from fednet.errors import ConfigError
-from fednet.plugins import search_path
+from fednet.plugins import import_object, is_object_path, search_path
 from fednet.protocol import registry
 
 __all__ = ["Study", "DataSpec", "NetworkSpec", "GroupSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError",
@@ -106,14 +106,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+#: The data sets fednet names (the last four of DReS-FL's Table 2 are refused when loaded; ``handwritten``: vertical).
+_DATASET_NAMES = ("digits", "mnist", "fashion-mnist", "emnist", "cifar10", "cifar100", "svhn", "handwritten")
+
+
 class DataSpec(_Strict):
     """The data pipeline: dataset, random-Fourier features, split across devices.
 
     Attributes
     ----------
-    dataset : {"digits", "mnist", "fashion-mnist", "emnist", "cifar10", "cifar100", "svhn"}
+    dataset : {"digits", "mnist", "fashion-mnist", "emnist", "cifar10", "cifar100", "svhn"} or "package.module:loader"
         The last four (DReS-FL's other Table 2 columns) validate but are refused when loaded
-        (:data:`fednet.learning.datasets.UNAVAILABLE`: not on this machine).
+        (:data:`fednet.learning.datasets.UNAVAILABLE`: not on this machine). A user's loader, imported like a
+        ``module:Class`` protocol (beside the study file), returns ``(x_train, y_train, x_test, y_test)``
+        (:func:`fednet.learning.datasets.load_plugin_dataset`).
     features : {"rbf", "raw"}
         ``rbf``: random-Fourier features (Schlegel et al.); ``raw``: the pixels scaled to [0, 1]
         (the MLPs of DReS-FL).
@@ -144,7 +150,7 @@ class DataSpec(_Strict):
         ``split = "vertical"`` only: keep the first training / test examples (reduced studies).
     """
 
-    dataset: Literal["digits", "mnist", "fashion-mnist", "emnist", "cifar10", "cifar100", "svhn", "handwritten"] = "digits"
+    dataset: str = Field("digits", json_schema_extra={"examples": list(_DATASET_NAMES) + ["package.module:loader"]})
     features: Literal["rbf", "raw"] = "rbf"
     rbf_gamma: float | None = Field(None, gt=0)
     n_components: int = Field(2000, ge=1, le=100_000)
@@ -154,6 +160,22 @@ class DataSpec(_Strict):
     split: Literal["horizontal", "vertical"] = "horizontal"
     max_train: int | None = Field(None, ge=1)
     max_test: int | None = Field(None, ge=1)
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_name_or_loader(cls, name: str) -> str:
+        """A bundled name, or a user's ``"package.module:loader"`` that imports (issue 30, item 7)."""
+        if name in _DATASET_NAMES:
+            return name
+        if not is_object_path(name):
+            raise ValueError(f"must be one of {list(_DATASET_NAMES)} or a loader 'package.module:loader', got {name!r}")
+        try:
+            loader = import_object(name, "dataset loader")
+        except ImportError as e:
+            raise ValueError(str(e)) from None
+        if not callable(loader):
+            raise ValueError(f"dataset loader {name!r} is not callable (got a {type(loader).__name__})")
+        return name
 
     @model_validator(mode="after")
     def _alpha_for_dirichlet(self) -> "DataSpec":

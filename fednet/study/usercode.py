@@ -93,7 +93,7 @@ class UserModule:
     spec : str
         ``"package.module:Name"`` as the study names it.
     what : str
-        ``"protocol"`` or ``"network builder"``.
+        ``"protocol"``, ``"model factory"``, ``"dataset loader"`` or ``"network builder"``.
     module : str
         The module's dotted name.
     path : str or None
@@ -136,12 +136,18 @@ def user_specs(study: Any) -> list[tuple[str, str]]:
     Returns
     -------
     list of (spec, what)
-        ``what`` is ``"protocol"`` or ``"network builder"``.
+        ``what`` is ``"protocol"``, ``"model factory"`` (a run's ``params.model``), ``"dataset loader"`` (``data.dataset``) or
+        ``"network builder"``.
     """
     found: dict[str, str] = {}
+    if is_object_path(study.data.dataset):                # a user's dataset loader (fednet.learning.datasets)
+        found.setdefault(study.data.dataset, "dataset loader")
     for run in study.runs:
         if is_object_path(run.protocol):
             found.setdefault(run.protocol, "protocol")
+        model = (run.params or {}).get("model")          # a user's model factory (fednet.protocol.neural)
+        if isinstance(model, str) and is_object_path(model):
+            found.setdefault(model, "model factory")
         kind = run.network.get("kind", study.network.kind) if run.network else study.network.kind
         if isinstance(kind, str) and is_object_path(kind):
             found.setdefault(kind, "network builder")
