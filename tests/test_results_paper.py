@@ -136,3 +136,14 @@ def test_fednet_plot_speedup(one_seed, capsys, tmp_path) -> None:
     capsys.readouterr()
     assert main(["plot", str(one_seed), "--speedup", "--log-x"]) == 2
     assert "--log-x" in capsys.readouterr().err
+
+
+def test_round_seconds_skips_a_failed_round_of_non_finite_time():
+    """A run whose clock turned NaN at a round (a recorded failure) keeps a finite mean round time from the rounds
+    before it, and none when the first round failed: summary.json stays strict JSON (the campaign's NanDelay)."""
+    from fednet.study.results import _round_seconds
+
+    rows = [{"round": 0, "time_s": 2.0, "event": "phase"}, {"round": 1, "time_s": 5.0, "event": "round"},
+            {"round": 2, "time_s": 8.0, "event": "round"}, {"round": 3, "time_s": float("nan"), "event": "round"}]
+    assert _round_seconds(rows) == pytest.approx((8.0 - 2.0) / 2)
+    assert _round_seconds(rows[:1] + rows[3:]) is None

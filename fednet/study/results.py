@@ -318,11 +318,13 @@ def _setup_seconds(rows: Sequence[Mapping[str, Any]]) -> float:
 
 def _round_seconds(rows: Sequence[Mapping[str, Any]]) -> float | None:
     """Mean simulated seconds per training round after the set-up: ``(time of the last row - set-up) / last
-    round`` (None without a round after the set-up)."""
-    last = int(rows[-1]["round"]) if rows else 0
+    round`` over the rows of finite time (None without such a round after the set-up: a run whose first round
+    failed with a non-finite clock has no mean)."""
+    timed = [r for r in rows if math.isfinite(float(r["time_s"]))]
+    last = int(timed[-1]["round"]) if timed else 0
     if last <= 0:
         return None
-    return (float(rows[-1]["time_s"]) - _setup_seconds(rows)) / last
+    return (float(timed[-1]["time_s"]) - _setup_seconds(timed)) / last
 
 
 def _decode_errors(by_seed: Mapping[int, Sequence[Mapping[str, Any]]]) -> dict[str, Any] | None:
