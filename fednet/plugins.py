@@ -39,6 +39,27 @@ def search_path(*dirs: str | Path | None) -> Iterator[None]:
         del _SEARCH[:len(added)]
 
 
+def find_file(name: str | Path) -> Path:
+    """A data file a study names (e.g. ``network.availability_trace``), found like a plugin module: an absolute path
+    as it is, a relative one in the study file's folder (the :func:`search_path` dirs), then the working folder.
+
+    Raises
+    ------
+    FileNotFoundError
+        Naming the places tried.
+    """
+    p = Path(name).expanduser()
+    if p.is_absolute():
+        if p.is_file():
+            return p
+        raise FileNotFoundError(f"no file {str(p)!r}")
+    tried = list(dict.fromkeys([*_SEARCH, Path.cwd().resolve()]))
+    for d in tried:
+        if (d / p).is_file():
+            return (d / p).resolve()
+    raise FileNotFoundError(f"no file {str(name)!r} in {', '.join(repr(str(d)) for d in tried)}")
+
+
 def _missing_is_target(e: ModuleNotFoundError, module: str) -> bool:
     # True when the module itself (or a parent package) is missing, not an import inside it
     return e.name is not None and (module == e.name or module.startswith(e.name + "."))

@@ -338,6 +338,9 @@ class Simulation:
         #: Which backend ran each step, or why the reference did (:class:`~fednet.sim.engine.paths.EnginePaths`).
         self.engine_paths = EnginePaths()
         self.availability = availability or AlwaysAvailable()
+        bind = getattr(self.availability, "bind", None)
+        if bind is not None:                      # a model that reads simulated time (TraceAvailability)
+            bind(lambda: self.env.now)
         self.overhead = float(graph.graph.get("header_overhead", 0.0))
         if not (self.overhead >= 0 and math.isfinite(self.overhead)):
             raise ConfigError(f"header_overhead must be a finite fraction >= 0, got {self.overhead!r}")

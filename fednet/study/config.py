@@ -351,10 +351,14 @@ class NetworkSpec(_Strict):
         Mean setup time / deterministic time of the shifted exponential (0.5), in [0, 1000].
     dropout : float
         Probability that a device is absent in a round (independent, keyed draws), in [0, 1).
-    availability : {"bernoulli", "dresfl_extreme"}
+    availability : {"bernoulli", "dresfl_extreme", "trace"}
         ``bernoulli``: every device absent with probability ``dropout``; ``dresfl_extreme``: DReS-FL's
         extreme scenario (Sec. 6.1), per-client rates 0.99 w.p. 0.5 else U[0, 0.1], drawn from the
-        seed (:class:`fednet.sim.dropout.ExtremeDropout`).
+        seed (:class:`fednet.sim.dropout.ExtremeDropout`); ``trace``: per-device on/off times from the CSV file
+        ``availability_trace`` (:mod:`fednet.sim.availability_trace`).
+    availability_trace : str, optional
+        With ``availability = "trace"``: the CSV file (``device,on_s,off_s``), relative to the study file's folder,
+        then the working folder; read and checked when the study is loaded, kept as an absolute path.
     min_reliable : int, optional
         With ``dresfl_extreme``: condition the rate draw on at least this many clients with a rate
         below 0.99 (e.g. 9, DReS-FL's recovery threshold with K = T = 1); a study using it must say so.
@@ -380,8 +384,22 @@ class NetworkSpec(_Strict):
     compute: Literal["shifted_exponential", "deterministic"] = "shifted_exponential"
     setup_fraction: float = Field(0.5, ge=0, le=1000)
     dropout: float = Field(0.0, ge=0, lt=1)
-    availability: Literal["bernoulli", "dresfl_extreme"] = "bernoulli"
+    availability: Literal["bernoulli", "dresfl_extreme", "trace"] = "bernoulli"
+    availability_trace: str | None = None
     min_reliable: int | None = Field(None, ge=0)
+
+    @field_validator("availability_trace")
+    @classmethod
+    def _trace_file(cls, v: str | None) -> str | None:
+        """The trace file found (the study's folder, then the working folder), kept as an absolute path."""
+        if v is None:
+            return v
+        from fednet.plugins import find_file
+
+        try:
+            return str(find_file(v))
+        except FileNotFoundError as e:
+            raise ValueError(str(e)) from None
 
     @field_validator("server_mac_rate")
     @classmethod
@@ -453,6 +471,20 @@ class NetworkSpec(_Strict):
                                  f"kind {self.kind!r}, which builds its links itself (only lte_star and lte_cells "
                                  f"read them); give what the builder takes in network.params, e.g. params = "
                                  f"{{ {ignored[0]} = ... }} where it has that parameter")
+        if (self.availability == "trace") != (self.availability_trace is not None):
+            raise ValueError("availability = 'trace' and availability_trace go together: set both (the CSV file "
+                             f"of on/off times) or neither; got availability = {self.availability!r}, "
+                             f"availability_trace = {self.availability_trace!r}")
+        if self.availability_trace is not None:
+            from fednet.sim.availability_trace import read_availability_trace
+
+            if self.dropout > 0:
+                raise ValueError(f"dropout = {self.dropout} and availability = 'trace' exclude each other (the trace "
+                                 f"says who is on)")
+            try:
+                read_availability_trace(self.availability_trace, self.n_devices)
+            except ConfigError as e:
+                raise ValueError(str(e)) from None
         g = self.groups
         if g is not None:
             from fednet.topologies.groups import check_membership

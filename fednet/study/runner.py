@@ -27,6 +27,7 @@ at the end, so a failed or interrupted study leaves no partial result directory;
 from __future__ import annotations
 
 import csv
+import hashlib
 import importlib.metadata
 import json
 import logging
@@ -53,6 +54,7 @@ from fednet.learning.partitions import partition
 from fednet.learning.task import LearningTask
 from fednet.protocol import registry
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential
+from fednet.sim.availability_trace import read_availability_trace
 from fednet.sim.dropout import ExtremeDropout
 from fednet.sim.rng import SECRET_SEED_ENV, Streams, secret_seed_from_env
 from fednet.sim.engine.paths import EnginePaths
@@ -286,6 +288,8 @@ def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False
                else Deterministic())
     if spec.availability == "dresfl_extreme":
         availability = ExtremeDropout(spec.n_devices, seed, min_reliable=spec.min_reliable)
+    elif spec.availability == "trace":
+        availability = read_availability_trace(spec.availability_trace, spec.n_devices)
     else:
         availability = BernoulliDropout(spec.dropout) if spec.dropout > 0 else None
     return Simulation(build_network(spec, seed), seed, device_compute=compute, availability=availability,
@@ -437,7 +441,18 @@ def provenance(command: Sequence[str] | None = None, study: Study | None = None,
         except ImportError as e:         # the study ran, so its code imported; a module changed meanwhile
             doc["user_code"] = [{"error": str(e)}]
         doc["data"] = data_provenance(study, data_dir)
+        traces = sorted({n.availability_trace for n in [study.network, *(study.run_network(r) for r in study.runs)]
+                         if n.availability_trace is not None})
+        if traces:                       # the on/off times the runs read (their path and SHA-256)
+            doc["availability_traces"] = {t: _sha256_or_none(t) for t in traces}
     return doc
+
+
+def _sha256_or_none(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 @dataclass
