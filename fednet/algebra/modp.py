@@ -190,6 +190,8 @@ def scale_mod(c: int, a: np.ndarray, q: int) -> np.ndarray:
 def sum_mod(arrays: Sequence[np.ndarray], q: int) -> np.ndarray:
     """Sum of matrices over GF(q); charges ``(len - 1) * size`` MACs.
 
+    ``arrays`` is a sequence of equal-shape arrays or one stacked ndarray (summed over its first axis; cheapest).
+
     Raises
     ------
     ValueError
@@ -199,9 +201,10 @@ def sum_mod(arrays: Sequence[np.ndarray], q: int) -> np.ndarray:
     if len(arrays) == 0:
         raise ValueError("sum_mod: arrays is empty")
     first = np.asarray(arrays[0])
-    odd = next((x for x in arrays[1:] if np.shape(x) != first.shape), None)
-    if odd is not None:
-        _same_shape(first, np.asarray(odd), "sum_mod")
+    if not isinstance(arrays, np.ndarray):                  # a stacked array's rows share their shape
+        odd = next((x for x in arrays[1:] if np.shape(x) != first.shape), None)
+        if odd is not None:
+            _same_shape(first, np.asarray(odd), "sum_mod")
     _charge_elementwise((len(arrays) - 1) * first.size)
     if first.dtype == object:
         acc = first.copy()
@@ -214,7 +217,7 @@ def sum_mod(arrays: Sequence[np.ndarray], q: int) -> np.ndarray:
     step = max(1, min(per, (1 << 20) // max(first.size, 1)))
     acc = np.zeros(first.shape, dtype=np.int64)
     for i in range(0, len(arrays), step):
-        acc += np.stack(arrays[i:i + step]).sum(axis=0, dtype=np.int64)
+        acc += np.asarray(arrays[i:i + step]).sum(axis=0, dtype=np.int64)
         acc %= q
     return acc
 

@@ -243,7 +243,7 @@ def lsa_aggregate_encoded(encoded: Sequence[np.ndarray] | np.ndarray, q: int) ->
     -------
     ndarray, shape (L,), over GF(q); charges ``(|U1| - 1) L`` MACs.
     """
-    return sum_mod(list(encoded), q)
+    return sum_mod(encoded, q)
 
 
 def lsa_decode_aggregate_mask(
