@@ -292,9 +292,9 @@ def _limbs(bal: np.ndarray, w: int, n_limbs: int | None = None) -> tuple[np.ndar
 def _fold(terms: list[tuple[int, np.ndarray]], q: int) -> np.ndarray:
     """``sum_t arr_t * 2**e_t mod q`` for exact int64 arrays ``arr_t`` (``|arr_t| < 2**62``).
 
-    Small q (< 2**31): int64 arithmetic; below 2**32, uint64.  Otherwise the terms are carry-normalised into 32-bit digits,
-    each digit times ``2**(32 t) mod q`` is accumulated in 25-bit chunks (every partial sum below 2**63),
-    and only the few chunk accumulators go through Python ints for the final ``mod q``.
+    Small q (< 2**31): int64 arithmetic; below 2**32, uint64.  Otherwise the terms are carry-normalised into
+    32-bit digits, each digit times ``2**(32 t) mod q`` is accumulated in 25-bit chunks (every partial sum below
+    2**63), and only the few chunk accumulators go through Python ints for the final ``mod q``.
     """
     shape = terms[0][1].shape
     if q < 2**31:
