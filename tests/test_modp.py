@@ -33,7 +33,8 @@ from fednet.algebra.modp import (
 Q31 = 2**31 - 1
 Q30 = 2**30 - 35  # LightSecAgg test-vector prime
 Q73 = fixed_point_field(48, 24)
-PRIMES = [97, Q30, Q31, 2**61 - 1, Q73, 2**127 - 1]
+P32 = 2**32 - 5                         # LightSecAgg's 32-bit field: uint64 folding
+PRIMES = [97, Q30, Q31, P32, 2**61 - 1, Q73, 2**127 - 1]
 
 
 def _galois(a, q):
@@ -85,7 +86,7 @@ def test_matmul_matches_galois(q, mkn):
     assert meter.macs == m * k * n
 
 
-@pytest.mark.parametrize("q", [Q30, Q31, Q73])
+@pytest.mark.parametrize("q", [Q30, Q31, P32, Q73])
 def test_matmul_extreme_values_no_overflow(q):
     """Every entry at the largest balanced magnitude: partial sums at the 2**53 bound."""
     h = (q - 1) // 2
@@ -115,7 +116,7 @@ def test_prepared_signed_operand(q):
         P.matmul_signed(np.full((300, 1), (q - 1) // 2 + 1, dtype=object))
 
 
-@pytest.mark.parametrize("q", [97, Q31, Q73])
+@pytest.mark.parametrize("q", [97, Q31, P32, Q73])
 def test_elementwise_ops(q):
     rng = np.random.default_rng(1)
     a, b, c = (uniform(rng, q, (5, 7)) for _ in range(3))
@@ -209,3 +210,18 @@ def test_out_of_range_operands_are_refused():
         P.matmul(np.array([[q], [0]], dtype=object))
     with pytest.raises(ValueError, match=r"\[0, q\)"):
         prepare(np.array([[-1, 2]]), Q31)
+
+
+@pytest.mark.parametrize("q", [97, P32, 2**61 - 1])
+@pytest.mark.parametrize("count,size", [(1, 3), (901, 2), (40, 30001), (3, 2**20 + 1)])
+def test_sum_mod_in_blocks_is_the_sum(q, count, size):
+    """Rows summed in blocks (issue 32): the canonical sum, whatever the block size and reductions."""
+    rng = np.random.default_rng(count)
+    arrays = [uniform(rng, q, size) for _ in range(count)]
+    arrays[0][:2] = q - 1
+    want = np.sum(np.stack(arrays).astype(object), axis=0) % q
+    for given in (arrays, np.stack(arrays)):
+        got = sum_mod(given, q)
+        assert got.dtype == np.int64 and np.array_equal(got.astype(object), want)
+    with pytest.raises(ValueError, match="sum_mod: shapes"):
+        sum_mod(arrays + [np.zeros(size + 1, np.int64)], q)

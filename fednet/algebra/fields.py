@@ -93,9 +93,15 @@ def check_prime(q: int) -> int:
     if isinstance(q, bool) or not isinstance(q, (int, np.integer)) or q < 2:
         raise ValueError(f"q must be a prime >= 2, got {q!r}")
     q = int(q)
-    if not galois.is_prime(q):
+    if not _is_prime(q):
         raise ValueError(f"q must be a prime, got {q} (not prime)")
     return q
+
+
+@lru_cache(maxsize=1024)
+def _is_prime(q: int) -> bool:
+    """``galois.is_prime``, cached: the same few fields are checked at every encoding of every user (issue 32)."""
+    return bool(galois.is_prime(q))
 
 
 @lru_cache(maxsize=32)
@@ -400,15 +406,16 @@ def vandermonde(points: Iterable[int], n_columns: int, q: int) -> np.ndarray:
     return as_field(np.array(V, dtype=field_dtype(q)).reshape(len(pts), int(n_columns)), q, name="vandermonde")
 
 
-def lagrange_coefficients(src_points: Iterable[int], dst_points: Iterable[int], q: int) -> np.ndarray:
+def lagrange_coefficients(src_points: Iterable[int], dst_points: Iterable[int], q: int, *,
+                          cache: bool = True) -> np.ndarray:
     """Interpolation matrix: evaluations at ``src_points`` to evaluations at ``dst_points``.
 
     ``L[t, j] = l_j(dst_t) = prod_{m != j} (dst_t - src_m) / (src_j - src_m)`` over GF(q), so that for
     any polynomial ``p`` of degree ``< len(src_points)``, ``p(dst) = L @ p(src)``.  This is the decoding
     matrix of Shamir sharing (``dst = [0]``), of Lagrange coded computing and of the LightSecAgg mask
-    code (``dst = betas``).  Computed in barycentric form with galois (exact inverses), ``O(n (n + r))``
-    field operations on Python integers (no galois field is built, so a 200-bit q costs no
-    factorisation of q - 1), and cached (the same points recur every round).
+    code (``dst = betas``).  Computed exactly without building a galois field (so a 200-bit q costs no
+    factorisation of q - 1; galois is the test oracle): :func:`_lagrange_matrix`, ``O(n (n + r))``
+    vectorised field products and ``n`` inverses.
 
     Parameters
     ----------
@@ -417,6 +424,10 @@ def lagrange_coefficients(src_points: Iterable[int], dst_points: Iterable[int], 
     dst_points : sequence of int, length r
         Points in GF(q) (may overlap ``src_points``).
     q : int
+    cache : bool
+        Keep the matrix for the next call with the same points (default: the same points recur every
+        round).  ``False`` for points that rarely recur, e.g. LightSecAgg's decoding from the responders
+        of one round in arrival order: an (r, n) matrix per round would fill the cache for nothing.
 
     Returns
     -------
@@ -430,6 +441,8 @@ def lagrange_coefficients(src_points: Iterable[int], dst_points: Iterable[int], 
     """
     src = tuple(distinct_points(src_points, q, name="src_points"))
     dst = tuple(int(p) % int(q) for p in dst_points)
+    if not cache:
+        return _lagrange_matrix(src, dst, int(q))
     return _lagrange_cached(src, dst, int(q)).copy()
 
 
@@ -458,28 +471,49 @@ def _prepared_cached(src: tuple[int, ...], dst: tuple[int, ...], q: int) -> Any:
 
 @lru_cache(maxsize=256)
 def _lagrange_cached(src: tuple[int, ...], dst: tuple[int, ...], q: int) -> np.ndarray:
-    # Pure Python integers (exact for any q): building galois.GF(q) for a 200-bit q factors q - 1 to
-    # find a primitive element (tens of seconds), and no field object is needed for n inverses.
-    n = len(src)
-    w = []
-    for j in range(n):
-        den = 1
-        for m in range(n):
-            if m != j:
-                den = den * (src[j] - src[m]) % q
-        w.append(pow(den, -1, q))  # barycentric weights
-    rows = []
-    for t in dst:
-        if t in src:
-            row = [0] * n
-            row[src.index(t)] = 1
-        else:
-            diffs = [(t - x) % q for x in src]
-            ell = 1
-            for d in diffs:
-                ell = ell * d % q
-            row = [ell * w[j] % q * pow(diffs[j], -1, q) % q for j in range(n)]
-        rows.append(row)
-    res = as_field(np.array(rows, dtype=field_dtype(q)).reshape(len(dst), n), q, name="lagrange")
+    res = _lagrange_matrix(src, dst, q)
     res.setflags(write=False)
     return res
+
+
+def _lagrange_matrix(src: tuple[int, ...], dst: tuple[int, ...], q: int) -> np.ndarray:
+    """:func:`lagrange_coefficients` of validated points: ``L[t, j] = w_j prod_{m != j} (dst_t - src_m)``.
+
+    ``w_j = 1 / prod_{m != j} (src_j - src_m)`` (``n`` inverses); the products leaving out one factor are
+    prefix times suffix products (no inverse per entry, and ``dst_t = src_j`` needs no special case:
+    ``L[t, j] = w_j / w_j = 1`` and the other entries of the row hold the zero factor).  Exact: ``uint64``
+    arithmetic for ``q < 2**32`` (a product of two elements is below ``2**64``), Python integers otherwise.
+    """
+    if not src:
+        return np.zeros((len(dst), 0), dtype=field_dtype(q))
+    x, to = (np.array(v, dtype=field_dtype(q)) for v in (src, dst))     # int64 differences below 2**62
+    dtype = np.dtype(np.uint64) if q < 2**32 else np.dtype(object)
+    diff = ((to[None, :] - x[:, None]) % q).astype(dtype)       # (n, r): dst_t - src_m
+    gap = ((x[None, :] - x[:, None]) % q).astype(dtype)         # (n, n): src_j - src_m
+    np.fill_diagonal(gap, 1)
+    den = _prod_mod(gap, q)
+    w = np.array([pow(int(v), -1, q) for v in den], dtype=object).astype(dtype)
+    res = (_leave_one_out_products(diff, q) * w[:, None] % q).T
+    return as_field(np.ascontiguousarray(res).astype(field_dtype(q)), q, name="lagrange")
+
+
+def _prod_mod(a: np.ndarray, q: int) -> np.ndarray:
+    """``prod_m a[m] mod q`` over the first axis (``uint64`` for ``q < 2**32``, else object)."""
+    acc = a[0] % q
+    for row in a[1:]:
+        acc = acc * row % q
+    return acc
+
+
+def _leave_one_out_products(a: np.ndarray, q: int) -> np.ndarray:
+    """``out[j] = prod_{m != j} a[m] mod q`` over the first axis: prefix times suffix products."""
+    out = np.empty_like(a)
+    acc = np.ones_like(a[0])
+    for j in range(a.shape[0]):
+        out[j] = acc
+        acc = acc * a[j] % q
+    acc = np.ones_like(a[0])
+    for j in range(a.shape[0] - 1, -1, -1):
+        out[j] = out[j] * acc % q
+        acc = acc * a[j] % q
+    return out

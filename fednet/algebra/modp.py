@@ -190,6 +190,8 @@ def scale_mod(c: int, a: np.ndarray, q: int) -> np.ndarray:
 def sum_mod(arrays: Sequence[np.ndarray], q: int) -> np.ndarray:
     """Sum of matrices over GF(q); charges ``(len - 1) * size`` MACs.
 
+    ``arrays`` is a sequence of equal-shape arrays or one stacked ndarray (summed over its first axis; cheapest).
+
     Raises
     ------
     ValueError
@@ -199,25 +201,25 @@ def sum_mod(arrays: Sequence[np.ndarray], q: int) -> np.ndarray:
     if len(arrays) == 0:
         raise ValueError("sum_mod: arrays is empty")
     first = np.asarray(arrays[0])
-    for x in arrays[1:]:
-        _same_shape(first, np.asarray(x), "sum_mod")
+    if not isinstance(arrays, np.ndarray):                  # a stacked array's rows share their shape
+        odd = next((x for x in arrays[1:] if np.shape(x) != first.shape), None)
+        if odd is not None:
+            _same_shape(first, np.asarray(odd), "sum_mod")
     _charge_elementwise((len(arrays) - 1) * first.size)
     if first.dtype == object:
         acc = first.copy()
         for x in arrays[1:]:
             acc = acc + x
         return acc % q
-    # int64: chunk so that partial sums stay below 2**63
+    # int64: blocks of rows summed at once (a survivor adds |U1| shares of a few elements: one NumPy call, not
+    # |U1|), few enough that a partial sum stays below 2**63 and a block below ~8 MB
     per = max(1, (2**63 - 1) // max(q - 1, 1) - 1)
-    acc = first.astype(np.int64).copy()
-    cnt = 1
-    for x in arrays[1:]:
-        acc += x
-        cnt += 1
-        if cnt >= per:
-            acc %= q
-            cnt = 1
-    return acc % q
+    step = max(1, min(per, (1 << 20) // max(first.size, 1)))
+    acc = np.zeros(first.shape, dtype=np.int64)
+    for i in range(0, len(arrays), step):
+        acc += np.asarray(arrays[i:i + step]).sum(axis=0, dtype=np.int64)
+        acc %= q
+    return acc
 
 
 def limb_width(inner: int) -> int:
@@ -290,9 +292,9 @@ def _limbs(bal: np.ndarray, w: int, n_limbs: int | None = None) -> tuple[np.ndar
 def _fold(terms: list[tuple[int, np.ndarray]], q: int) -> np.ndarray:
     """``sum_t arr_t * 2**e_t mod q`` for exact int64 arrays ``arr_t`` (``|arr_t| < 2**62``).
 
-    Small q (< 2**31): int64 arithmetic.  Otherwise the terms are carry-normalised into 32-bit digits,
-    each digit times ``2**(32 t) mod q`` is accumulated in 25-bit chunks (every partial sum below 2**63),
-    and only the few chunk accumulators go through Python ints for the final ``mod q``.
+    Small q (< 2**31): int64 arithmetic; below 2**32, uint64.  Otherwise the terms are carry-normalised into
+    32-bit digits, each digit times ``2**(32 t) mod q`` is accumulated in 25-bit chunks (every partial sum below
+    2**63), and only the few chunk accumulators go through Python ints for the final ``mod q``.
     """
     shape = terms[0][1].shape
     if q < 2**31:
@@ -300,6 +302,11 @@ def _fold(terms: list[tuple[int, np.ndarray]], q: int) -> np.ndarray:
         for e, c in terms:
             acc = (acc + (c % q) * pow(2, e, q)) % q
         return acc
+    if q < 2**32:                                  # uint64 holds a product of two residues (32-bit LightSecAgg)
+        acc = np.zeros(shape, dtype=np.uint64)
+        for e, c in terms:
+            acc = (acc + (c % q).astype(np.uint64) * np.uint64(pow(2, e, q)) % q) % q
+        return acc.astype(np.int64)
     base = 32
     mask = (1 << base) - 1
     n_dig = -(-(max(e for e, _ in terms) + 64) // base) + 2

@@ -15,6 +15,7 @@ through the (encrypted) server; audits drop them from the relay's view.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -30,17 +31,17 @@ from fednet.algebra.fields import (
     uniform,
 )
 from fednet.algebra.meter import kernel
-from fednet.algebra.modp import add_mod, lincomb_mod, sub_mod, sum_mod
+from fednet.algebra.modp import PreparedMatrix, add_mod, lincomb_mod, sub_mod, sum_mod
 from fednet.algebra.quantize import dequantize, quantize
 from fednet.algebra.shape import Shape
 from fednet.codes.lagrange import _disjoint
 from fednet.learning.models import minibatch_gradient
 
 __all__ = ["default_lsa_points", "check_lsa_parameters", "lsa_piece_length", "lsa_mask_pieces", "lsa_encode_mask",
-           "lsa_aggregate_encoded", "lsa_decode_aggregate_mask", "mask_upload", "unmask_aggregate",
-           "masked_gradient", "unmask_shares", "quantised_gradient", "sum_in_order", "check_lsa_dropout",
-           "encode_mask_probe", "masked_gradient_probe", "unmask_probe", "encode_mask_macs", "masked_gradient_macs",
-           "unmask_macs"]
+           "lsa_encoding_matrix", "lsa_aggregate_encoded", "lsa_decode_aggregate_mask", "mask_upload",
+           "unmask_aggregate", "masked_gradient", "unmask_shares", "quantised_gradient", "sum_in_order",
+           "check_lsa_dropout", "encode_mask_probe", "masked_gradient_probe", "unmask_probe", "encode_mask_macs",
+           "masked_gradient_macs", "unmask_macs"]
 
 
 def default_lsa_points(N: int, U: int) -> tuple[list[int], list[int]]:
@@ -197,14 +198,37 @@ def lsa_encode_mask(
     ndarray, shape (N, L), over GF(q); row j goes to user j.  Charges ``N U L`` MACs (:func:`encode_mask_macs`;
     declared, :func:`fednet.algebra.meter.kernel`).
     """
+    C = lsa_encoding_matrix(alphas, betas, U, T, q)
+    return lincomb_mod(C, lsa_mask_pieces(z, U, T, q, rng), q)
+
+
+def lsa_encoding_matrix(alphas: Sequence[int], betas: Sequence[int], U: int, T: int, q: int) -> PreparedMatrix:
+    """The ``(N, U)`` Lagrange matrix from the pieces' points ``betas`` to the users' points ``alphas``, prepared.
+
+    Every user encodes its mask with this matrix in every round (So et al., MLSys 2022, Sec. 4: ``f_i`` interpolates
+    the ``U`` pieces at ``beta_1..beta_U`` and is evaluated at ``alpha_1..alpha_N``); it depends only on the points,
+    so it is validated (:func:`check_lsa_parameters`, distinct and disjoint points), computed and split into limbs once
+    per set of points (cached; rebuilding it at each encoding cost most of a full-mode epoch, issue 32).  The encoding
+    still charges its ``N U L`` MACs (the product).  Read-only: do not change the returned object.
+
+    Raises
+    ------
+    ValueError
+        As :func:`check_lsa_parameters`; if ``betas`` are not ``U`` distinct points, ``alphas`` not distinct, or they
+        meet.
+    """
+    return _encoding_matrix(tuple(alphas), tuple(betas), U, T, q)
+
+
+@lru_cache(maxsize=8)
+def _encoding_matrix(alphas: tuple, betas: tuple, U: int, T: int, q: int) -> PreparedMatrix:
     check_lsa_parameters(len(alphas), U, T, q)
     b = distinct_points(betas, q, name="betas")
     if len(b) != U:
         raise ValueError(f"betas must have U = {U} points, got {len(b)}")
     a = distinct_points(alphas, q, name="alphas")
     _disjoint(a, b)
-    pieces = lsa_mask_pieces(z, U, T, q, rng)
-    return lincomb_mod(prepared_lagrange(b, a, q), pieces, q)     # the same (N, U) matrix for every user
+    return prepared_lagrange(b, a, q)
 
 
 def lsa_aggregate_encoded(encoded: Sequence[np.ndarray] | np.ndarray, q: int) -> np.ndarray:
@@ -219,7 +243,7 @@ def lsa_aggregate_encoded(encoded: Sequence[np.ndarray] | np.ndarray, q: int) ->
     -------
     ndarray, shape (L,), over GF(q); charges ``(|U1| - 1) L`` MACs.
     """
-    return sum_mod(list(encoded), q)
+    return sum_mod(encoded, q)
 
 
 def lsa_decode_aggregate_mask(
@@ -262,7 +286,7 @@ def lsa_decode_aggregate_mask(
         raise ValueError(
             f"LightSecAgg decoding needs at least U = {U} aggregated encoded masks, got {s.shape[0]}"
         )
-    C = lagrange_coefficients(pts[:U], list(betas)[: U - T], q)  # (U - T, U)
+    C = lagrange_coefficients(pts[:U], list(betas)[: U - T], q, cache=False)  # (U - T, U): new responders each round
     pieces = lincomb_mod(C, as_field(s[:U], q, name="s"), q)
     return pieces.reshape(-1)[:d]
 
