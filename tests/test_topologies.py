@@ -17,6 +17,7 @@ from fednet.sim.rng import Streams
 from fednet.sim.simulation import Simulation
 from fednet.study.config import NetworkSpec, StudyError, load_study
 from fednet.study.runner import build_network, build_simulation, prepare_task, run_study
+from fednet.errors import ConfigError
 from fednet.topologies.distributions import draw
 from fednet.topologies.groups import equal_groups, make_groups, membership
 from fednet.topologies.lte import paper_mac_rates
@@ -236,3 +237,35 @@ def test_user_builder_module_function_is_used_with_d2d_links(tmp_path, capsys) -
         sys.modules.pop("w4_ring_net", None)
     with pytest.raises(StudyError, match="params are for user builders"):
         load_study(_study(tmp_path, "params = { rate = 3e6 }"))
+
+
+# ------------------------------------------------------------------------------------------ groups = cells
+@pytest.mark.parametrize("network, cells", [
+    ('kind = "lte_cells"\nparams = { n_cells = 4 }', [[0, 1], [2, 3], [4, 5], [6, 7]]),
+    ('kind = "hierarchy"\nparams = { n_cells = 2 }', [[0, 1, 2, 3], [4, 5, 6, 7]]),
+])
+def test_groups_follow_the_cells(tmp_path, network, cells) -> None:
+    """``groups = { rule = "cells" }``: one group per cell, so CodedSecAgg's groups (and its tree's rows) are the
+    cells (issue 28, item 5); the run takes the reference engine (cells) and finishes."""
+    n = len(cells)
+    path = _study(tmp_path, network + f'\ngroups = {{ rule = "cells", count = {n} }}', "codedsecagg",
+                  '{ z = 1, mode = "timing" }')
+    study = load_study(path)
+    sim = build_simulation(study.run_network(study.runs[0]), 0)
+    assert membership(sim.graph) == cells
+    assert [sorted(i for i, d in enumerate(sim.devices) if d.attrs["cell"] == c) for c in range(n)] == cells
+    result = run_study(study, None, progress=False)
+    rows = result.traces["a"][0]
+    assert len(rows) == 3 and rows[-1]["time_s"] > rows[0]["time_s"] > 0
+
+
+@pytest.mark.parametrize("network, needle", [
+    ('kind = "lte_cells"\nparams = { n_cells = 4 }\ngroups = { rule = "cells", count = 2 }',
+     r"network: network.groups.rule = 'cells' with count = 2: the network has 4 cells holding devices; set "
+     r"groups.count = 4"),
+    ('groups = { rule = "cells", count = 2 }', r"network: network.groups.rule = 'cells': network kind 'lte_star' puts "
+                                               r"no device in a cell"),
+])
+def test_groups_on_cells_errors_name_the_key(tmp_path, network, needle) -> None:
+    with pytest.raises(StudyError, match=needle):      # when the study is loaded, naming network.groups
+        load_study(_study(tmp_path, network, "codedsecagg", '{ z = 1, mode = "timing" }'))

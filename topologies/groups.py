@@ -13,6 +13,8 @@ Rules (:data:`RULES`):
 ``mac_balanced``  devices sorted by MAC rate (fastest first) dealt to the groups in snake order
                   (0, 1, ..., N-1, N-1, ..., 0, ...): balanced sizes and a similar mix of fast and slow
                   devices in every group
+``cells``         one group per cell of the network (the devices' ``cell`` attribute; applied by
+                  :func:`fednet.study.runner.cell_groups` on the built network, not by :func:`make_groups`)
 
 Source: Schlegel et al., "CodedPaddedFL and CodedSecAgg", Sec. V-E: the ``D`` devices are
 partitioned into ``N`` disjoint groups "as equally as possible" (``N`` need not divide ``D``);

@@ -267,10 +267,13 @@ class GroupSpec(_Strict):
 
     Attributes
     ----------
-    rule : {"consecutive", "random", "mac_balanced"}
+    rule : {"consecutive", "random", "mac_balanced", "cells"}
         How ``count`` groups are formed (:mod:`fednet.topologies.groups`): consecutive runs of
-        devices (the papers' grouping), a random permutation cut into balanced groups, or devices
-        dealt by MAC rate so every group has a similar mix.
+        devices (the papers' grouping), a random permutation cut into balanced groups, devices
+        dealt by MAC rate so every group has a similar mix, or one group per cell of the network
+        (``cells``: the devices' ``cell`` attribute, set by ``lte_cells``, ``radio_star`` and
+        ``hierarchy``; ``count`` must be the number of cells that hold devices, checked when the network is
+        built), so that CodedSecAgg's groups and aggregation tree follow the cells (issue 28, item 5).
     count : int, optional
         N. A protocol with a ``groups`` parameter takes it when its run does not set one.
     membership : list of list of int, optional
@@ -282,7 +285,7 @@ class GroupSpec(_Strict):
     ``groups = { membership = [[0, 1, 2], [3, 4]] }``.
     """
 
-    rule: Literal["consecutive", "random", "mac_balanced"] = "consecutive"
+    rule: Literal["consecutive", "random", "mac_balanced", "cells"] = "consecutive"
     count: int | None = Field(None, ge=1)
     membership: list[list[int]] | None = None
     seed: int | None = Field(None, ge=0)
@@ -785,18 +788,20 @@ class Study(_Strict):
         return self
 
     def _builder_problems(self) -> list[str]:
-        """Build every user-built network (``kind = "module:function"``) once, at the first seed, and check it.
+        """Build every network other than the plain star (and a star grouped by cells) once, at the first seed, and
+        check it.
 
-        So that a builder that fails, or builds a graph the simulation cannot run (a node whose role is neither
-        ``"device"`` nor ``"server"``, such as an edge server or a relay; no or several servers; a device without
-        a link to the server; another number of devices), is named when the study is loaded, not at run time.
+        So that a builder that fails, or builds a graph the simulation cannot run (a node whose role is not
+        ``"device"``, ``"server"`` or ``"edge"``, such as a relay; no or several servers; a device without a link to
+        the server or an edge server; another number of devices), or groups by cells that do not match, is named when
+        the study is loaded, not at run time.
         """
         from .runner import build_network
 
         problems, seen = [], set()
         for i, run in enumerate(self.runs):
             net = self.run_network(run)
-            if net.kind == "lte_star":
+            if net.kind == "lte_star" and (net.groups is None or net.groups.rule != "cells"):
                 continue
             key = net.model_dump_json()
             if key in seen:
@@ -806,7 +811,7 @@ class Study(_Strict):
             try:
                 build_network(net, self.seeds[0])
             except ConfigError as e:
-                problems.append(f"{where}.kind: {e}")
+                problems.append(f"{where}{'' if str(e).startswith('network.groups') else '.kind'}: {e}")
             except (Exception, SystemExit) as e:      # the builder's own bug (or exit): named with where it happened
                 tb = e.__traceback__
                 while tb is not None and tb.tb_next is not None:

@@ -223,12 +223,38 @@ def build_network(spec: NetworkSpec, seed: int) -> nx.Graph:
     if gs is not None:
         if gs.membership is not None:
             members = gs.membership
+        elif gs.rule == "cells":
+            members = cell_groups(g, gs.count, spec.kind)
         else:
             macs = [a.get("mac_rate") for _, a in g.nodes(data=True) if a.get("role") == "device"]
             members = make_groups(gs.rule, D, gs.count, mac_rates=macs,
                                   rng=Streams(seed if gs.seed is None else gs.seed, 1).generator("topology", "groups"))
         assign_groups(g, members)
     return g
+
+
+def cell_groups(g: Any, count: int, kind: str) -> list[list[int]]:
+    """One group per cell of a built network (``groups.rule = "cells"``): the devices (in index order) of each cell
+    that holds devices, cells in increasing order; ``count`` must be their number.
+
+    Raises
+    ------
+    fednet.errors.ConfigError
+        If a device has no ``cell`` attribute, or the cells holding devices are not ``count``.
+    """
+    cells = [a.get("cell") for _, a in g.nodes(data=True) if a.get("role") == "device"]
+    if any(c is None for c in cells):
+        raise ConfigError(f"network.groups.rule = 'cells': network kind {kind!r} puts no device in a cell (lte_cells, "
+                          f"radio_star and hierarchy do)")
+    order = sorted(set(cells))
+    if len(order) != count:
+        raise ConfigError(f"network.groups.rule = 'cells' with count = {count}: the network has {len(order)} cells "
+                          f"holding devices; set groups.count = {len(order)}")
+    at = {c: k for k, c in enumerate(order)}
+    members: list[list[int]] = [[] for _ in order]
+    for i, c in enumerate(cells):
+        members[at[c]].append(i)
+    return members
 
 
 def check_graph(g: Any, kind: str, n_devices: int) -> None:
