@@ -35,7 +35,7 @@ def main() -> None:
     fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
     from fednet.learning.vertical import as_learning_task, load_vertical
     from fednet.sim import Deterministic, Simulation
-    from protocols.fedvs import FedVS
+    from fednet.protocols.fedvs import FedVS
     from fednet.topologies.lte import lte_star
 
     t0 = time.perf_counter()
