@@ -12,6 +12,9 @@ conversion rows time it separately.  Each entry is the minimum over ``--repeat``
 time (ms); the ratio is exact / float64.  Goal: within 30x of float64 at 200 bits.  The last row
 of the first table times a plain Python-int object-array product (what galois' FieldArray does for
 such primes) once, for scale.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_field_kernels.py --repeat 1
+--bits 200``
 """
 
 from __future__ import annotations

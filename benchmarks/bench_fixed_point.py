@@ -4,6 +4,9 @@ Run: ``.venv/bin/python benchmarks/bench_fixed_point.py [--repeat N] [--d 2000] 
 ``N`` runs for: plain float64 ``A @ B``; the exact fixed-point product on prepared operands
 (limbs built once, the per-round case); the preparation of ``A`` alone; and the exact product
 including both preparations.  The result is checked against a Python-int oracle on a slice.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_fixed_point.py --repeat 1
+--d 200``
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ def measure(d: int = 2000, c: int = 10, repeat: int = 15) -> dict[str, float]:
     few = max(3, repeat // 3)
     return {"float64": _median_time(lambda: Af @ Bf, repeat),
             "exact_prepared": _median_time(lambda: q.matmul(pa, pb), repeat),
-            "prepare_A": _median_time(lambda: q.prepare(A), few), "exact_unprepared": _median_time(lambda: q.matmul(A, B), few)}
+            "prepare_A": _median_time(lambda: q.prepare(A), few),
+            "exact_unprepared": _median_time(lambda: q.matmul(A, B), few)}
 
 
 def main() -> None:

@@ -11,6 +11,9 @@ Reports the best-of-``repeat`` wall time (ms) of
 * the one-off cost of preparing the left operand, and galois FieldArray matmul on a (m/10)-row slice
   (scaled by 10) as the oracle's speed.
 Every exact result is checked against galois on a few rows.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_modp.py --m 100 --k 100
+--repeat 1 --no-galois``
 """
 
 from __future__ import annotations

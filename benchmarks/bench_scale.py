@@ -29,10 +29,10 @@ The second table times the exact kernels against float64 on the same shapes, wal
 
 Run: ``.venv/bin/python benchmarks/bench_scale.py [--devices 1000 10000 100000] [--epochs 3] [--protocols conventional
 codedsecagg] [--limit 900] [--memory-gib 24] [--d 20] [--n 16] [--repeat 5] [--no-kernels] [--json out.json]``;
-``--quick`` (``make bench``): D = 1,000, 2 epochs, a 120 s limit per cell, the kernels at 3 repetitions, 200 bits only.
+``--quick`` (``make bench``): D = 1,000, 2 epochs, a 60 s limit per cell, the kernels at 3 repetitions, 200 bits only.
 
-Smoke: ``.venv/bin/python benchmarks/bench_scale.py --devices 30 --epochs 1 --protocols conventional codedsecagg
-fedbuff --repeat 1 --no-kernels``
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_scale.py --devices 40
+--epochs 1 --protocols conventional codedsecagg --no-kernels``
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     from fednet.protocol import registry
 
     devices = args.devices or ([1000] if args.quick else [1000, 10000, 100000])
-    limit_s = args.limit or (120.0 if args.quick else 900.0)
+    limit_s = args.limit or (60.0 if args.quick else 900.0)
     repeat = args.repeat or (3 if args.quick else 5)
     memory = int(args.memory_gib * 2**30)
     avail = available_bytes()
@@ -293,8 +293,8 @@ def main(argv: list[str] | None = None) -> None:
         kernels = kernel_rows(repeat, (200,) if args.quick else (200, 440))
         print("\nExact kernels vs float64 at the papers' shapes (host wall ms)")
         print(pd.DataFrame(kernels).to_string(index=False, justify="left", formatters={
-            "protocol": "{:<13}".format, "kernel": "{:<62}".format, "float64 ms": "{:.3f}".format, "exact ms": "{:.3f}".format,
-            "ratio": "{:.1f}".format}))
+            "protocol": "{:<13}".format, "kernel": "{:<62}".format, "float64 ms": "{:.3f}".format,
+            "exact ms": "{:.3f}".format, "ratio": "{:.1f}".format}))
     if args.json:
         Path(args.json).write_text(json.dumps({"cells": rows, "kernels": kernels}, indent=1, default=str))
 
