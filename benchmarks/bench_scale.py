@@ -20,7 +20,8 @@ inflates them less than wall time):
 - ``ms/epoch``: CPU milliseconds per simulated epoch after the set-up;
 - ``dev-ep/s``: device-epochs per CPU second, ``updates x epochs / CPU seconds of the epochs``, where a round makes
   D updates (one per device), ``buffer_size`` for a buffered protocol (FedBuff) and none for ``centralized``;
-- ``peak MiB``: the child's peak RSS; ``base MiB`` the RSS after its imports (the interpreter, NumPy, the protocol).
+- ``peak MiB``: the child's peak RSS; ``base MiB`` the RSS after its imports (the interpreter, NumPy, the protocol's
+  module), before the warm-up.
 
 The second table times the exact kernels against float64 on the same shapes, wall clock (best or median of
 ``--repeat``), reusing the kernel benchmarks: CodedPaddedFL's ``Q<48,24>`` product (2000 x 2000) @ (2000 x 10)
@@ -132,8 +133,10 @@ def run_cell(name: str, D: int, *, epochs: int, d: int, n: int, c: int) -> dict[
         ``build_s``, ``setup_s``, ``epochs``, ``ms_per_epoch``, ``dev_ep_per_s``, ``peak_mib``, ``base_mib``,
         ``mode`` and ``params`` (CPU seconds).
     """
+    from fednet.protocol import registry
     from fednet.study.threads import limit_threads
 
+    registry.get(name)  # its module imported: part of the base
     base = _rss_mib()
     with limit_threads(1):
         try:
