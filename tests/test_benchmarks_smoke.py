@@ -58,3 +58,15 @@ def test_every_benchmark_documents_a_smoke_command() -> None:
     assert BENCHMARKS
     for path in BENCHMARKS:
         smoke_command(path)
+
+
+def test_bench_scale_cells_without_a_result_say_why(monkeypatch) -> None:
+    """A cell that runs out of time, or that the protocol refuses, is a reason in the table, not a crash."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    import bench_scale
+
+    kw = dict(epochs=1, d=4, n=4, c=2, memory_bytes=8 << 30)
+    assert bench_scale.measure_cell("conventional", 10, limit_s=0.05, **kw)["reason"] == "time limit (0 s)"
+    refused = bench_scale.measure_cell("codedsecagg", 30, limit_s=120, **kw)    # 8 groups do not divide 30 devices
+    assert refused["reason"].startswith("ConfigError: ") and "groups" in refused["reason"]
