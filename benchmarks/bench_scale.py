@@ -31,7 +31,7 @@ The second table times the exact kernels against float64 on the same shapes, wal
 
 Run: ``.venv/bin/python benchmarks/bench_scale.py [--devices 1000 10000 100000] [--epochs 3] [--protocols conventional
 codedsecagg] [--limit 900] [--memory-gib 24] [--d 20] [--n 16] [--repeat 5] [--no-kernels] [--json out.json]``;
-``--quick`` (``make bench``): D = 1,000, 2 epochs, a 60 s limit per cell, the kernels at 3 repetitions, 200 bits only.
+``--quick`` (``make bench``): D = 1,000, 2 epochs, a 30 s limit per cell, the kernels at 3 repetitions, 200 bits only.
 
 Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_scale.py --devices 40
 --epochs 1 --protocols conventional codedsecagg --no-kernels``
@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> None:
     from fednet.protocol import registry
 
     devices = args.devices or ([1000] if args.quick else [1000, 10000, 100000])
-    limit_s = args.limit or (60.0 if args.quick else 900.0)
+    limit_s = args.limit or (30.0 if args.quick else 900.0)
     repeat = args.repeat or (3 if args.quick else 5)
     memory = int(args.memory_gib * 2**30)
     avail = available_bytes()
