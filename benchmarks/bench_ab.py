@@ -8,6 +8,9 @@ with this interpreter (``PYTHONPATH`` points at the checkout: its ``fednet`` and
 
 Run: ``.venv/bin/python benchmarks/bench_ab.py --base /tmp/base [--devices 25 120 1000] [--reps 2]
 [--protocols conventional codedsecagg] [--json out.json]``
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_ab.py --base . --devices 10
+--protocols conventional --reps 1``
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ across rounds) into ``C_i + Cbar_i epsilon`` (eq. 11, exact, one ``Q<48,24>`` sh
 removes the pads of the ``D - alpha + 1`` responders the same way and decodes (eq. 12).  The
 reference is the same products in plain float64 numpy: ``D + (D - alpha + 1)`` products
 ``(d x d) @ (d x c)`` and the decoding sum.  The ratio is the overhead of exactness.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_codedpaddedfl_epoch.py --D
+4 --d 40 --c 2 --alpha 2 --repeat 1``
 """
 
 from __future__ import annotations

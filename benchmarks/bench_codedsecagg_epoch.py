@@ -18,6 +18,9 @@ prepared limbs (same memory, same cost per product) (phase 1 itself, the sharing
 part is checked: device 0's eq. (13) result (first row) equals galois's.  The interpolation runs on
 these random shares too (its result is not a meaningful aggregate, so the Z_<k+f> range check is
 skipped there; the cost is the same).
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_codedsecagg_epoch.py
+--devices 8 --d 40 --c 2 --groups 2 --distinct 2``
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ Prints, with the ``cryptography`` package's version:
   :data:`fednet.algebra.crypto_meter.REFERENCE_MAC_RATE` that device crypto rates are scaled by).
 
 Each figure is the best of 5 repetitions.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_crypto.py``
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Host wall time of DReS-FL rounds: one full-mode round (real LCC data, coded gradients, decoding, check)
 and one timing-mode round, N = 20 clients, the paper's 784-64-64-10 network over GF(2^200 - 75), K = T = 1.
 
-Usage: PYTHONPATH=. python benchmarks/bench_dresfl_round.py [rows_per_client]
+Usage: PYTHONPATH=. python benchmarks/bench_dresfl_round.py [rows_per_client [rounds]]
 (full mode keeps every client's coded data set in residue form: rows_per_client = 3000, MNIST's, does not fit
 in memory; the default 64 does.)
        PYTHONPATH=. python benchmarks/bench_dresfl_round.py --table2 [rounds]
@@ -21,6 +21,8 @@ CPU); after (the plain gradient modulo a smaller prime as WideInts digit columns
 global data transformed once) 0.032 / 0.044 s host (0.031 / 0.042 s CPU).  The study itself, DReS-FL only,
 MNIST seed 0, 1000 rounds (``fednet run studies/dresfl_table2.toml --runs DReS-FL --epochs 1000 --seed 0``):
 252 s -> 86 s host wall (load average ~5.5), the trace bit for bit the same.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_dresfl_round.py 4 1``
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def main(rows: int = 64, rounds: int = 2) -> None:
         proto.run(rounds, on_round=lambda row: stamps.append(time.perf_counter()))
         setup, per_round = stamps[1] - stamps[0], (stamps[-1] - stamps[1]) / rounds
         print(f"{mode:6s}: setup {setup:7.2f} s host, one round {per_round:7.2f} s host "
-              f"(N = {N}, {rows} rows per client, d_w = {proto.n_params})", flush=True)
+              f"(N = {N}, {rows} rows per client, d_w = {proto.learning.n_params})", flush=True)
 
 
 def table2(rounds: int = 100, rows: int = 3000) -> float:
@@ -99,7 +101,7 @@ def table2(rounds: int = 100, rows: int = 3000) -> float:
     per_round = (stamps[-1] - stamps[2]) / (rounds - 1)      # round 1 also transforms the global data set
     print(f"timing (Table 2 set-up): setup {stamps[1] - stamps[0]:6.2f} s host, {per_round:.4f} s host per round "
           f"({(cpu[-1] - cpu[2]) / (rounds - 1):.4f} s CPU) over rounds 2..{rounds} (N = {N}, {rows} rows per client, "
-          f"p = 2^440 - 33, d_w = {proto.n_params})",
+          f"p = 2^440 - 33, d_w = {proto.learning.n_params})",
           flush=True)
     return per_round
 
@@ -108,4 +110,4 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--table2":
         table2(int(sys.argv[2]) if len(sys.argv) > 2 else 100)
     else:
-        main(int(sys.argv[1]) if len(sys.argv) > 1 else 64)
+        main(*(int(a) for a in sys.argv[1:3]))

@@ -5,11 +5,14 @@ LTE star with the paper's link and compute models, at D = 25 and D = 1000. Two d
 ``d = 20`` (the engine's own overhead dominates) and ``d = 2000, c = 10`` with 96 points per
 device (the paper's feature size; the math shows up).
 
-Run: ``.venv/bin/python benchmarks/bench_engine.py``
+Run: ``.venv/bin/python benchmarks/bench_engine.py [--quick]`` (``--quick``: the D = 25 rows, 5 epochs each).
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_engine.py --quick``
 """
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Callable
 
@@ -71,9 +74,15 @@ def bench(D: int, d: int, n: int, epochs: int) -> dict[str, float]:
 
 
 def main() -> None:
-    """Print the table for D in {25, 1000} and d in {20, 2000}."""
+    """Print the table for D in {25, 1000} and d in {20, 2000} (``--quick``: D = 25 only, 5 epochs)."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="D = 25 only, 5 epochs a row")
+    args = ap.parse_args()
+    rows = [(25, 20, 96, 400), (1000, 20, 96, 20), (25, 2000, 96, 100), (1000, 2000, 96, 5)]
+    if args.quick:
+        rows = [(D, d, n, 5) for D, d, n, _ in rows if D == 25]
     print(f"{'D':>5} {'d':>5} {'epochs':>6} {'events':>9} {'events/s':>10} {'wall/epoch':>11} {'sim/epoch':>10}")
-    for D, d, n, epochs in [(25, 20, 96, 400), (1000, 20, 96, 20), (25, 2000, 96, 100), (1000, 2000, 96, 5)]:
+    for D, d, n, epochs in rows:
         r = bench(D, d, n, epochs)
         print(f"{r['D']:>5} {r['d']:>5} {r['epochs']:>6} {r['events']:>9} {r['events_per_s']:>10.0f} "
               f"{r['wall_per_epoch_ms']:>9.2f}ms {r['sim_s_per_epoch']:>9.2f}s")

@@ -21,6 +21,9 @@ Run (from the repository root)::
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_engine_events.py [SETUP ...] [D ...] [--views]
         [--paths ,+unbatched,+fast]
     PYTHONPATH=$PWD OMP_NUM_THREADS=1 python benchmarks/bench_engine_events.py --profile SETUP D [--slow]
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_engine_events.py
+conventional 25``
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ decoding (eqs. 6-7), the full-mode bit-exact check against the plain quantised s
 and the 28 client updates, with the engine's event handling, and the observer's test evaluation of the
 trace row (``--max-test`` images).  ``--mode timing`` times the same rounds in timing mode (no field math;
 the same trace).  Prints JSON.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_fedvs_round.py --rounds 1
+--max-train 512 --max-test 100 --mode timing``
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def main() -> None:
     fednet.configure_host()  # the fednet command's host settings (fednet.runtime), before NumPy loads
     from fednet.learning.vertical import as_learning_task, load_vertical
     from fednet.sim import Deterministic, Simulation
-    from protocols.fedvs import FedVS
+    from fednet.protocols.fedvs import FedVS
     from fednet.topologies.lte import lte_star
 
     t0 = time.perf_counter()

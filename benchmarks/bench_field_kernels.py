@@ -12,6 +12,9 @@ conversion rows time it separately.  Each entry is the minimum over ``--repeat``
 time (ms); the ratio is exact / float64.  Goal: within 30x of float64 at 200 bits.  The last row
 of the first table times a plain Python-int object-array product (what galois' FieldArray does for
 such primes) once, for scale.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_field_kernels.py --repeat 1
+--bits 200``
 """
 
 from __future__ import annotations
@@ -72,62 +75,8 @@ def main() -> None:
     ap.add_argument("--train", type=int, default=0, metavar="STEPS",
                     help="also train the MNIST PINN exactly for STEPS steps (needs FEDNET_DATA)")
     a = ap.parse_args()
-    sizes = (784, 64, 64, 10)
-    b = 64
-    N, K, T = 20, 1, 1
-    rng = np.random.default_rng(0)
-    xf = rng.random((b, 784))
-    yf = rng.random((b, 10))
-    Wf = [rng.standard_normal((i, o)) for i, o in zip(sizes[:-1], sizes[1:])]
-    bf = [rng.standard_normal(o) for o in sizes[1:]]
-    dzf = rng.random((b, 64))
     for bits in a.bits:
-        q = PRIMES[bits]
-        ctx = rns_context(q, 1024)
-        model = FieldPolyMLP(sizes, q, data_bits=4, weight_bits=None, init_scale=4.0, max_inner=1024)
-        params = model.init_params(1)
-        Xc = ctx.from_field(uniform(rng, q, (b, 784)))  # a coded minibatch
-        Yc = ctx.from_field(uniform(rng, q, (b, 10)))
-        Wu = ctx.from_field(uniform(rng, q, (784, 64)))
-        Ws = ctx.from_signed(params["W1"])
-        dZ = ctx.from_field(uniform(rng, q, (b, 64)))
-        rows = []
-
-        def row(name, f_float, f_exact):
-            """Time ``f_float`` and ``f_exact`` (best of ``--repeat``) and add the row ``name`` with the slowdown."""
-            tf, te = _best_pair(f_float, f_exact, a.repeat)
-            rows.append((name, tf, te, te / tf))
-
-        row("X~(64x784) @ W1(784x64), W1 integer weights", lambda: xf @ Wf[0], lambda: ctx.matmul(Xc, Ws))
-        row("X~(64x784) @ U(784x64), both uniform", lambda: xf @ Wf[0], lambda: ctx.matmul(Xc, Wu))
-        row("X~^T(784x64) @ dZ1(64x64), both uniform", lambda: xf.T @ dzf, lambda: ctx.matmul(Xc.T, dZ))
-        row("PINN 784-64-64-10 fwd+bwd on coded batch", lambda: _float_pass(Wf, bf, xf, yf),
-            lambda: model._gradient_rns(params, Xc, Yc))
-        # LCC encoding of one coded minibatch for N clients: (N, K+T) @ (K+T, b*784)
-        alphas, betas = default_points(N, K, T)
-        Lc = ctx.from_field(lagrange_coefficients(betas, alphas, q))
-        S = ctx.from_field(uniform(rng, q, (K + T, b * 784)))
-        Lf = rng.random((N, K + T))
-        Sf = rng.random((K + T, b * 784))
-        row(f"LCC encode (N={N}, K+T={K + T}) of 64x784", lambda: Lf @ Sf, lambda: ctx.matmul(Lc, S))
-        # decoding: (K, 9) @ (9, d_w)
-        d_w = model.n_params
-        Dc = ctx.from_field(lagrange_coefficients(alphas[:9], betas[:K], q))
-        R = ctx.from_field(uniform(rng, q, (9, d_w)))
-        Df = rng.random((K, 9))
-        Rf = rng.random((9, d_w))
-        row(f"LCC decode (K={K}, 9 evaluations) of d_w={d_w}", lambda: Df @ Rf, lambda: ctx.matmul(Dc, R))
-        Xraw = uniform(rng, q, (b, 784))
-        row("convert 64x784 field -> residues", lambda: xf.copy(), lambda: ctx.from_field(Xraw))
-        G = model._gradient_rns(params, Xc, Yc)["W1"]
-        row("convert 784x64 residues -> field (CRT)", lambda: Wf[0].copy(), lambda: G.to_field())
-        if bits == a.bits[0]:
-            A = uniform(rng, q, (64, 784))
-            B = uniform(rng, q, (784, 64))
-            t = time.perf_counter()
-            A.dot(B) % q
-            tp = (time.perf_counter() - t) * 1e3
-            rows.append(("(reference) Python-int object dot, uniform 64x784x64", rows[1][1], tp, tp / rows[1][1]))
+        ctx, rows = kernel_rows(bits, a.repeat, reference=bits == a.bits[0])
         print(f"\n{ctx!r}")
         print(f"{'operation':52s} {'float64 ms':>11s} {'exact ms':>10s} {'ratio':>7s}")
         for name, tf, te, r in rows:
@@ -137,6 +86,83 @@ def main() -> None:
             full_round(bits)
     if a.train:
         train_exact(a.train)
+
+
+def kernel_rows(bits: int, repeat: int = 5,
+                reference: bool = False) -> tuple[object, list[tuple[str, float, float, float]]]:
+    """The exact kernels at the DReS-FL MNIST shapes over the ``bits``-bit prime, next to float64 (module docstring).
+
+    Parameters
+    ----------
+    bits : {200, 440}
+        The prime (:data:`PRIMES`).
+    repeat : int
+        Each entry is the best of this many alternating runs.
+    reference : bool
+        Also time the Python-int object-array product once (slow; for scale).
+
+    Returns
+    -------
+    ctx : RNSContext
+        The residue context the kernels ran in.
+    rows : list of (operation, float64 ms, exact ms, exact / float64)
+    """
+    sizes = (784, 64, 64, 10)
+    b = 64
+    N, K, T = 20, 1, 1
+    rng = np.random.default_rng(0)
+    xf = rng.random((b, 784))
+    yf = rng.random((b, 10))
+    Wf = [rng.standard_normal((i, o)) for i, o in zip(sizes[:-1], sizes[1:])]
+    bf = [rng.standard_normal(o) for o in sizes[1:]]
+    dzf = rng.random((b, 64))
+    q = PRIMES[bits]
+    ctx = rns_context(q, 1024)
+    model = FieldPolyMLP(sizes, q, data_bits=4, weight_bits=None, init_scale=4.0, max_inner=1024)
+    params = model.init_params(1)
+    Xc = ctx.from_field(uniform(rng, q, (b, 784)))  # a coded minibatch
+    Yc = ctx.from_field(uniform(rng, q, (b, 10)))
+    Wu = ctx.from_field(uniform(rng, q, (784, 64)))
+    Ws = ctx.from_signed(params["W1"])
+    dZ = ctx.from_field(uniform(rng, q, (b, 64)))
+    rows = []
+
+    def row(name, f_float, f_exact):
+        """Time ``f_float`` and ``f_exact`` (best of ``repeat``) and add the row ``name`` with the slowdown."""
+        tf, te = _best_pair(f_float, f_exact, repeat)
+        rows.append((name, tf, te, te / tf))
+
+    row("X~(64x784) @ W1(784x64), W1 integer weights", lambda: xf @ Wf[0], lambda: ctx.matmul(Xc, Ws))
+    row("X~(64x784) @ U(784x64), both uniform", lambda: xf @ Wf[0], lambda: ctx.matmul(Xc, Wu))
+    row("X~^T(784x64) @ dZ1(64x64), both uniform", lambda: xf.T @ dzf, lambda: ctx.matmul(Xc.T, dZ))
+    row("PINN 784-64-64-10 fwd+bwd on coded batch", lambda: _float_pass(Wf, bf, xf, yf),
+        lambda: model._gradient_rns(params, Xc, Yc))
+    # LCC encoding of one coded minibatch for N clients: (N, K+T) @ (K+T, b*784)
+    alphas, betas = default_points(N, K, T)
+    Lc = ctx.from_field(lagrange_coefficients(betas, alphas, q))
+    S = ctx.from_field(uniform(rng, q, (K + T, b * 784)))
+    Lf = rng.random((N, K + T))
+    Sf = rng.random((K + T, b * 784))
+    row(f"LCC encode (N={N}, K+T={K + T}) of 64x784", lambda: Lf @ Sf, lambda: ctx.matmul(Lc, S))
+    # decoding: (K, 9) @ (9, d_w)
+    d_w = model.n_params
+    Dc = ctx.from_field(lagrange_coefficients(alphas[:9], betas[:K], q))
+    R = ctx.from_field(uniform(rng, q, (9, d_w)))
+    Df = rng.random((K, 9))
+    Rf = rng.random((9, d_w))
+    row(f"LCC decode (K={K}, 9 evaluations) of d_w={d_w}", lambda: Df @ Rf, lambda: ctx.matmul(Dc, R))
+    Xraw = uniform(rng, q, (b, 784))
+    row("convert 64x784 field -> residues", lambda: xf.copy(), lambda: ctx.from_field(Xraw))
+    G = model._gradient_rns(params, Xc, Yc)["W1"]
+    row("convert 784x64 residues -> field (CRT)", lambda: Wf[0].copy(), lambda: G.to_field())
+    if reference:
+        A = uniform(rng, q, (64, 784))
+        B = uniform(rng, q, (784, 64))
+        t = time.perf_counter()
+        A.dot(B) % q
+        tp = (time.perf_counter() - t) * 1e3
+        rows.append(("(reference) Python-int object dot, uniform 64x784x64", rows[1][1], tp, tp / rows[1][1]))
+    return ctx, rows
 
 
 def full_round(bits: int, N: int = 20, K: int = 1, T: int = 1, b: int = 64) -> None:

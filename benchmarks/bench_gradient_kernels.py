@@ -8,6 +8,9 @@ under while each device keeps its own products (the bits of the unbatched code).
 
 Run: ``OMP_NUM_THREADS=1 .venv/bin/python benchmarks/bench_gradient_kernels.py [--devices 1000] [--d 100] [--n 48]
 [--b 10]``.  Compare with ``FEDNET_DEFAULT_MALLOC=1`` (glibc's malloc defaults: the temporaries mapped anew).
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_gradient_kernels.py
+--devices 10``
 """
 
 from __future__ import annotations

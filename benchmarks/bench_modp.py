@@ -1,6 +1,6 @@
 """Benchmark: exact (2000 x 2000) @ (2000 x 10) products mod q against float64 BLAS.
 
-Run: ``.venv/bin/python benchmarks/bench_modp.py [--m 2000 --k 2000 --n 10 --repeat 7]``.
+Run: ``.venv/bin/python benchmarks/bench_modp.py [--m 2000 --k 2000 --n 10 --repeat 7] [--no-galois]``.
 
 Reports the best-of-``repeat`` wall time (ms) of
 * plain float64 BLAS ``A @ B`` (the reference speed, not exact mod q),
@@ -11,6 +11,9 @@ Reports the best-of-``repeat`` wall time (ms) of
 * the one-off cost of preparing the left operand, and galois FieldArray matmul on a (m/10)-row slice
   (scaled by 10) as the oracle's speed.
 Every exact result is checked against galois on a few rows.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_modp.py --m 100 --k 100
+--repeat 1 --no-galois``
 """
 
 from __future__ import annotations
@@ -39,22 +42,29 @@ def best_ms(fn, repeat: int) -> float:
     return 1e3 * min(times)
 
 
-def main() -> None:
-    """Time the products for the sizes given on the command line and print the table."""
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--m", type=int, default=2000)
-    ap.add_argument("--k", type=int, default=2000)
-    ap.add_argument("--n", type=int, default=10)
-    ap.add_argument("--repeat", type=int, default=7)
-    args = ap.parse_args()
-    m, k, n, r = args.m, args.k, args.n, args.repeat
-    rng = np.random.default_rng(0)
+def measure(m: int = 2000, k: int = 2000, n: int = 10, repeat: int = 7,
+            galois: bool = True) -> list[tuple[str, float, float, str]]:
+    """The products of the module docstring at ``(m x k) @ (k x n)``, every exact result checked against galois.
 
+    Parameters
+    ----------
+    m, k, n : int
+        The shape.
+    repeat : int
+        Each time is the best of this many runs.
+    galois : bool
+        Also time galois' FieldArray product (on ``m / 10`` rows, scaled) for each prime.
+
+    Returns
+    -------
+    list of (label, float64 ms, exact ms, note)
+        The float64 BLAS row first (its own reference).
+    """
+    rng = np.random.default_rng(0)
     A = rng.standard_normal((m, k))
     B = rng.standard_normal((k, n))
-    rows = [f"shape ({m}x{k})@({k}x{n}), best of {r}"]
-    t_blas = best_ms(lambda: A @ B, r)
-    rows.append(f"float64 BLAS                         {t_blas:9.2f} ms   1.0x")
+    t_blas = best_ms(lambda: A @ B, repeat)
+    rows = [("float64 BLAS", t_blas, t_blas, "")]
 
     for label, q, rhs_bits in [("31-bit 2^31-1", 2**31 - 1, None), ("73-bit 2^72+15", fixed_point_field(48, 24), None)]:
         a = uniform(rng, q, (m, k))
@@ -66,14 +76,13 @@ def main() -> None:
         GF = prime_field(q)
         ref = np.asarray((GF(a[:3]) @ GF(b)).view(np.ndarray))
         assert np.array_equal(out[:3].astype(object), ref.astype(object)), label
-        t = best_ms(lambda: P.matmul(b), r)
-        rows.append(
-            f"mod {label:16s} field rhs       {t:9.2f} ms {t / t_blas:6.1f}x  "
-            f"(limbs {P.n_limbs}x{P.w}b | rhs {P.w_b}b; prepare {t_prep:.0f} ms, {P.nbytes / 2**20:.0f} MiB)"
-        )
-        mg = max(1, m // 10)
-        t_g = best_ms(lambda: GF(a[:mg]) @ GF(b), 1) * (m / mg)
-        rows.append(f"  galois FieldArray (scaled from {mg} rows) {t_g:9.0f} ms {t_g / t_blas:6.0f}x")
+        t = best_ms(lambda: P.matmul(b), repeat)
+        rows.append((f"mod {label} field rhs", t_blas, t,
+                     f"limbs {P.n_limbs}x{P.w}b | rhs {P.w_b}b; prepare {t_prep:.0f} ms, {P.nbytes / 2**20:.0f} MiB"))
+        if galois:
+            mg = max(1, m // 10)
+            t_g = best_ms(lambda: GF(a[:mg]) @ GF(b), 1) * (m / mg)
+            rows.append((f"  galois FieldArray (scaled from {mg} rows)", t_blas, t_g, ""))
 
     q = fixed_point_field(48, 24)
     a = uniform(rng, q, (m, k))
@@ -82,12 +91,24 @@ def main() -> None:
     GF = prime_field(q)
     ref = np.asarray((GF(a[:3]) @ GF(to_field(eps, q))).view(np.ndarray))
     assert np.array_equal(P.matmul_signed(eps)[:3].astype(object), ref.astype(object))
-    t = best_ms(lambda: P.matmul_signed(eps), r)
-    rows.append(
-        f"mod 73-bit, 48-bit signed rhs (eq.13) {t:9.2f} ms {t / t_blas:6.1f}x  "
-        f"(limbs {P.n_limbs}x{P.w}b | rhs {P.w_b}b, {P.nbytes / 2**20:.0f} MiB)"
-    )
-    print("\n".join(rows))
+    t = best_ms(lambda: P.matmul_signed(eps), repeat)
+    rows.append(("mod 73-bit, 48-bit signed rhs (eq.13)", t_blas, t,
+                 f"limbs {P.n_limbs}x{P.w}b | rhs {P.w_b}b, {P.nbytes / 2**20:.0f} MiB"))
+    return rows
+
+
+def main() -> None:
+    """Time the products for the sizes given on the command line and print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--m", type=int, default=2000)
+    ap.add_argument("--k", type=int, default=2000)
+    ap.add_argument("--n", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--no-galois", action="store_true", help="skip the (slow) galois FieldArray rows")
+    args = ap.parse_args()
+    print(f"shape ({args.m}x{args.k})@({args.k}x{args.n}), best of {args.repeat}")
+    for label, t_blas, t, note in measure(args.m, args.k, args.n, args.repeat, galois=not args.no_galois):
+        print(f"{label:40s} {t:9.2f} ms {t / t_blas:6.1f}x" + (f"  ({note})" if note else ""))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,9 @@ With ``--profile DIR``, each timed run's epochs after its first (the steady stat
 the kernels at their shapes) run under :mod:`cProfile`; the stats go to ``DIR/<run index>.prof`` and the
 functions of largest own time are printed (the profiler slows Python-heavy code more than NumPy: compare
 shares, not seconds, with the unprofiled numbers).
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_study_runs.py
+studies/quickstart.toml --epochs 1``
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ at D = 10 (numba compiles LightSecAgg's kernels on first use).
 Run: ``.venv/bin/python benchmarks/bench_sweep.py [--full] [--devices 25 120 1000] [--d 100]
 [--epochs 3] [--protocols conventional lightsecagg] [--modes timing] [--no-profile] [--json out.json]
 [--threads 2] [--record-views] [--off tree]``
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_sweep.py --devices 10
+--epochs 1 --no-profile --protocols conventional``
 """
 
 from __future__ import annotations

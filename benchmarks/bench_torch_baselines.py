@@ -27,6 +27,9 @@ round's full garbage collection then walked those ~120,000 objects (~0.1 s each,
 Where a round's time goes now (FedAvg, ~9.4 present clients): the hand-written gradients ~45 % (their BLAS
 kernels, 64 x 784 x 64 twice, about two thirds of that), the float64 update arithmetic of clients and server
 ~23 %, gathering the minibatch rows ~13 %, the simulation, records and evaluations the rest.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_torch_baselines.py --rounds
+2 --runs Centralized``
 """
 
 from __future__ import annotations

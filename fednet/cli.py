@@ -16,10 +16,10 @@
     (:func:`fednet.study.config.load_study`). The progress (stderr) weighs runs by measured host cost
     (:mod:`fednet.study.progress`): a bar on a terminal, a line at most every 30 s elsewhere.
     ``--jobs [N]`` runs the runs x seeds as parallel tasks on a local Dask cluster of N
-    single-threaded worker processes (default: the number of cores), ``--scheduler ADDRESS``
-    on a running Dask cluster; the outputs are the serial run's, byte for byte (``timing.json``
-    aside); with fewer runs x seeds than N, the spare cores become threads inside the runs (a single
-    one runs in this process, without a cluster).
+    single-threaded worker processes (default: the cores the load average leaves free,
+    :func:`fednet.study.parallel.default_jobs`), ``--scheduler ADDRESS`` on a running Dask cluster;
+    the outputs are the serial run's, byte for byte (``timing.json`` aside); with fewer runs x seeds than N, the
+    spare cores become threads inside the runs (a single one runs in this process, without a cluster).
     ``--blas-threads N`` (default 1) sets the BLAS threads of each simulation; ``--threads N``
     the threads its sliced kernels use (:mod:`fednet.algebra.slices`; the same outputs for any N).
     ``--resume`` reuses the (run, seed) pairs an interrupted run of the same command finished
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     par = p_run.add_mutually_exclusive_group()
     par.add_argument("--jobs", type=_positive, nargs="?", const=0, metavar="N",
                      help="run the runs x seeds in parallel on a local Dask cluster of N worker processes "
-                          "(N omitted: the number of cores)")
+                          "(N omitted: the cores the 1-minute load average leaves free; an N above them warns)")
     par.add_argument("--scheduler", metavar="ADDRESS",
                      help="run the runs x seeds on a running Dask cluster (e.g. tcp://host:8786)")
     p_run.add_argument("--resume", action="store_true",

@@ -47,12 +47,22 @@ def _blas_threads(apis: tuple[str, ...] = ("blas", "openmp")) -> list[int]:
     return [d["num_threads"] for d in threadpool_info() if d["user_api"] in apis]
 
 
-def test_jobs_2_outputs_are_byte_identical_to_serial(tmp_path: Path) -> None:
+def test_jobs_2_outputs_are_byte_identical_to_serial(tmp_path: Path, monkeypatch, caplog) -> None:
+    """... and on a host whose load average shows one of two cores busy, ``--jobs 2`` says so in one line and
+    timing.json records the jobs chosen against the free cores (issue 32, item 4)."""
+    import logging
+
+    import fednet.study.parallel as parallel
+
     study = tmp_path / "small.toml"
     study.write_text(SMALL.format(fs="per_seed"))
     serial, par = tmp_path / "serial", tmp_path / "par"
     assert main(["run", str(study), "--out", str(serial), "--quiet"]) == 0
-    assert main(["run", str(study), "--out", str(par), "--quiet", "--jobs", "2"]) == 0
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 2)
+    monkeypatch.setattr(parallel.os, "getloadavg", lambda: (1.2, 1.0, 1.0))
+    with caplog.at_level(logging.WARNING, logger="fednet.study.parallel"):
+        assert main(["run", str(study), "--out", str(par), "--quiet", "--jobs", "2"]) == 0
+    assert caplog.text.count("--jobs 2: only 1 of 2 cores are free (load average 1.20)") == 1
     names = ["summary.json", "Conventional_FL/trace.csv", "Conventional_FL_drop_1/trace.csv"]
     for name in names:
         a, b = (serial / name).read_bytes(), (par / name).read_bytes()
@@ -61,6 +71,8 @@ def test_jobs_2_outputs_are_byte_identical_to_serial(tmp_path: Path) -> None:
     assert len(rows) == 1 + 2 * 5  # header, 2 seeds x (round 0 + 4 epochs)
     timing = json.loads((par / "timing.json").read_text())
     assert timing["parallel"]["workers"] == 2
+    assert {k: timing["parallel"][k] for k in ("jobs", "free_cores", "usable_cores", "load_1min")} == {
+        "jobs": 2, "free_cores": 1, "usable_cores": 2, "load_1min": 1.2}
     assert set(timing["runs"]["Conventional FL"]) == {"0", "1"}
     assert "parallel" not in json.loads((serial / "timing.json").read_text())
 

@@ -475,7 +475,9 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
     data_s : {feature seed: host seconds}
         The longest preparation of each feature draw on any worker.
     info : dict
-        ``workers`` (how many) and ``scheduler`` (address), for ``timing.json``.
+        ``workers`` (how many), ``scheduler`` (address) and ``threads``, for ``timing.json``; on a new local cluster
+        also ``jobs`` (asked for, or :func:`default_jobs`) and the host as the study started: ``free_cores``,
+        ``usable_cores`` and ``load_1min`` (:func:`free_cores`).
 
     Raises
     ------
@@ -498,8 +500,11 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
     pending = max(1, sum(pair not in finished for pair in order))
     own = client is None
     local = own and scheduler is None
+    host: dict[str, Any] = {}
     if local:
         jobs = default_jobs() if jobs is None else int(jobs)
+        free, cores, load = free_cores()          # recorded in timing.json: the jobs chosen against the free cores
+        host = {"jobs": jobs, "free_cores": free, "usable_cores": cores, "load_1min": load}
         if threads is None:
             threads = max(1, jobs // pending)     # fewer tasks than cores: the spare ones go inside the runs
         jobs = min(jobs, pending)
@@ -608,7 +613,7 @@ def simulate_parallel(study: Study, *, jobs: int | None = None, scheduler: str |
             k = str(res["feature_seed"])
             data_s[k] = max(data_s.get(k, 0.0), res["data_s"])
         info = {"workers": len(client.scheduler_info().get("workers", {})), "scheduler": client.scheduler.address,
-                "threads": threads}
+                "threads": threads, **host}
         return traces, wall, data_s, info
     finally:
         if own:
