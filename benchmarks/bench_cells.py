@@ -11,11 +11,10 @@ the devices share the air).
 
 Run (a few minutes on a quiet 2-core host)::
 
-    python benchmarks/bench_cells.py --devices 1000 --cells 10
+    .venv/bin/python benchmarks/bench_cells.py --devices 1000 --cells 10
 
-Smoke (seconds)::
-
-    python benchmarks/bench_cells.py --devices 50 --cells 5 --epochs 1 --protocols conventional
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_cells.py --devices 50
+--cells 5 --epochs 1 --repeat 1 --protocols conventional``.
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ Run (about 1.5 minutes on one quiet core)::
         [--profile]
 
 ``--profile`` prints the 25 functions of most own time of one more full-mode run at the largest D.
+
+Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_lightsecagg_full.py
+--devices 20 --epochs 1 --repeats 1``.
 """
 
 from __future__ import annotations
