@@ -272,8 +272,8 @@ class GroupSpec(_Strict):
         devices (the papers' grouping), a random permutation cut into balanced groups, devices
         dealt by MAC rate so every group has a similar mix, or one group per cell of the network
         (``cells``: the devices' ``cell`` attribute, set by ``lte_cells``, ``radio_star`` and
-        ``hierarchy``; ``count`` must be the number of cells that hold devices, checked when the network is
-        built), so that CodedSecAgg's groups and aggregation tree follow the cells (issue 28, item 5).
+        ``hierarchy``; ``count`` must be the number of cells that hold devices, checked when the study is
+        loaded), so that CodedSecAgg's groups and aggregation tree follow the cells (issue 28, item 5).
     count : int, optional
         N. A protocol with a ``groups`` parameter takes it when its run does not set one.
     membership : list of list of int, optional
