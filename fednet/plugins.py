@@ -16,7 +16,7 @@ from typing import Any
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["import_object", "search_path", "is_object_path"]
+__all__ = ["import_object", "import_callable", "search_path", "is_object_path", "find_file"]
 
 _SEARCH: list[Path] = []
 
@@ -141,4 +141,22 @@ def import_object(spec: str, what: str = "object") -> object:
         except AttributeError:
             raise ImportError(f"{what} {spec!r}: module {module!r} ({getattr(mod, '__file__', '?')}) "
                               f"has no attribute {attr!r}") from None
+    return obj
+
+
+def import_callable(spec: str, what: str, name: str | None = None) -> Any:
+    """:func:`import_object` of a ``"package.module:name"`` that must be callable (a factory, a loader), for a
+    pydantic validator: every failure is one :class:`ValueError` line naming ``name`` (default ``what``) and ``spec``.
+
+    Raises
+    ------
+    ValueError
+        If the object cannot be imported, or is not callable.
+    """
+    try:
+        obj = import_object(spec, what)
+    except ImportError as e:                     # one line, through pydantic (which names the field)
+        raise ValueError(str(e)) from None
+    if not callable(obj):
+        raise ValueError(f"{name or what} {spec!r} is not callable (got a {type(obj).__name__})")
     return obj

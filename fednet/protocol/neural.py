@@ -28,7 +28,7 @@ from pydantic import Field, field_validator
 from fednet.learning.federated import dresfl_schedule
 from fednet.learning.model import Model, Params
 from fednet.learning.torch_models import MLPModel
-from fednet.plugins import import_object, is_object_path
+from fednet.plugins import import_callable, import_object, is_object_path
 from fednet.sim.simulation import Node
 
 from .base import Protocol, ProtocolConfig
@@ -96,12 +96,7 @@ class ModelPluginConfig(ProtocolConfig):
             return spec
         if not is_object_path(spec):
             raise ValueError(f"model must be 'package.module:factory', got {spec!r}")
-        try:
-            factory = import_object(spec, "model factory")
-        except ImportError as e:                     # one line, through pydantic (names the field)
-            raise ValueError(str(e)) from None
-        if not callable(factory):
-            raise ValueError(f"model {spec!r} is not callable (got a {type(factory).__name__})")
+        import_callable(spec, "model factory", "model")
         return spec
 
 

@@ -72,7 +72,7 @@ from pydantic import (BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, Va
 from pydantic_core import PydanticCustomError
 
 from fednet.errors import ConfigError
-from fednet.plugins import import_object, is_object_path, search_path
+from fednet.plugins import import_callable, is_object_path, search_path
 from fednet.protocol import registry
 
 __all__ = ["Study", "DataSpec", "NetworkSpec", "GroupSpec", "TrainingSpec", "RunSpec", "load_study", "StudyError",
@@ -169,12 +169,7 @@ class DataSpec(_Strict):
             return name
         if not is_object_path(name):
             raise ValueError(f"must be one of {list(_DATASET_NAMES)} or a loader 'package.module:loader', got {name!r}")
-        try:
-            loader = import_object(name, "dataset loader")
-        except ImportError as e:
-            raise ValueError(str(e)) from None
-        if not callable(loader):
-            raise ValueError(f"dataset loader {name!r} is not callable (got a {type(loader).__name__})")
+        import_callable(name, "dataset loader")
         return name
 
     @model_validator(mode="after")
