@@ -390,13 +390,7 @@ class Simulation:
             e = {**{k: attrs[k] for k in _LINK_KEYS if k in attrs}, **graph.edges[key, up_to]}
             for k in _LINK_KEYS:
                 attrs.pop(k, None)
-            loss = e.get("loss", 0.0)
-            up = Link(_positive(e.get("uplink_bps"), f"uplink_bps of device {key!r}"),
-                      _probability(e.get("uplink_loss", loss), f"uplink loss of device {key!r}"),
-                      Slot(self.env))
-            down = Link(_positive(e.get("downlink_bps"), f"downlink_bps of device {key!r}"),
-                        _probability(e.get("downlink_loss", loss), f"downlink loss of device {key!r}"),
-                        Slot(self.env))
+            up, down = self._duplex(e, f"device {key!r}")
             self.devices.append(Node(
                 index=i, name=key, role="device",
                 mac_rate=_positive(attrs.pop("mac_rate", None), f"mac_rate of device {key!r}"),
@@ -421,13 +415,7 @@ class Simulation:
             latency = float(b.get("latency_s", 0.0))
             if not (math.isfinite(latency) and latency >= 0):
                 raise ConfigError(f"latency_s of {what} must be finite and >= 0 seconds, got {latency!r}")
-            loss = b.get("loss", 0.0)
-            up = Link(_positive(b.get("uplink_bps"), f"uplink_bps of {what}"),
-                      _probability(b.get("uplink_loss", loss), f"uplink loss of {what}"), Slot(self.env),
-                      latency_s=latency)
-            down = Link(_positive(b.get("downlink_bps"), f"downlink_bps of {what}"),
-                        _probability(b.get("downlink_loss", loss), f"downlink loss of {what}"), Slot(self.env),
-                        latency_s=latency)
+            up, down = self._duplex(b, what, latency)
             index = edge_index[key]
             self.parent[index] = len(device_keys)
             self.edge_servers.append(Node(
@@ -485,6 +473,18 @@ class Simulation:
         self._tables: dict[tuple[int, ...], tuple[int, list[Node], np.ndarray | None, list[Any], bool]] = {}
 
     # -- helpers ------------------------------------------------------------------------
+    def _duplex(self, e: dict, what: str, latency_s: float = 0.0) -> tuple[Link, Link]:
+        """The uplink and downlink of an edge's attributes ``e`` (``uplink_bps``, ``downlink_bps``, ``loss`` or
+        ``uplink_loss`` / ``downlink_loss``), checked, errors naming ``what`` (a device, a backhaul)."""
+        loss = e.get("loss", 0.0)
+        up = Link(_positive(e.get("uplink_bps"), f"uplink_bps of {what}"),
+                  _probability(e.get("uplink_loss", loss), f"uplink loss of {what}"), Slot(self.env),
+                  latency_s=latency_s)
+        down = Link(_positive(e.get("downlink_bps"), f"downlink_bps of {what}"),
+                    _probability(e.get("downlink_loss", loss), f"downlink loss of {what}"), Slot(self.env),
+                    latency_s=latency_s)
+        return up, down
+
     @property
     def now(self) -> float:
         """Current simulated time in seconds."""
