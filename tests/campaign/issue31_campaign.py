@@ -692,6 +692,27 @@ def _fresh_signal_handlers() -> None:
         signal.signal(s, signal.SIG_DFL)
 
 
+@contextlib.contextmanager
+def interrupt_after_first_pair():
+    """Inside the block, ``fednet run`` finishes its first (run, seed) pair and is interrupted (``KeyboardInterrupt``)
+    as the second starts, leaving a checkpoint of one pair (``fednet.study.runner._run_one`` patched, then restored)."""
+    import fednet.study.runner as runner
+
+    original, calls = runner._run_one, []
+
+    def run_one(*a, **k):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return original(*a, **k)
+
+    runner._run_one = run_one
+    try:
+        yield
+    finally:
+        runner._run_one = original
+
+
 def _signal_child(phase: str, sig: int, argv: list[str]) -> None:
     import fednet.study.checkpoint as ck_mod
     import fednet.study.config as config_mod
@@ -759,22 +780,9 @@ def signal_case(phase: str, sig: int, *, resume: bool = False, previous: bool = 
                 assert main(["run", str(study), "--out", str(out), "--quiet"]) == 0
             kept = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
         if resume:
-            import fednet.study.runner as runner
-
-            original, calls = runner._run_one, []
-
-            def run_one(*a, **k):
-                if calls:
-                    raise KeyboardInterrupt
-                calls.append(1)
-                return original(*a, **k)
-
-            runner._run_one = run_one
-            try:
-                with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-                    main(["run", str(study), "--out", str(out), "--quiet"])
-            finally:
-                runner._run_one = original
+            with interrupt_after_first_pair(), contextlib.redirect_stderr(io.StringIO()), \
+                    contextlib.redirect_stdout(io.StringIO()):
+                main(["run", str(study), "--out", str(out), "--quiet"])
         argv = (["plot", str(out), "--log-x", "--output", str(work / "p.png")] if phase.startswith("replot") else
                 ["run", str(study), "--out", str(out), "--quiet", *(["--resume"] if resume else [])])
         ctx = multiprocessing.get_context("fork")
@@ -897,24 +905,11 @@ def tamper_cases() -> list[Case]:
     text = tiny(epochs=2, seeds="[0, 1]")
 
     def interrupted(work: Path, out: Path, *, secret: str | None = None) -> None:
-        import fednet.study.runner as runner
-
-        original, calls = runner._run_one, []
-
-        def run_one(*a, **k):
-            if calls:
-                raise KeyboardInterrupt
-            calls.append(1)
-            return original(*a, **k)
-
-        runner._run_one = run_one
-        try:
-            (work / "s.toml").write_text(text)
-            with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-                main(["run", str(work / "s.toml"), "--out", str(out), "--quiet",
-                      *(["--secret-seed", secret] if secret else [])])
-        finally:
-            runner._run_one = original
+        (work / "s.toml").write_text(text)
+        with interrupt_after_first_pair(), contextlib.redirect_stderr(io.StringIO()), \
+                contextlib.redirect_stdout(io.StringIO()):
+            main(["run", str(work / "s.toml"), "--out", str(out), "--quiet",
+                  *(["--secret-seed", secret] if secret else [])])
 
     def resign(ck: Path, path: Path, doc: dict) -> None:
         """Forge a record and sign it with the folder's own key (an attacker who can write the folder can)."""
