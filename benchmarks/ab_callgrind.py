@@ -65,6 +65,7 @@ def child(protocol: str, mode: str, n_devices: int, warmup: int, epochs: int) ->
     proto = registry.get(protocol)(sim, task, params, label=protocol)
 
     def on_round(row):
+        """Counting on after the warm-up epochs; the process ends after the counted ones."""
         r = row.get("round", row.get("epoch"))
         if r == warmup:
             subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], stdout=subprocess.DEVNULL, check=True)
@@ -96,6 +97,7 @@ def instructions(checkout: Path, protocol: str, mode: str, n_devices: int, warmu
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Print the instructions per epoch of every cell, old and new, and their ratio (or run one ``--child`` cell)."""
     if argv is None:
         argv = sys.argv[1:]
     if argv[:1] == ["--child"]:
