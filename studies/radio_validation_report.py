@@ -11,7 +11,7 @@ commit d7b002e), which states the model it simulates in closed form:
 
 * users at distance ``d ~ U(0, 500)`` m from the base station (``d = rand(usernumber, 1) * 500``), channel gain
   ``h = d^-2``, no shadowing, transmit power ``P = 0.01`` W;
-* packet error rate of user i on resource block n (the paper's waterfall model, Sec. II-B):
+* packet error rate of user i on resource block n (the paper's waterfall model):
   ``q = 1 - exp(-1.08 (I_n + 1e-14) / (P h))``, i.e. waterfall threshold ``m = 1.08``, noise ``B N0 = 1e-14`` W;
 * interference over the uplink RBs, six RBs: ``I = (0.05, 0.07, ..., 0.15) - 0.04`` (x 1e-6 W) =
   1e-8 .. 1.1e-7 W; downlink interference ``Id = 0.06 x 3e-6 = 1.8e-7`` W;

@@ -23,8 +23,9 @@ the topology's keyed stream, so every protocol compared at a seed sees the same 
 **Interference and the waterfall BLER model.**  ``interference_w`` (uplink) and ``downlink_interference_w`` add a
 received interference power ``I`` (W) to the noise ``B N0``, so the link's SINR is ``P h / (I + B N0)``.  With
 ``bler_model = "waterfall"`` a packet is lost with Chen et al.'s packet error rate (Chen, Yang, Saad, Yin, Poor, Cui,
-"A joint learning and communications framework for federated learning over wireless networks", IEEE TWC 20(1), 2021,
-Sec. II-B, the per-RB packet error rate)
+"A joint learning and communications framework for federated learning over wireless networks", IEEE TWC 20(1), 2021:
+the packet error rate of a user on a resource block, as the authors' published simulation code computes it,
+github.com/mzchen0/Wireless-FL, ``FLMIN.m``, with ``m = 1.08``; studies/radio_validation.toml checks fednet against it)
 
     ``q = 1 - exp(-m (I + B N0) / (P h))``                            (``m``: the waterfall threshold)
 
@@ -87,7 +88,7 @@ def rate_for_outage(target: float, bandwidth_hz: float, snr: float) -> float:
 
 def waterfall_bler(sinr: float, m: float) -> float:
     """Chen et al.'s packet error rate ``q = 1 - exp(-m (I + B N0) / (P h)) = 1 - exp(-m / SINR)`` (module docstring;
-    IEEE TWC 2021, Sec. II-B), ``m`` the waterfall threshold (linear), ``sinr`` linear."""
+    IEEE TWC 2021), ``m`` the waterfall threshold (linear), ``sinr`` linear; dimensionless probability."""
     return -math.expm1(-m / sinr)
 
 
