@@ -159,8 +159,8 @@ def plain_engine(net: Any, *, cells: bool = False) -> bool | str:
         return ("devices reach the server through edge servers and their backhaul (a hierarchy): the backends "
                 "replay a one-server star, so the reference processes run")
     if getattr(net.sim, "cells", None) and not cells:
-        return ("devices share a cell's airtime (fednet.sim.cells): the backends replay dedicated links, so the "
-                "reference processes run")
+        return ("devices share a cell's airtime (fednet.sim.cells): this backend replays dedicated links (only the "
+                "vectorised gather replays shared airtime), so the reference processes run")
     sim_type = type(net.sim)
     over = list(net.overridden()) + [f"Simulation.{name}" for name in SIM_METHODS
                                      if getattr(sim_type, name) is not getattr(Simulation, name)]
