@@ -44,8 +44,8 @@ class GatherReplay(Backend):
         if step.wait is not None:
             return "the nodes wait for an event (wait=...)"
         if net.sim.cells:
-            why = cells_reason(net, step)
-            return why if why is not True else fast_reason(net, step.nodes, cells=True)
+            ok = fast_reason(net, step.nodes, cells=True)
+            return ok if ok is not True else cells_reason(net, step)
         return fast_reason(net, step.nodes)
 
     def run(self, net: Any, step: Step) -> Generator:
