@@ -79,7 +79,7 @@ def test_a_device_sends_its_own_messages_in_turn_and_downlinks_are_separate() ->
 
 
 @pytest.mark.backends                    # the backends' reasons to decline (all allowed)
-def test_one_device_per_cell_is_the_star_and_the_engine_says_why_it_runs_the_reference() -> None:
+def test_one_device_per_cell_is_the_star_and_the_vectorised_gather_replays_it() -> None:
     from fednet.protocol import registry
     from factories import make_task
 
@@ -90,7 +90,7 @@ def test_one_device_per_cell_is_the_star_and_the_engine_says_why_it_runs_the_ref
     a = registry.get("conventional")(star, task, {}).run(3)
     b = registry.get("conventional")(cells, task, {}).run(3)
     assert a == b                                                                  # the same times and draws
-    assert "share a cell's airtime" in cells.engine_paths.explain()
+    assert cells.engine_paths.count("batched", "gather") == 3                        # no process per device
     shared = Simulation(lte_cells(6, n_cells=1, loss=0.1, device_mac_rates=rates), 3, secret_seed=4)
     c = registry.get("conventional")(shared, task, {}).run(3)
     assert c[-1]["time_s"] > a[-1]["time_s"]                                       # six uploads share one cell

@@ -82,9 +82,10 @@ def buffered_sum(gradients: list[np.ndarray], weights: list[float], server_lr: f
         g0 = gradients[0]
         if (isinstance(g0, np.ndarray) and g0.dtype == np.float64
                 and all(isinstance(g, np.ndarray) and g.shape == g0.shape and g.dtype == g0.dtype for g in gradients)):
-            stack = np.stack(gradients)             # the same products as an axpy a gradient, at once
+            stack = np.stack(gradients)             # the same products as an axpy a gradient, at once, in place
             charge(stack.size)
-            gradients = np.asarray(weights, dtype=np.float64).reshape((-1,) + (1,) * g0.ndim) * stack + 0.0
+            np.multiply(np.asarray(weights, dtype=np.float64).reshape((-1,) + (1,) * g0.ndim), stack, out=stack)
+            gradients = np.add(stack, 0.0, out=stack)
         else:
             gradients = [axpy(w, g, 0.0) for w, g in zip(weights, gradients)]
     total = sum_gradients(gradients)

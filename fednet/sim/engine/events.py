@@ -143,9 +143,12 @@ def event_order(times: np.ndarray, pred: np.ndarray, base: np.ndarray) -> np.nda
 SIM_METHODS = ("transfer", "compute", "_hop", "hop_draw", "hop_done", "deliver", "compute_now")
 
 
-def plain_engine(net: Any) -> bool | str:
+def plain_engine(net: Any, *, cells: bool = False) -> bool | str:
     """``True`` if none of the methods a backend replays is overridden -- the net's ``send`` / ``_message``
-    (:meth:`fednet.protocol.primitives.Net.overridden`) and the simulation's :data:`SIM_METHODS` -- else the reason."""
+    (:meth:`fednet.protocol.primitives.Net.overridden`) and the simulation's :data:`SIM_METHODS` -- else the reason.
+
+    ``cells``: the caller replays shared cells' airtime itself (:mod:`fednet.sim.engine.backends.airtime`), so cells
+    are no reason to decline."""
     if getattr(net.sim, "energy", None):
         return ("the devices have an energy model: the backends do not account energy, so the reference processes "
                 "run")
@@ -155,9 +158,9 @@ def plain_engine(net: Any) -> bool | str:
     if getattr(net.sim, "edge_servers", None):
         return ("devices reach the server through edge servers and their backhaul (a hierarchy): the backends "
                 "replay a one-server star, so the reference processes run")
-    if getattr(net.sim, "cells", None):
-        return ("devices share a cell's airtime (fednet.sim.cells): the backends replay dedicated links, so the "
-                "reference processes run")
+    if getattr(net.sim, "cells", None) and not cells:
+        return ("devices share a cell's airtime (fednet.sim.cells): this backend replays dedicated links (only the "
+                "vectorised gather replays shared airtime), so the reference processes run")
     sim_type = type(net.sim)
     over = list(net.overridden()) + [f"Simulation.{name}" for name in SIM_METHODS
                                      if getattr(sim_type, name) is not getattr(Simulation, name)]
@@ -182,10 +185,10 @@ def idle_reason(sim: Simulation, nodes: Sequence[Node]) -> bool | str:
     return True if sim.idle(nodes, settled=True) else "a link or processor of the step's nodes is busy"
 
 
-def fast_reason(net: Any, nodes: Sequence[Node]) -> bool | str:
-    """``True`` if a step over ``nodes`` may run without SimPy processes: :func:`plain_engine`, :func:`alone` and
-    :func:`idle_reason` all hold; else the first reason."""
-    for check in (plain_engine(net), alone(net.sim)):
+def fast_reason(net: Any, nodes: Sequence[Node], *, cells: bool = False) -> bool | str:
+    """``True`` if a step over ``nodes`` may run without SimPy processes: :func:`plain_engine` (``cells`` passed on),
+    :func:`alone` and :func:`idle_reason` all hold; else the first reason."""
+    for check in (plain_engine(net, cells=cells), alone(net.sim)):
         if check is not True:
             return check
     return idle_reason(net.sim, nodes)

@@ -23,7 +23,8 @@ from fednet.sim.simulation import Node
 from .. import wire
 from ..events import draws_plain, event_at, fast_reason
 from ..results import Batch, GatherResult, StragglerShortfall, UnchargedCompute, compute_key, payload_size
-from ..step import Backend, Step
+from ..step import Backend, Declined, Step
+from .airtime import replayable_air, shared_finishes
 
 __all__ = ["GatherReplay", "fast_rounds", "replay_start", "run_batch", "replay_vectorised"]
 
@@ -42,6 +43,9 @@ class GatherReplay(Backend):
             return "cancel=False (the late nodes' work goes on beside the caller)"
         if step.wait is not None:
             return "the nodes wait for an event (wait=...)"
+        if net.sim.cells:
+            ok = fast_reason(net, step.nodes, cells=True)
+            return ok if ok is not True else cells_reason(net, step)
         return fast_reason(net, step.nodes)
 
     def run(self, net: Any, step: Step) -> Generator:
@@ -50,6 +54,47 @@ class GatherReplay(Backend):
                                        step.download_elements, step.download_bits, step.run, step.macs, step.kind_of,
                                        step.size_of, step.upload_bits, timing_key=step.timing_key,
                                        batch=step.batch, charged=step.charged, step=step.name))
+
+
+def cells_reason(net: Any, step: Step) -> bool | str:
+    """``True`` if the vectorised gather can replay ``step`` on a network with shared cells
+    (:mod:`fednet.sim.engine.backends.airtime`), else the reason: it needs the step's batch (the node-by-node replay
+    assumes dedicated links), every node awaited (a cancelled transfer would keep its share of the air in the
+    reference), and every node's cell idle and round robin."""
+    if step.batch is None or not net.sim.engine.allows("batched"):
+        return ("shared cells are replayed by the vectorised (batched) gather only, and this step has no batch or "
+                "the batched backend is not allowed")
+    if step.first is not None and int(step.first) < len(step.nodes):
+        return "the server waits for the first k only: cancelled transfers on shared cells are not replayed"
+    for node in step.nodes:
+        for link in (node.downlink, node.uplink):
+            air = getattr(link, "air", None)
+            if air is not None and not replayable_air(air):
+                return ("a node's cell is busy or shares its air under another scheduler than round robin (only "
+                        "an idle round-robin cell is replayed)")
+    return True
+
+
+def _through_cells(nodes: Sequence[Node], direction: str, starts: np.ndarray, airtimes: np.ndarray,
+                   ends: np.ndarray) -> np.ndarray | None:
+    """``ends`` (each transfer on its dedicated link: ``starts + airtimes``) with the transfers that share a cell's
+    air (``direction``: ``"downlink"`` or ``"uplink"``) ending as :func:`~.airtime.shared_finishes` says; None where
+    it cannot decide."""
+    cells: dict[int, list[int]] = {}
+    for p, node in enumerate(nodes):
+        air = getattr(getattr(node, direction), "air", None)
+        if air is not None:
+            cells.setdefault(id(air), []).append(p)
+    if not cells:
+        return ends
+    ends = np.array(ends, dtype=np.float64)
+    for members in cells.values():
+        P = np.array(members, dtype=np.intp)
+        got = shared_finishes(starts[P], airtimes[P])
+        if got is None:
+            return None
+        ends[P] = got
+    return ends
 
 
 def replay_start(net, nodes: Sequence[Node], roots: Sequence[Any], download: Any, download_kind: str,
@@ -126,6 +171,8 @@ def fast_rounds(net, nodes: list[Node], first: int | None, absent: list[Node], d
         net._note_failures(result)
         return result
     batched = batch is not None and sim.engine.allows("batched")
+    if sim.cells and not batched:                      # GatherReplay.can_run: cells_reason
+        return Declined("shared cells are replayed by the vectorised (batched) gather only")
     if batch is not None and not batched and sim.engine.record_paths:
         sim.engine_paths.decline(step_kind, step, "batched: not allowed by the engine configuration")
     if batched:
@@ -142,6 +189,8 @@ def fast_rounds(net, nodes: list[Node], first: int | None, absent: list[Node], d
             yield event_at(env, done)
             net._note_failures(result)
             return result
+        if sim.cells:                                  # the node-by-node replay below assumes dedicated links
+            return Declined(f"batched on shared cells: {done}")
         position = {id(node): p for p, node in enumerate(nodes)}
 
         def run(node: Node) -> Any:
@@ -324,6 +373,10 @@ def replay_vectorised(net, nodes: list[Node], need: int, result: GatherResult, d
         secs_d, extra_d = transmission_times(
             probe.bits, table[:, 1], sim.overhead, table[:, 2], sim.packet_bits, u_down, arrays=True)
         t1 = now0 + secs_d
+        if sim.cells:
+            t1 = _through_cells(nodes, "downlink", np.full(n, float(now0)), secs_d, t1)
+            if t1 is None:
+                return "a download asks for its cell's air as the air's timeout fires (SimPy's order decides)"
     else:
         t1 = np.full(n, now0, dtype=float)
     totals = node_macs if macs is None else [m + int(macs(node)) for m, node in zip(node_macs, nodes)]
@@ -350,6 +403,10 @@ def replay_vectorised(net, nodes: list[Node], need: int, result: GatherResult, d
     secs_u, extra_u = transmission_times(
         bits_up, table[:, 3], sim.overhead, table[:, 4], sim.packet_bits, u_up, arrays=True)
     t3 = t2 + secs_u
+    if sim.cells:
+        t3 = _through_cells(nodes, "uplink", t2, secs_u, t3)
+        if t3 is None:
+            return "an upload asks for its cell's air as the air's timeout fires (SimPy's order decides)"
     order = np.argsort(t3, kind="stable")
     t3_sorted = t3[order]
     if n > 1 and not (np.diff(t3_sorted) > 0).all():

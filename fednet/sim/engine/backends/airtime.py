@@ -1,0 +1,101 @@
+"""Shared airtime without processes: the finish times :class:`fednet.sim.cells.SharedAir` gives a set of transfers.
+
+A replay of a step on a network with cells (the vectorised gather, :func:`fednet.sim.engine.backends.gather.
+replay_vectorised`) knows when each transfer asks for its cell's air and how much airtime it needs (its dedicated
+link's :func:`~fednet.sim.network.transmission_time`).  :func:`shared_finishes` runs the air's events -- every
+arrival (:meth:`SharedAir.transmit`) and every firing of its one live timeout (:meth:`SharedAir._fire`) -- in time
+order as a scalar loop with the same float operations in the same order (``V += (now - at) / n``, ``finish = V +
+w``, ``delay = max(0, (finish - V) n)``, ``now + delay`` as SimPy's timeout adds it), so the times are the reference's
+bit for bit; stale timeouts, which the reference leaves to fire as no-ops, are not made.
+
+What decides SimPy's order but not the times is not modelled: an arrival at the very instant the air's timeout fires
+(SimPy's insertion order decides which runs first) makes :func:`shared_finishes` return ``None``, and the caller runs
+the reference.  Arrivals at one instant commute (each adds ``0 / n`` to ``V``), as do finishes at one instant (they
+end together).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from fednet.sim.cells import SharedAir
+
+__all__ = ["shared_finishes", "replayable_air"]
+
+
+def replayable_air(air: object) -> bool:
+    """Whether :func:`shared_finishes` stands for ``air``: an idle equal-airtime :class:`SharedAir` (no transfer in
+    progress, so no live timeout) of the round-robin scheduler."""
+    return (type(air) is SharedAir and getattr(air, "scheduler", "round_robin") == "round_robin"
+            and air.active == 0)
+
+
+def shared_finishes(starts: Sequence[float] | np.ndarray, airtimes: Sequence[float] | np.ndarray) -> np.ndarray | None:
+    """When each of a set of transfers on one idle cell direction ends under equal-airtime processor sharing.
+
+    Parameters
+    ----------
+    starts : array of float, (m,)
+        Simulated seconds at which each transfer asks for the air (:meth:`SharedAir.transmit`).
+    airtimes : array of float, (m,)
+        Seconds each would take alone (finite, >= 0; 0 ends at once, as ``transmit`` returns without waiting).
+
+    Returns
+    -------
+    ndarray of float64, (m,), or None
+        Each transfer's end, the times the reference's ``SharedAir`` gives (bit for bit); None where an arrival
+        coincides with a firing of the air's timeout (SimPy's insertion order would decide; module docstring).
+
+    Raises
+    ------
+    ValueError
+        For inputs of different lengths or a negative or non-finite airtime.
+    """
+    s = np.asarray(starts, dtype=np.float64)
+    w = np.asarray(airtimes, dtype=np.float64)
+    if s.shape != w.shape or s.ndim != 1:
+        raise ValueError(f"starts and airtimes must be 1-d of one length, got shapes {s.shape} and {w.shape}")
+    if w.size and not (np.isfinite(w).all() and (w >= 0).all()):
+        raise ValueError("airtimes must be finite and >= 0 seconds")
+    m = s.size
+    out = np.empty(m)
+    order = np.argsort(s, kind="stable").tolist()
+    s_l, w_l = s.tolist(), w.tolist()
+    heap: list[tuple[float, int, int]] = []       # (finish in virtual time, arrival number, transfer)
+    V, at, fire = 0.0, 0.0, math.inf              # virtual time, its instant, the live timeout's time
+    i = 0
+    inf = math.inf
+    while i < m or heap:
+        a = s_l[order[i]] if i < m else inf
+        if a < fire:                               # an arrival: SharedAir.transmit
+            k = order[i]
+            i += 1
+            wk = w_l[k]
+            if wk == 0.0:
+                out[k] = a
+                continue
+            if heap:
+                V += (a - at) / len(heap)
+            at = a
+            heapq.heappush(heap, (V + wk, i, k))
+            fire = a + max(0.0, (heap[0][0] - V) * len(heap))
+        elif fire < a:                             # the live timeout fires: SharedAir._fire
+            T = fire
+            V += (T - at) / len(heap)
+            at = T
+            top = heap[0][0]
+            lim = max(top, V)
+            while heap and heap[0][0] <= lim:
+                out[heapq.heappop(heap)[2]] = T
+            if heap:
+                V = max(V, top)
+                fire = T + max(0.0, (heap[0][0] - V) * len(heap))
+            else:
+                V, fire = 0.0, inf
+        else:                                      # an arrival at the instant the timeout fires
+            return None
+    return out
