@@ -4,11 +4,14 @@ A study file's header quotes what a full run measured. So that no number there i
 stale unnoticed), ``fednet report STUDY RESULT_DIR`` prints the table as ``# ``-prefixed comment lines, and
 ``--write`` puts them into the study file between the markers :data:`BEGIN` and :data:`END`::
 
-    # >>> fednet report (written by `fednet report studies/x.toml RESULT_DIR --write`; edit outside the markers)
-    # result RESULT_DIR: `fednet run studies/x.toml --jobs 2` on 2026-11-29 (fednet 0.1.0, commit a791f87)
-    #   run              seeds  last acc.  to 80 % [s]          speed-up @80 %
-    #   ---------------  -----  ---------  -------------------  -----------------
-    #   Conventional FL  3      0.9480     148 [106, 208]       1 (baseline)
+    # >>> fednet report (generated from a result folder: edit outside the markers)
+    # regenerate: `fednet report studies/x.toml results/x --write`
+    # result results/x, run on 2026-11-29 (fednet 0.1.0, commit a791f87):
+    #   `fednet run studies/x.toml --jobs 2`
+    # seeds 0, 1, 2; the study as in this file
+    #   run              seeds  last acc.  per round [s]  to 80 % [s]      speed-up @80 %
+    #   ---------------  -----  ---------  -------------  ---------------  --------------
+    #   Conventional FL  3      0.9480     33.0           148 [106, 208]   1 (baseline)
     # times: geometric mean over seeds [95% interval, log scale], ...
     # <<< fednet report
 
@@ -237,13 +240,17 @@ def format_report(summary: Mapping[str, Any], *, command: str, result: str,
     Returns
     -------
     str
-        ``# ``-prefixed lines, newline-terminated, none wider than :data:`WIDTH` (but an unbreakable word).
-        Per run: the seeds counted, the mean test accuracy at the last round, and per target the time
+        ``# ``-prefixed lines, newline-terminated, none wider than :data:`WIDTH` but the two naming the report
+        command and the result folder (never wrapped, so that a path's length moves no other line) and an
+        unbreakable word. Per run: the seeds counted, the mean test accuracy at the last round, the mean simulated
+        set-up time (when some run has a set-up phase) and time per round after it, and per target the time
         (geometric mean [95 % interval] over seeds), the devices' joules (with an energy model) and the paired
         speed-up over the baseline (with a baseline and another run).
     """
-    from fednet.study.results import (SAME, _key, _table, _time_unit, energy_cell, last_accuracy_cell, speedup_cell,
-                                      summary_note, time_cell)
+    import numpy as np
+
+    from fednet.study.results import (SAME, _key, _num, _table, _time_unit, energy_cell, last_accuracy_cell,
+                                      speedup_cell, summary_note, time_cell)
 
     prov = provenance or {}
     runs = summary["runs"]
@@ -251,6 +258,14 @@ def format_report(summary: Mapping[str, Any], *, command: str, result: str,
     energy = any("energy_j" in e for r in runs.values() for e in r["per_target"].values())
     speedups = summary.get("baseline") in runs and len(runs) > 1
     header = ["run", "seeds", "last acc."]
+    setups = {label: [v for v in run.get("setup_s", {}).values() if v is not None] for label, run in runs.items()}
+    per_round = {label: [v for v in run.get("round_s", {}).values() if v is not None] for label, run in runs.items()}
+    show_setup = any(v > 0 for vals in setups.values() for v in vals)
+    if show_setup:
+        setup_scale, setup_unit = _time_unit(v for vals in setups.values() for v in vals)
+        header.append(f"set-up [{setup_unit}]")
+    round_scale, round_unit = _time_unit(v for vals in per_round.values() for v in vals)
+    header.append(f"per round [{round_unit}]")
     units = {}
     for t in targets:
         units[_key(t)] = _time_unit(v for r in runs.values() for v in r["per_target"][_key(t)]["time_s"].values())
@@ -262,6 +277,9 @@ def format_report(summary: Mapping[str, Any], *, command: str, result: str,
     rows = [header]
     for label, run in runs.items():
         row = [label, str(len(run["seeds"])), last_accuracy_cell(run)]
+        if show_setup:
+            row.append(_num(float(np.mean(setups[label])), setup_scale) if setups[label] else "-")
+        row.append(_num(float(np.mean(per_round[label])), round_scale) if per_round[label] else "-")
         for t in targets:
             e = run["per_target"][_key(t)]
             row.append(time_cell(e, units[_key(t)][0]))
@@ -274,17 +292,20 @@ def format_report(summary: Mapping[str, Any], *, command: str, result: str,
     commit = str(prov.get("git_commit") or "unknown")[:7] + ("-dirty" if prov.get("git_dirty") else "")
     seeds = sorted({int(s) for r in runs.values() for s in r["seeds"]})
     date = str(prov["created_utc"])[:10] if prov.get("created_utc") else "an unrecorded date"
-    lines = [f"{BEGIN} (generated from a result folder: edit outside the markers)"]
-    lines += _comment(f"regenerate: `{command}`")
-    lines += _comment(f"result {result}: `{prov.get('command', 'command not recorded')}` on "
-                      f"{date} (fednet {prov.get('fednet', '?')}, "
-                      f"commit {commit}); seeds {', '.join(map(str, seeds))}; "
+    # the command and the folder stand on lines of their own, never wrapped: a path's length moves no other line
+    lines = [f"{BEGIN} (generated from a result folder: edit outside the markers)",
+             f"# regenerate: `{command}`",
+             f"# result {result}, run on {date} (fednet {prov.get('fednet', '?')}, commit {commit}):"]
+    lines += _comment(f"`{prov.get('command', 'command not recorded')}`", "  ")
+    lines += _comment(f"seeds {', '.join(map(str, seeds))}; "
                       + (f"the run differs from this file in: {'; '.join(differences[:MAX_DIFFERENCES])}"
                          + (f"; and {len(differences) - MAX_DIFFERENCES} more" if len(differences) > MAX_DIFFERENCES
                             else "")
                          if differences else "the study as in this file"))
     lines += ["#   " + line if line else "#" for line in _table(rows, WIDTH - 4).splitlines()]
-    note = summary_note(summary, marked) + "; last acc.: mean over seeds of the test accuracy at the last round"
+    note = (summary_note(summary, marked) + "; last acc.: mean over seeds of the test accuracy at the last round"
+            + ("; set-up: simulated time of the set-up phase" if show_setup else "")
+            + "; per round: simulated time per round after the set-up (set-up, per round: means over seeds)")
     if energy:
         note += "; J: the devices' joules until the target, mean over the seeds that reached it"
     lines += _comment(note)
