@@ -37,6 +37,14 @@
     Reprint the summary table (or one tidy row per run and target as Markdown, LaTeX or CSV) / redraw
     ``accuracy_vs_time.png`` from a saved study (the mean over seeds with their range; PNG, PDF or SVG).
     With ``--speedup``, ``speedup.png``: each run's speed-up over the baseline per target with its interval.
+``fednet report STUDY DIR [--targets ACC ...] [--write]``
+    The measured table of a study's header from a saved result folder of that study (:mod:`fednet.study.report`):
+    per run the seeds counted, the last test accuracy and, per target, the time (geometric mean [95 % interval]),
+    the devices' joules (with an energy model) and the speed-up over the baseline, as ``# `` comment lines with the
+    command and date of the run and what it changed against the file. ``DIR`` must hold results of ``STUDY`` (its
+    ``study.json`` names it and runs only runs of the file). ``--targets`` re-summarizes the saved traces at other
+    accuracies; ``--write`` replaces the block between ``# >>> fednet report`` and ``# <<< fednet report`` in the
+    study file (put at its top when absent), atomically, every other byte unchanged.
 ``fednet list``
     Name the registered protocols, topologies and bundled studies.
 ``fednet topology STUDY [--run LABEL] [--seed N] [--plot tree.png]``
@@ -273,6 +281,56 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def _target(text: str) -> float:
+    try:
+        t = float(text)
+    except ValueError:
+        t = float("nan")
+    if not 0.0 < t <= 1.0:                       # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a target accuracy in (0, 1], got {text!r}")
+    return t
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    import json
+    import shlex
+
+    from fednet.errors import FednetError
+    from fednet.study.config import load_study
+    from fednet.study.report import (as_validated, format_report, report_summary, saved_result,
+                                     study_differences, write_block)
+
+    path = _resolve(args.study)
+    if args.write and not path.is_file():
+        print(f"fednet: --write: {args.study!r} is not a study file to write into", file=sys.stderr)
+        return 2
+    study = load_study(path)
+    out = _saved(args)
+    if out is None:
+        return 2
+    summary, saved, prov = saved_result(out)
+    try:
+        differences = study_differences(as_validated(saved), json.loads(study.model_dump_json()), str(out))
+        if args.targets is not None and len(set(args.targets)) != len(args.targets):
+            print(f"fednet: --targets: {args.targets} names a target twice", file=sys.stderr)
+            return 2
+        chosen = report_summary(out, summary, sorted(args.targets) if args.targets else None)
+        command = shlex.join(["fednet", "report", args.study, args.dir,
+                              *(["--targets", *(f"{t:g}" for t in sorted(args.targets))] if args.targets else []),
+                              "--write"])
+        block = format_report(chosen, command=command, result=args.dir, provenance=prov, differences=differences)
+    except FednetError:
+        raise
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        raise _unreadable(out, e) from e
+    if args.write:
+        write_block(path, block)
+    print(block, end="")
+    if args.write:
+        print(f"fednet: wrote the report block into {path}", file=sys.stderr)
+    return 0
+
+
 def _cmd_list(args: argparse.Namespace) -> int:
     from fednet.protocol import registry
     from fednet.topologies import TOPOLOGIES
@@ -477,6 +535,15 @@ def main(argv: list[str] | None = None) -> int:
                              "(from summary.json; default file DIR/speedup.png)")
     p_plot.add_argument("--dpi", type=_dpi, default=300, help=f"resolution of a PNG, 1 to {MAX_DPI} (default 300)")
     p_plot.set_defaults(func=_cmd_plot)
+    p_rep = sub.add_parser("report", help="the measured table of a study's header from a saved result folder")
+    p_rep.add_argument("study", help="study TOML file or bundled study name")
+    p_rep.add_argument("dir", help="an output directory of that study")
+    p_rep.add_argument("--targets", nargs="+", type=_target, metavar="ACC",
+                       help="target accuracies in (0, 1] (default: the result's), re-summarized from the saved traces")
+    p_rep.add_argument("--write", action="store_true",
+                       help="replace the block between '# >>> fednet report' and '# <<< fednet report' in the study "
+                            "file (at its top when absent)")
+    p_rep.set_defaults(func=_cmd_report)
     p_top = sub.add_parser("topology", help="build and show a run's network and group tree (nothing is run)")
     p_top.add_argument("study", help="study TOML file or bundled study name")
     p_top.add_argument("--run", help="label of the run whose network to show (default: the first grouped run)")

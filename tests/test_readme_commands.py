@@ -6,7 +6,9 @@ Each command keeps every option it is written with (so its labels, ``--set`` key
 written, the kept baseline included) and gains, for ``fednet run``: ``--epochs 1``, the study's first seed, 64
 random features (``--set data.n_components=64`` for a horizontal random-feature study), the baseline alone when
 the command names no ``--runs``, ``--quiet``, and an ``--out`` in a temporary folder (the same folder for every
-command naming the same path, so ``fednet summarize /tmp/q`` reads what ``fednet run ... --out /tmp/q`` wrote).
+command naming the same path, so ``fednet summarize /tmp/q`` and ``fednet report quickstart /tmp/q`` read what
+``fednet run ... --out /tmp/q`` wrote; ``fednet report``'s ``--write`` is dropped: a README example never rewrites a
+bundled study file).
 Commands run in one process, in README order, from a temporary working folder. A command that needs a running
 Dask scheduler (``--scheduler``) is skipped, with that reason.
 """
@@ -77,6 +79,8 @@ def reduce_command(argv: list[str], folder: Path, paths: dict[str, Path]) -> lis
     argv = [str(ROOT / a) if not Path(a).is_absolute() and (ROOT / a).is_file() else a for a in argv]
     if argv[0] in ("summarize", "plot"):
         return [argv[0], place(argv[1]), *argv[2:]]
+    if argv[0] == "report":                 # the study as written, its result folder where the run put it
+        return [argv[0], argv[1], place(argv[2]), *[a for a in argv[3:] if a != "--write"]]
     if argv[0] != "run":
         return argv
     out = _option(argv, "--out")
@@ -102,7 +106,8 @@ def reduce_command(argv: list[str], folder: Path, paths: dict[str, Path]) -> lis
 def test_the_readme_holds_the_commands_it_documents() -> None:
     """The extraction finds the README's examples (a reformatted README must not silently test nothing)."""
     commands = [" ".join(argv) for _, argv in readme_commands(README.read_text(encoding="utf-8"))]
-    for needle in ("list", "describe ", "schema", "run quickstart", "summarize ", "plot ", "topology ", "--jobs 2",
+    for needle in ("list", "describe ", "schema", "run quickstart", "summarize ", "plot ", "report ", "topology ",
+                   "--jobs 2",
                    "--resume", "--set "):
         assert any(needle in c for c in commands), needle
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["time_to_target", "crossing", "mean_ci", "log_interval", "target_table", "summarize",
            "format_summary", "format_per_seed", "dumps_strict", "Results", "load_results", "rounds_frame",
            "targets_frame", "summary_frame", "format_frame", "FORMATS", "LEVEL", "device_indices",
-           "INDEX_COLUMNS"]
+           "INDEX_COLUMNS", "time_cell", "energy_cell", "speedup_cell", "last_accuracy_cell", "summary_note"]
 
 #: Confidence level of every interval in the summaries.
 LEVEL = 0.95
@@ -423,6 +423,60 @@ def _geomean(values: Sequence[float]) -> float:
     return float(np.exp(np.mean(np.log(values))))
 
 
+def last_accuracy_cell(run: Mapping[str, Any]) -> str:
+    """A run's test accuracy at its last round, the mean over its seeds (``"-"`` without a finite one)."""
+    accs = [a for a in run.get("accuracy_last_round", run.get("final_accuracy", {})).values() if a is not None]
+    return f"{np.mean(accs):.4f}" if accs else "-"
+
+
+def time_cell(entry: Mapping[str, Any], scale: float = 1.0) -> str:
+    """One run's time to one target (an entry of ``summary.json``'s ``per_target``), in units of ``scale`` seconds.
+
+    The geometric mean over the seeds with its interval when every seed reached the target (``*``: zero width);
+    the reaching seeds' geometric mean followed by ``(k/n)`` when only some did; ``not reached (0/n)`` when none did.
+    """
+    n_reached = entry.get("n_reached", sum(v is not None for v in entry["time_s"].values()))
+    n = len(entry["time_s"])
+    if n_reached == 0:
+        return f"not reached (0/{n})"
+    if entry.get("time_s_stats") is not None:
+        return _interval(entry["time_s_stats"], "geomean", scale)
+    got = [v for v in entry["time_s"].values() if v is not None and v > 0]
+    part = _num(_geomean(got), scale) if got else "-"
+    return f"{part} ({n_reached}/{n})"
+
+
+def energy_cell(entry: Mapping[str, Any]) -> str:
+    """The devices' mean joules until one target over the seeds that reached it (``(k/n)`` when not all did)."""
+    n = len(entry["time_s"])
+    joules = [v for v in (entry.get("energy_j") or {}).values() if v is not None]
+    cell = _num(float(np.mean(joules))) if joules else "-"
+    return cell if len(joules) == n or not joules else f"{cell} ({len(joules)}/{n})"
+
+
+def speedup_cell(entry: Mapping[str, Any], baseline: bool) -> str:
+    """One run's paired speed-up over the baseline at one target: geometric mean [interval], or ``(k/n)``."""
+    if baseline:
+        return "1 (baseline)"
+    if "speedup" not in entry:
+        return "-"
+    if entry.get("speedup_stats") is not None:
+        return _interval(entry["speedup_stats"], "geomean")
+    ok = [v for v in entry["speedup"].values() if v is not None]
+    return f"{_num(_geomean(ok))} ({len(ok)}/{len(entry['speedup'])})" if ok else f"- (0/{len(entry['speedup'])})"
+
+
+def summary_note(summary: Mapping[str, Any], marked: bool, setup: str = "set-up included") -> str:
+    """The line under a summary table saying how its numbers were computed (``marked``: a ``*`` cell is shown)."""
+    level = summary.get("level", LEVEL)
+    n_seeds = max((len(r["seeds"]) for r in summary["runs"].values()), default=0)
+    return (f"times: geometric mean over seeds [{level:.0%} interval, log scale], {setup}; speed-up: "
+            f"time(baseline) / time(run), paired by seed, geometric mean [{level:.0%} interval]; (k/n): reached at k "
+            f"of n seeds; n = {n_seeds} seed{'s' if n_seeds != 1 else ''}"
+            + ("; one seed: no intervals" if n_seeds == 1 else "")
+            + (f"; {SAME}: zero-width interval (every seed gave the same value)" if marked else ""))
+
+
 def format_summary(summary: Mapping[str, Any]) -> str:
     """A plain-text table: per run and target, time (geometric mean [interval]) and speed-up.
 
@@ -435,7 +489,6 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     so).  Lines are at most :data:`WIDTH` characters: a wider table is folded into blocks of columns.
     """
     targets = summary["targets"]
-    level = summary.get("level", LEVEL)
     runs = summary["runs"]
     header = ["run", "test acc, last\nround (mean)"]
     setups = {label: [v for v in run.get("setup_s", {}).values() if v is not None] for label, run in runs.items()}
@@ -458,46 +511,19 @@ def format_summary(summary: Mapping[str, Any]) -> str:
     lines = [header]
     marked = False
     for label, run in runs.items():
-        accs = [a for a in run.get("accuracy_last_round", run.get("final_accuracy", {})).values() if a is not None]
-        row = [label, f"{np.mean(accs):.4f}" if accs else "-"]
+        row = [label, last_accuracy_cell(run)]
         if show_setup:
             row.append(_num(float(np.mean(setups[label])), setup_scale) if setups[label] else "-")
             row.append(_num(float(np.mean(rounds[label])), round_scale) if rounds[label] else "-")
         for t in targets:
             e = run["per_target"][_key(t)]
-            scale = units[_key(t)][0]
-            n_reached = e.get("n_reached", sum(v is not None for v in e["time_s"].values()))
-            n = len(e["time_s"])
-            if n_reached == 0:
-                row.append(f"not reached (0/{n})")
-            elif e.get("time_s_stats") is not None:
-                row.append(_interval(e["time_s_stats"], "geomean", scale))
-            else:
-                got = [v for v in e["time_s"].values() if v is not None and v > 0]
-                part = _num(_geomean(got), scale) if got else "-"
-                row.append(f"{part} ({n_reached}/{n})")
+            row.append(time_cell(e, units[_key(t)][0]))
             if energy:
-                joules = [v for v in (e.get("energy_j") or {}).values() if v is not None]
-                cell = _num(float(np.mean(joules))) if joules else "-"
-                row.append(cell if len(joules) == n or not joules else f"{cell} ({len(joules)}/{n})")
-            if label == summary.get("baseline"):
-                row.append("1 (baseline)")
-            elif "speedup" not in e:
-                row.append("-")
-            elif e.get("speedup_stats") is not None:
-                row.append(_interval(e["speedup_stats"], "geomean"))
-            else:
-                ok = [v for v in e["speedup"].values() if v is not None]
-                row.append(f"{_num(_geomean(ok))} ({len(ok)}/{len(e['speedup'])})" if ok
-                           else f"- (0/{len(e['speedup'])})")
+                row.append(energy_cell(e))
+            row.append(speedup_cell(e, label == summary.get("baseline")))
         marked = marked or any(c.endswith(" " + SAME) for c in row)
         lines.append(row)
-    n_seeds = max((len(r["seeds"]) for r in runs.values()), default=0)
-    note = (f"times: geometric mean over seeds [{level:.0%} interval, log scale], set-up included; speed-up: "
-            f"time(baseline) / time(run), paired by seed, geometric mean [{level:.0%} interval]; (k/n): reached at k "
-            f"of n seeds; n = {n_seeds} seed{'s' if n_seeds != 1 else ''}"
-            + ("; one seed: no intervals" if n_seeds == 1 else "")
-            + (f"; {SAME}: zero-width interval (every seed gave the same value)" if marked else ""))
+    note = summary_note(summary, marked)
     failed = [f"{label} seed {seed}: training failed at round {f['round']}: {f['reason']}"
               for label, run in runs.items() for seed, f in run.get("failed", {}).items()]
     return _table(lines, WIDTH) + "\n" + _wrap(note) + "".join("\n" + _wrap(line) for line in failed)
