@@ -125,3 +125,36 @@ def test_first_k_on_cells_runs_the_reference_with_the_reason() -> None:
     assert got == ref
     reasons = " ".join(reason for _, _, reason in s_got.engine_paths.reasons)
     assert "cancelled transfers on shared cells are not replayed" in reasons
+
+
+def test_a_cancelled_transfer_leaves_the_air_at_once() -> None:
+    """A and B (0.2 s of airtime each) from 0; B is cancelled at 0.1 s, when A has had 0.05 s of service: A then
+    has the air alone and ends at 0.1 + 0.15 = 0.25 s (not at 0.4 s, as if B still held its share). The air is idle
+    afterwards and a new transfer takes exactly its own airtime."""
+    env = simpy.Environment()
+    air = SharedAir(env, "cell")
+    ends: dict[str, float] = {}
+
+    def send(name: str, w: float):
+        try:
+            yield from air.transmit(w)
+            ends[name] = env.now
+        except simpy.Interrupt:
+            ends[name] = -env.now
+
+    a, b = env.process(send("A", 0.2)), env.process(send("B", 0.2))
+
+    def cancel():
+        yield env.timeout(0.1)
+        b.interrupt("cancelled")
+        yield a
+        assert air.active == 0
+        yield env.timeout(1.0)
+        start = env.now
+        yield from air.transmit(0.3)
+        ends["C"] = env.now - start
+
+    env.process(cancel())
+    env.run()
+    assert ends["A"] == pytest.approx(0.25, rel=1e-12) and ends["B"] == -0.1
+    assert ends["C"] == pytest.approx(0.3, rel=1e-12)

@@ -5,7 +5,8 @@ In the papers' star every device has its own full-rate uplink and downlink. In a
 progress by **equal airtime** (round robin with a vanishing slot: processor sharing).  A transfer needs the airtime
 its own link would take alone -- :func:`fednet.sim.network.transmission_time` at its device's rate, with the header
 overhead and the keyed retransmissions -- and while ``n`` transfers are active each receives ``1/n`` of the time,
-so a transfer's rate changes, exactly, whenever another starts or ends.  ``n`` equal transfers of ``b`` bits at rate
+so a transfer's rate changes, exactly, whenever another starts or ends (or is cancelled: a transfer whose process is
+interrupted leaves the air at that instant, as a cancelled transfer frees a dedicated link).  ``n`` equal transfers of ``b`` bits at rate
 ``R`` that start together all end at ``n b / R``.  A device still sends its own messages one after the other (its
 link's FIFO); only different devices' transfers share the air.
 
@@ -77,9 +78,26 @@ class SharedAir:
             return
         self._advance()
         done = self.env.event()
-        heapq.heappush(self._heap, (self._virtual + airtime, next(self._order), done))
+        entry = (self._virtual + airtime, next(self._order), done)
+        heapq.heappush(self._heap, entry)
         self._schedule()
-        yield done
+        try:
+            yield done
+        except simpy.Interrupt:         # cancelled (the server stopped waiting): it leaves the air now
+            self._leave(entry)
+            raise
+
+    def _leave(self, entry: tuple[float, int, simpy.Event]) -> None:
+        """A transfer cancelled before its end leaves the air at once, as a cancelled transfer frees a dedicated
+        link: the others share the air among fewer from now on (none left: the air is idle)."""
+        if entry not in self._heap:     # it ended at this very instant
+            return
+        self._advance()
+        self._heap.remove(entry)
+        heapq.heapify(self._heap)
+        if not self._heap:
+            self._virtual = 0.0
+        self._schedule()
 
     def _schedule(self) -> None:
         """Arm one timeout for the earliest finish (older timeouts become stale)."""
