@@ -268,7 +268,8 @@ def test_hierarchy_and_radio_star_cells_under_proportional_fair() -> None:
 
 def test_a_study_runs_with_proportional_fair(tmp_path) -> None:
     """network.params.scheduler = "proportional_fair" with snr_db loads and runs, faster than round robin with the
-    same accuracy; round robin named explicitly is the default; a missing snr_db is refused at load."""
+    same accuracy; round robin named explicitly is the default; radio_star takes the scheduler and the CQI table in
+    its params; a missing snr_db is refused at load."""
     from fednet.study.config import StudyError, load_study
     from fednet.study.runner import run_study
     from test_faults import study_text, write
@@ -284,6 +285,10 @@ def test_a_study_runs_with_proportional_fair(tmp_path) -> None:
     assert rr[label][0] == default[label][0]
     assert pf[label][0][-1]["time_s"] < rr[label][0][-1]["time_s"]
     assert pf[label][0][-1]["accuracy"] == rr[label][0][-1]["accuracy"]
+    text = study_text(network='kind = "radio_star"\nparams = { rate_model = "cqi_table", radius_m = 250.0, '
+                              'n_cells = 2, scheduler = "proportional_fair" }', epochs=2).replace("loss = 0.0\n", "")
+    radio = run_study(load_study(write(tmp_path, text, "radio.toml")), None, progress=False).traces
+    assert radio[label][0][-1]["time_s"] > 0 and radio[label][0][-1]["accuracy"] == rr[label][0][-1]["accuracy"]
     bad = study_text(network='kind = "lte_cells"\nparams = { scheduler = "proportional_fair" }', epochs=2)
     with pytest.raises(StudyError, match="proportional_fair' needs params.snr_db"):
         load_study(write(tmp_path, bad, "bad.toml"))
