@@ -295,3 +295,12 @@ def test_a_study_runs_with_proportional_fair(tmp_path) -> None:
     bad = study_text(network='kind = "lte_cells"\nparams = { scheduler = "fair" }', epochs=2)
     with pytest.raises(StudyError, match="params.scheduler must be one of"):
         load_study(write(tmp_path, bad, "bad2.toml"))
+
+
+def test_fednet_list_names_the_schedulers_and_rate_models(capsys) -> None:
+    from fednet.cli import main
+
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "cell schedulers (params.scheduler): round_robin, proportional_fair" in out
+    assert "radio_star rate models (params.rate_model): bler_target, shannon, cqi_table" in out

@@ -1,8 +1,10 @@
 """Shared cells: devices of one cell share its airtime (issue 28, item 3, first part).
 
 In the papers' star every device has its own full-rate uplink and downlink. In a *cell* the devices attached to it
-(node attribute ``cell``) share the air: a cell's uplink (and, separately, its downlink) serves the transfers in
-progress by **equal airtime** (round robin with a vanishing slot: processor sharing).  A transfer needs the airtime
+(node attribute ``cell``) share the air under a named scheduler (:data:`SCHEDULERS`, the graph's ``cell_scheduler``):
+``"round_robin"`` (below) or ``"proportional_fair"`` (further below).  Round robin: a cell's uplink (and,
+separately, its downlink) serves the transfers in progress by **equal airtime** (round robin with a vanishing slot:
+processor sharing).  A transfer needs the airtime
 its own link would take alone -- :func:`fednet.sim.network.transmission_time` at its device's rate, with the header
 overhead and the keyed retransmissions -- and while ``n`` transfers are active each receives ``1/n`` of the time,
 so a transfer's rate changes, exactly, whenever another starts or ends.  ``n`` equal transfers of ``b`` bits at rate
