@@ -304,3 +304,30 @@ def test_fednet_list_names_the_schedulers_and_rate_models(capsys) -> None:
     out = capsys.readouterr().out
     assert "cell schedulers (params.scheduler): round_robin, proportional_fair" in out
     assert "radio_star rate models (params.rate_model): bler_target, shannon, cqi_table" in out
+
+
+def test_radio_energy_counts_the_slots_a_device_held() -> None:
+    """Two equal uploads from 0 under PF: each holds half the slots of [0, 2 w / G_2], w / G_2 seconds, so the
+    radio energy is tx_power_w x 2 w / G_2 in all (round robin: tx_power_w x 2 w); a third device joining at
+    t1 holds t1 alone-time of device 0 plus its shares: checked against int 1/n(t) dt."""
+    energy = {"tx_power_w": 0.2, "rx_power_w": 0.0, "kappa": 0.0}
+    w = B / R
+    for scheduler, want in (("proportional_fair", 2 * 0.2 * w / _g(2)), ("round_robin", 2 * 0.2 * w)):
+        g = lte_cells(2, uplink_bps=R, downlink_bps=R, loss=0.0, header_overhead=0.0, device_mac_rates=[1e6] * 2,
+                      scheduler=scheduler, snr_db=SNR_DB, energy=energy)
+        sim, done = Simulation(g, 0, device_compute=Deterministic()), {}
+        for i in range(2):
+            sim.env.process(_upload(sim, i, 0.0, done))
+        sim.env.run()
+        assert sim.counters.device_energy_j == pytest.approx(want, rel=1e-12)
+    g = lte_cells(2, uplink_bps=R, downlink_bps=R, loss=0.0, header_overhead=0.0, device_mac_rates=[1e6] * 2,
+                  scheduler="proportional_fair", snr_db=SNR_DB, energy=energy)
+    sim, done = Simulation(g, 0, device_compute=Deterministic()), {}
+    t1 = 0.05
+    sim.env.process(_upload(sim, 0, 0.0, done))
+    sim.env.process(_upload(sim, 1, t1, done))
+    sim.env.run()
+    # device 0: alone t1, then half of [t1, t_A]; device 1: half of [t1, t_A], then alone t1 (the joining test's times)
+    t_a = done[0]
+    assert sim.counters.device_energy_j == pytest.approx(0.2 * (t1 + (t_a - t1) / 2 + (t_a - t1) / 2 + t1),
+                                                         rel=1e-12)

@@ -725,14 +725,16 @@ class Simulation:
             yield req
             seconds, extra = self.hop_draw(msg, device, direction)
             start = self.now
+            held = None
             if link.air is None:
                 yield self.env.timeout(seconds)
             else:                                   # a shared cell: the airtime is served by its scheduler
-                yield from link.air.transmit(seconds)
+                held = yield from link.air.transmit(seconds)
         self.hop_done(msg, device, direction, extra, start, self.now)
         if self.energy and device.index in self.energy:   # its radio is on for its own airtime only
             tx, rx, _ = self.energy[device.index]
-            self.counters.device_energy_j += (tx if direction == "up" else rx) * seconds
+            # round robin: the airtime at its own rate; proportional fair: the slots it held (fewer, at higher rates)
+            self.counters.device_energy_j += (tx if direction == "up" else rx) * (seconds if held is None else held)
         if self.hop_latency:                        # the floor: scheduling, grant and core latency (link free)
             yield self.env.timeout(self.hop_latency)
 
