@@ -169,10 +169,10 @@ def _ln_mean_max(n: int, snr: np.ndarray) -> np.ndarray:
     log_cdf1[big] = np.log1p(-np.exp(-x[big]))
     log_cdf1[~big] = np.log(-np.expm1(-x[~big]))
     survival = -np.expm1(n * log_cdf1)
-    from scipy.special import expit
-
-    weight = expit(t[None, :] + ln_s[:, None])              # s x / (1 + s x), the integrand's dx -> x dt
-    return step * (weight * survival[None, :]).sum(axis=1)
+    keep = survival > 0.0                                   # past the top tail: exact zeros, no work
+    inv_x, survival = 1.0 / x[keep], survival[keep]
+    # s x / (1 + s x) = 1 / (1 + 1 / (s x)): the integrand's dx -> x dt; survival / (1 + (1/s)(1/x)), summed
+    return step * (survival[None, :] / (1.0 + (1.0 / snr)[:, None] * inv_x[None, :])).sum(axis=1)
 
 
 def mean_log2_max(n: int, snr: float | np.ndarray) -> float | np.ndarray:
@@ -265,6 +265,7 @@ class ProportionalFairAir:
         self._generation = 0
         self._next: int | None = None               # the job the pending timeout is for
         self._gains: dict[tuple[int, float], float] = {}
+        self._alone_cache: dict[float, float] = {}
 
     @property
     def active(self) -> int:
@@ -331,10 +332,21 @@ class ProportionalFairAir:
         if missing:
             if len(self._gains) > _GAIN_CACHE:
                 self._gains.clear()                     # bounded memory (a thousand devices in one cell)
-            for s, g in zip(missing, np.atleast_1d(pf_gain(n, np.array(missing)))):
-                self._gains[n, s] = 1.0 if n == 1 else float(g)
+            if n == 1:
+                self._gains.update(((1, s), 1.0) for s in missing)
+            else:
+                alone = [self._alone(s) for s in missing]
+                for s, e, a in zip(missing, np.atleast_1d(mean_log2_max(n, np.array(missing))), alone):
+                    self._gains[n, s] = float(e) / a
         for job in self._jobs.values():
             job[3] = self._gains[n, job[1]] / n
+
+    def _alone(self, snr: float) -> float:
+        """``E[log2(1 + snr M_1)]``, cached per SNR: :func:`pf_gain`'s denominator."""
+        v = self._alone_cache.get(snr)
+        if v is None:
+            v = self._alone_cache[snr] = mean_log2_max(1, snr)
+        return v
 
     def _schedule(self) -> None:
         """Recompute the speeds and arm one timeout for the earliest finish."""
