@@ -83,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--snr-db", type=float, default=10.0, help="every device's mean SNR (proportional fair)")
     args = parser.parse_args(argv)
     D = args.devices
-    print(f"D = {D}, {args.cells} {args.scheduler} cells of {D // args.cells}, d = {args.d}, {args.epochs} epochs, best of "
-          f"{args.repeat} (host CPU; simulated seconds per epoch in brackets)")
+    print(f"D = {D}, {args.cells} {args.scheduler} cells of {D // args.cells}, d = {args.d}, {args.epochs} epochs, "
+          f"best of {args.repeat} (host CPU; simulated seconds per epoch in brackets)")
     print(f"{'protocol':14} {'star ms/ep':>11} {'cells ms/ep':>12} {'cells/star':>10} {'star dev-ep/s':>14} "
           f"{'cells dev-ep/s':>15}   simulated s/epoch star, cells")
     for protocol in args.protocols:

@@ -4,9 +4,9 @@ In the papers' star every device has its own full-rate uplink and downlink. In a
 (node attribute ``cell``) share the air under a named scheduler (:data:`SCHEDULERS`, the graph's ``cell_scheduler``):
 ``"round_robin"`` (below) or ``"proportional_fair"`` (further below).  Round robin: a cell's uplink (and,
 separately, its downlink) serves the transfers in progress by **equal airtime** (round robin with a vanishing slot:
-processor sharing).  A transfer needs the airtime
-its own link would take alone -- :func:`fednet.sim.network.transmission_time` at its device's rate, with the header
-overhead and the keyed retransmissions -- and while ``n`` transfers are active each receives ``1/n`` of the time,
+processor sharing).  A transfer needs the airtime its own link would take alone --
+:func:`fednet.sim.network.transmission_time` at its device's rate, with the header overhead and the keyed
+retransmissions -- and while ``n`` transfers are active each receives ``1/n`` of the time,
 so a transfer's rate changes, exactly, whenever another starts or ends.  ``n`` equal transfers of ``b`` bits at rate
 ``R`` that start together all end at ``n b / R``.  A device still sends its own messages one after the other (its
 link's FIFO); only different devices' transfers share the air.
@@ -51,8 +51,8 @@ the formula for three devices at 0, 10 and 20 dB, tests/test_cells_pf.py).
 (where the survival function is 1 within ``1e-16``), then composite 12-point Gauss-Legendre in ``t = ln x``
 (panels of width ``min(1, 2 / ln n)``, the integrand being smooth in ``t`` apart from the step of the survival
 function near ``x = ln n``, of width about ``1 / ln n``) up to ``x = ln n + 47``; relative error about 1e-14 up to
-``n = 10^4`` (halving the panels changes no result by more than 5e-16), checked in the tests against ``scipy.integrate.quad`` and the closed form
-``sum_k (-1)^(k+1) C(n, k) e^{k/s} E_1(k/s)``.
+``n = 10^4`` (halving the panels changes no result by more than 5e-16), checked in the tests against
+``scipy.integrate.quad`` and the closed form ``sum_k (-1)^(k+1) C(n, k) e^{k/s} E_1(k/s)``.
 """
 
 from __future__ import annotations
@@ -219,8 +219,10 @@ def pf_gain(n: int, snr: float | np.ndarray) -> float | np.ndarray:
     """``G_n(snr) = E[log2(1 + snr M_n)] / E[log2(1 + snr M_1)]``: proportional fair's multi-user diversity gain.
 
     The factor by which a device's share of a cell under proportional fair exceeds its round-robin share
-    ``R_i / n`` while ``n`` transfers are active (module docstring); ``G_1 = 1`` and ``G_n`` grows with ``n``
-    (about ``ln n`` more nats per served slot at high SNR).
+    ``R_i / n`` while ``n`` transfers are active (module docstring); ``G_1 = 1`` and ``G_n`` grows with ``n``:
+    towards ``E[M_n] = H_n`` (the harmonic number) at low SNR, while at high SNR a served slot carries about
+    ``ln ln n + 0.577`` nats more than round robin's (``M_n`` being about ``ln n``; Tse & Viswanath 2005,
+    Sec. 6.6).
 
     Parameters, Returns, Raises
         As :func:`mean_log2_max` (dimensionless).
