@@ -14,6 +14,9 @@ Run (a few minutes on a quiet 2-core host)::
 
     .venv/bin/python benchmarks/bench_cells.py --devices 1000 --cells 10
 
+``--scheduler proportional_fair`` shares the cells by proportional fair instead (:class:`fednet.sim.cells.
+ProportionalFairAir`, every device at ``--snr-db``, 10 dB by default).
+
 Smoke (a reduced run, tests/test_benchmarks_smoke.py): ``.venv/bin/python benchmarks/bench_cells.py --devices 50
 --cells 5 --epochs 1 --repeat 1 --protocols conventional``.
 """
@@ -45,7 +48,7 @@ DEFAULT = ["conventional", "codedpaddedfl", "codedsecagg", "lightsecagg"]
 
 
 def epoch_cpu(protocol: str, n_devices: int, n_cells: int | None, *, d: int, n: int, c: int,
-              epochs: int) -> tuple[float, float]:
+              epochs: int, scheduler: str = "round_robin", snr_db: float = 10.0) -> tuple[float, float]:
     """CPU seconds per epoch after the set-up and simulated seconds per epoch."""
     modes, params_of = b.PROTOCOLS[protocol]
     params = dict(params_of(n_devices))
@@ -53,7 +56,9 @@ def epoch_cpu(protocol: str, n_devices: int, n_cells: int | None, *, d: int, n: 
         params["mode"] = "timing"
     task = b.synthetic_task(n_devices, d, n, c)
     rng = np.random.default_rng(1)
-    graph = lte_star(n_devices, rng=rng) if n_cells is None else lte_cells(n_devices, n_cells=n_cells, rng=rng)
+    snr = None if scheduler == "round_robin" else snr_db
+    graph = lte_star(n_devices, rng=rng) if n_cells is None else lte_cells(n_devices, n_cells=n_cells, rng=rng,
+                                                                          scheduler=scheduler, snr_db=snr)
     sim = Simulation(graph, seed=0, device_compute=ShiftedExponential(0.5), record_views=False)
     proto = registry.get(protocol)(sim, task, params, label=protocol)
     marks: list[tuple[float, float]] = []
@@ -75,16 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--d", type=int, default=100)
     parser.add_argument("--n", type=int, default=48)
     parser.add_argument("--c", type=int, default=10)
+    parser.add_argument("--scheduler", default="round_robin", choices=["round_robin", "proportional_fair"])
+    parser.add_argument("--snr-db", type=float, default=10.0, help="every device's mean SNR (proportional fair)")
     args = parser.parse_args(argv)
     D = args.devices
-    print(f"D = {D}, {args.cells} cells of {D // args.cells}, d = {args.d}, {args.epochs} epochs, best of "
-          f"{args.repeat} (host CPU; simulated seconds per epoch in brackets)")
+    print(f"D = {D}, {args.cells} {args.scheduler} cells of {D // args.cells}, d = {args.d}, {args.epochs} epochs, "
+          f"best of {args.repeat} (host CPU; simulated seconds per epoch in brackets)")
     print(f"{'protocol':14} {'star ms/ep':>11} {'cells ms/ep':>12} {'cells/star':>10} {'star dev-ep/s':>14} "
           f"{'cells dev-ep/s':>15}   simulated s/epoch star, cells")
     for protocol in args.protocols:
         star = min((epoch_cpu(protocol, D, None, d=args.d, n=args.n, c=args.c, epochs=args.epochs)
                     for _ in range(args.repeat)), key=lambda r: r[0])
-        cell = min((epoch_cpu(protocol, D, args.cells, d=args.d, n=args.n, c=args.c, epochs=args.epochs)
+        cell = min((epoch_cpu(protocol, D, args.cells, d=args.d, n=args.n, c=args.c, epochs=args.epochs,
+                              scheduler=args.scheduler, snr_db=args.snr_db)
                     for _ in range(args.repeat)), key=lambda r: r[0])
         print(f"{protocol:14} {1e3 * star[0]:11.2f} {1e3 * cell[0]:12.2f} {cell[0] / star[0]:10.2f} "
               f"{D / star[0]:14.0f} {D / cell[0]:15.0f}   [{star[1]:.4g}, {cell[1]:.4g}]", flush=True)

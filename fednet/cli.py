@@ -347,6 +347,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
     print("topologies:")
     for name, fn in TOPOLOGIES.items():
         print(f"  {name:<20} {(fn.__doc__ or '').strip().splitlines()[0]}")
+    from fednet.sim.cells import SCHEDULERS
+    from fednet.topologies.radio import RATE_MODELS
+
+    print(f"  {'':<20} cell schedulers (params.scheduler): {', '.join(SCHEDULERS)}")
+    print(f"  {'':<20} radio_star rate models (params.rate_model): {', '.join(RATE_MODELS)}")
     print("studies:")
     for name, path in bundled_studies().items():
         print(f"  {name:<20} {path}")

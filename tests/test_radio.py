@@ -91,3 +91,57 @@ def test_the_topology_is_drawn_where_the_devices_are(tmp_path) -> None:
                for i in range(8))
     out = draw_topology(g, tmp_path / "t.png", n_groups=2, title="radio")
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+# -- CQI table link adaptation (rate_model = "cqi_table") -----------------------------------------------------------
+
+#: 3GPP TS 36.213 Table 7.2.3-1: (modulation order, code rate x 1024) of CQI 1..15.
+_MCS = [(2, 78), (2, 120), (2, 193), (2, 308), (2, 449), (2, 602), (4, 378), (4, 490), (4, 616), (6, 466), (6, 567),
+        (6, 666), (6, 772), (6, 873), (6, 948)]
+
+
+def test_the_cqi_table_is_the_standards_and_its_thresholds_rise() -> None:
+    """Each efficiency is modulation order x code rate / 1024 rounded half up to 4 decimals (how the table is built:
+    4 x 616 / 1024 = 2.40625 is listed as 2.4063); thresholds and efficiencies strictly increase."""
+    from fednet.topologies.radio import CQI_EFFICIENCY, CQI_SNR_DB
+
+    assert len(CQI_EFFICIENCY) == len(CQI_SNR_DB) == 15
+    assert list(CQI_EFFICIENCY) == [math.floor(m * r / 1024 * 1e4 + 0.5) / 1e4 for m, r in _MCS]
+    assert all(a < b for a, b in zip(CQI_SNR_DB, CQI_SNR_DB[1:]))
+    assert all(a < b for a, b in zip(CQI_EFFICIENCY, CQI_EFFICIENCY[1:]))
+
+
+def test_the_right_cqi_is_picked_at_boundary_snrs() -> None:
+    from fednet.topologies.radio import CQI_SNR_DB, cqi_for_snr
+
+    for k, t in enumerate(CQI_SNR_DB, start=1):
+        assert cqi_for_snr(t) == k                                   # the threshold itself is met
+        assert cqi_for_snr(float(np.nextafter(t, -np.inf))) == k - 1
+    assert cqi_for_snr(-30.0) == 0 and cqi_for_snr(60.0) == 15 and cqi_for_snr(5) == 7
+    with pytest.raises(ValueError, match="snr_db must be a finite number of dB, got nan"):
+        cqi_for_snr(float("nan"))
+
+
+def test_cqi_table_rates_are_efficiency_times_bandwidth() -> None:
+    """Each link's rate is eff(CQI(mean SNR)) x B and its per-packet loss the 10 % BLER; a device below CQI 1 is
+    refused naming it; a BLER other than the table's is refused."""
+    from fednet.topologies.radio import CQI_BLER, CQI_EFFICIENCY, cqi_for_snr
+
+    g = radio_star(30, rng=np.random.default_rng(4), rate_model="cqi_table", radius_m=250.0, uplink_hz=2e6,
+                   downlink_hz=5e6, device_mac_rates=[1e6] * 30)
+    cqis = set()
+    for i in range(30):
+        e, node = g.edges[i, "server"], g.nodes[i]
+        up, down = cqi_for_snr(node["snr_up_db"]), cqi_for_snr(node["snr_down_db"])
+        cqis.add(up)
+        assert e["uplink_bps"] == CQI_EFFICIENCY[up - 1] * 2e6 and e["downlink_bps"] == CQI_EFFICIENCY[down - 1] * 5e6
+        assert e["uplink_loss"] == e["downlink_loss"] == CQI_BLER == 0.1
+    assert len(cqis) >= 4                                            # the draw spans several CQIs
+    with pytest.raises(ValueError, match=r"device \d+ is out of range on its uplink: mean SNR -?\d+\.\d+ dB is below "
+                                         r"CQI 1's threshold -6.934 dB"):
+        radio_star(30, rng=np.random.default_rng(4), rate_model="cqi_table", radius_m=5000.0, min_distance_m=3000.0,
+                   device_mac_rates=[1e6] * 30)
+    with pytest.raises(ValueError, match="thresholds are defined at, 0.1; got bler = 0.2"):
+        radio_star(3, rng=np.random.default_rng(4), rate_model="cqi_table", bler=0.2, device_mac_rates=[1e6] * 3)
+    with pytest.raises(ValueError, match="rate_model must be one of"):
+        radio_star(3, rng=np.random.default_rng(4), rate_model="mcs", device_mac_rates=[1e6] * 3)

@@ -7,8 +7,9 @@ use in ``network.kind`` to builders; a study may instead name its own builder as
 ``"package.module:function"`` (:func:`builder`), called as ``function(n_devices, rng=..., **params)``.
 
 Modules: :mod:`.lte` (the LTE star of the papers, and ``lte_cells``: the star's devices sharing the airtime of
-cells, :mod:`fednet.sim.cells`), :mod:`.radio` (devices placed around a base station, rates and losses from
-path loss, shadowing and Rayleigh fading), :mod:`.hierarchy` (cells with edge servers behind a backhaul to a
+cells by round robin or proportional fair, :mod:`fednet.sim.cells`), :mod:`.radio` (devices placed around a base
+station, rates and losses from path loss, shadowing and Rayleigh fading by link adaptation to a BLER target,
+Shannon with a gap, or LTE's CQI table), :mod:`.hierarchy` (cells with edge servers behind a backhaul to a
 cloud server), :mod:`.groups` (grouping rules and membership),
 :mod:`.distributions` (per-device values), :mod:`.secagg_tree` (CodedSecAgg's group tree as a DiGraph).
 """

@@ -9,7 +9,8 @@ Model (the smallest one that separates the two tiers; :mod:`fednet.sim.simulatio
   by the LTE links of the papers' star (``uplink_bps``, ``downlink_bps``, ``loss``; Schlegel et al., Sec. VII: 5 and
   10 Mbit/s, 10 % packet loss, 10 % headers). With ``shared_air`` (the default) the devices of a cell share its
   uplink and downlink airtime by equal shares (processor sharing, :mod:`fednet.sim.cells`): ``n`` devices uploading
-  at once each get ``1/n`` of their rate; ``shared_air = False`` gives each device its own full-rate link.
+  at once each get ``1/n`` of their rate (``scheduler = "proportional_fair"``: ``G_n(snr) / n`` of it, at the
+  devices' mean SNR ``snr_db``); ``shared_air = False`` gives each device its own full-rate link.
 * Each edge server reaches the **cloud** (the graph's ``"server"``) over a **backhaul**: a full-duplex link of
   ``backhaul_bps`` each way, per-packet loss ``backhaul_loss`` and a one-way latency ``backhaul_latency_s`` (a
   message is delivered that long after its last bit, the link meanwhile free).
@@ -35,7 +36,7 @@ from collections.abc import Mapping, Sequence
 import networkx as nx
 import numpy as np
 
-from .lte import SERVER, lte_star
+from .lte import SERVER, _check_scheduler, lte_star
 
 __all__ = ["hierarchy", "edge_key", "BACKHAUL_BPS", "BACKHAUL_LATENCY_S", "EDGE_MAC_RATE"]
 
@@ -58,8 +59,8 @@ def hierarchy(n_devices: int, *, n_cells: int = 2, uplink_bps: float | Sequence[
               edge_mac_rate: float = EDGE_MAC_RATE, device_mac_rates: Sequence[float] | None = None,
               backhaul_bps: float = BACKHAUL_BPS, backhaul_latency_s: float = BACKHAUL_LATENCY_S,
               backhaul_loss: float = 0.0, shared_air: bool = True, scheduler: str = "round_robin",
-              rng: np.random.Generator | None = None, hop_latency_s: float = 0.0,
-              energy: Mapping[str, float] | None = None) -> nx.Graph:
+              snr_db: float | Sequence[float] | None = None, rng: np.random.Generator | None = None,
+              hop_latency_s: float = 0.0, energy: Mapping[str, float] | None = None) -> nx.Graph:
     """Devices in ``n_cells`` cells, each cell with an edge server, the edge servers behind a backhaul to the cloud.
 
     Parameters
@@ -83,8 +84,12 @@ def hierarchy(n_devices: int, *, n_cells: int = 2, uplink_bps: float | Sequence[
         Per-packet loss probability on the backhaul, in [0, 1) (0).
     shared_air : bool
         The devices of a cell share its airtime (True; :mod:`fednet.sim.cells`), or each has its own link.
-    scheduler : {"round_robin"}
-        How a cell shares its airtime (:data:`fednet.sim.cells.SCHEDULERS`).
+    scheduler : {"round_robin", "proportional_fair"}
+        How a cell shares its airtime (:data:`fednet.sim.cells.SCHEDULERS`; proportional fair:
+        :class:`fednet.sim.cells.ProportionalFairAir`).
+    snr_db : float or sequence of float, optional
+        Mean SNR (dB) of each device's uplink and downlink (``snr_up_db`` / ``snr_down_db``), one value or one per
+        device: required by ``"proportional_fair"`` with ``shared_air`` (:func:`~fednet.topologies.lte.assign_cells`).
 
     Returns
     -------
@@ -112,10 +117,10 @@ def hierarchy(n_devices: int, *, n_cells: int = 2, uplink_bps: float | Sequence[
         raise ValueError(f"backhaul_loss must be in [0, 1), got {backhaul_loss!r}")
     if not isinstance(shared_air, bool):
         raise ValueError(f"shared_air must be true or false, got {shared_air!r}")
-    from fednet.sim.cells import SCHEDULERS
-
-    if scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
+    snrs = _check_scheduler(scheduler, snr_db, n_devices)
+    if scheduler == "proportional_fair" and shared_air and snrs is None:
+        raise ValueError("scheduler 'proportional_fair' needs each device's mean SNR: give snr_db (dB, one value or "
+                         "one per device)")
     star = lte_star(n_devices, uplink_bps=uplink_bps, downlink_bps=downlink_bps, loss=loss,
                     header_overhead=header_overhead, packet_bits=packet_bits, server_mac_rate=server_mac_rate,
                     device_mac_rates=device_mac_rates, rng=rng, hop_latency_s=hop_latency_s, energy=energy)
@@ -130,6 +135,8 @@ def hierarchy(n_devices: int, *, n_cells: int = 2, uplink_bps: float | Sequence[
         attrs = dict(star.nodes[i])
         if shared_air:
             attrs["cell"] = c
+        if snrs is not None:
+            attrs["snr_up_db"] = attrs["snr_down_db"] = snrs[i]
         g.add_node(i, **attrs, edge=c)
         g.add_edge(i, edge_key(c), **star.edges[i, SERVER])
     return g

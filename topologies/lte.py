@@ -167,14 +167,16 @@ def lte_cells(n_devices: int, *, n_cells: int = 1, uplink_bps: float | Sequence[
               downlink_bps: float | Sequence[float] = 10e6, loss: float | Sequence[float] = 0.1,
               header_overhead: float = 0.1, packet_bits: int | None = None, server_mac_rate: float = 8.24e12,
               device_mac_rates: Sequence[float] | None = None, scheduler: str = "round_robin",
-              rng: np.random.Generator | None = None, hop_latency_s: float = 0.0,
-              energy: Mapping[str, float] | None = None) -> nx.Graph:
+              snr_db: float | Sequence[float] | None = None, rng: np.random.Generator | None = None,
+              hop_latency_s: float = 0.0, energy: Mapping[str, float] | None = None) -> nx.Graph:
     """:func:`lte_star` whose devices share the airtime of ``n_cells`` cells (:mod:`fednet.sim.cells`).
 
     Device ``i`` is in cell ``i * n_cells // n_devices`` (consecutive blocks). Each device's ``uplink_bps`` /
     ``downlink_bps`` is the rate it has when alone in its cell; the transfers in progress in a cell share its
     uplink (and, apart, its downlink) by equal airtime (``scheduler = "round_robin"``), so ``n`` devices uploading
-    at once each get ``1/n`` of their rate.  With one device per cell this is the star.
+    at once each get ``1/n`` of their rate, or by proportional fair (``"proportional_fair"``): ``G_n(snr) / n`` of
+    it, ``G_n`` the multi-user diversity gain at the device's mean SNR (:func:`fednet.sim.cells.pf_gain`), which
+    ``snr_db`` then gives.  With one device per cell this is the star.
 
     Parameters
     ----------
@@ -183,13 +185,18 @@ def lte_cells(n_devices: int, *, n_cells: int = 1, uplink_bps: float | Sequence[
         As :func:`lte_star`.
     n_cells : int
         Cells (``1 <= n_cells <= n_devices``).
-    scheduler : {"round_robin"}
+    scheduler : {"round_robin", "proportional_fair"}
         How a cell shares its airtime (:data:`fednet.sim.cells.SCHEDULERS`).
+    snr_db : float or sequence of float, optional
+        Mean SNR (dB) of each device's uplink and downlink, for every device or one per device: required by
+        ``"proportional_fair"`` (the star's links have rates but no channel), ignored by round robin
+        (:func:`assign_cells`).
 
     Returns
     -------
     networkx.Graph
-        :func:`lte_star`'s graph, each device with a ``cell`` attribute, the graph with ``cell_scheduler``.
+        :func:`lte_star`'s graph, each device with a ``cell`` attribute (and ``snr_up_db`` / ``snr_down_db`` where
+        ``snr_db`` is given), the graph with ``cell_scheduler``.
 
     Raises
     ------
@@ -198,27 +205,69 @@ def lte_cells(n_devices: int, *, n_cells: int = 1, uplink_bps: float | Sequence[
     """
     if not 1 <= n_cells <= n_devices:          # checked before any rate is drawn
         raise ValueError(f"n_cells must be in [1, n_devices = {n_devices}], got {n_cells}")
+    _check_scheduler(scheduler, snr_db, n_devices)
     g = lte_star(n_devices, uplink_bps=uplink_bps, downlink_bps=downlink_bps, loss=loss,
                  header_overhead=header_overhead, packet_bits=packet_bits, server_mac_rate=server_mac_rate,
                  device_mac_rates=device_mac_rates, rng=rng, hop_latency_s=hop_latency_s, energy=energy)
-    return assign_cells(g, n_cells, scheduler)
+    return assign_cells(g, n_cells, scheduler, snr_db)
 
 
-def assign_cells(g: nx.Graph, n_cells: int, scheduler: str = "round_robin") -> nx.Graph:
-    """Put the devices of a star in ``n_cells`` cells, consecutive blocks (:func:`lte_cells`); returns ``g``.
+def _check_scheduler(scheduler: str, snr_db: float | Sequence[float] | None, n_devices: int) -> list[float] | None:
+    """``scheduler`` checked against :data:`fednet.sim.cells.SCHEDULERS`, ``snr_db`` made one finite dB per device.
 
     Raises
     ------
     ValueError
-        For ``n_cells`` outside ``[1, D]`` or an unknown ``scheduler``.
+        For an unknown scheduler, or an ``snr_db`` of the wrong length or not finite.
     """
     from fednet.sim.cells import SCHEDULERS
 
+    if scheduler not in SCHEDULERS:
+        raise ValueError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
+    if snr_db is None:
+        return None
+    if isinstance(snr_db, bool) or not isinstance(snr_db, (int, float, Sequence, np.ndarray)) \
+            or isinstance(snr_db, str):
+        raise ValueError(f"snr_db must be a number of dB or one per device, got {snr_db!r}")
+    return _per_device(snr_db, n_devices, "snr_db", math.isfinite, "a finite number of dB")
+
+
+def assign_cells(g: nx.Graph, n_cells: int, scheduler: str = "round_robin",
+                 snr_db: float | Sequence[float] | None = None) -> nx.Graph:
+    """Put the devices of a star in ``n_cells`` cells, consecutive blocks (:func:`lte_cells`); returns ``g``.
+
+    Parameters
+    ----------
+    g : networkx.Graph
+        A star (devices ``role="device"``).
+    n_cells : int
+        Cells, in ``[1, D]``.
+    scheduler : {"round_robin", "proportional_fair"}
+        How a cell shares its airtime (:data:`fednet.sim.cells.SCHEDULERS`), the graph's ``cell_scheduler``.
+    snr_db : float or sequence of float, optional
+        Mean SNR (dB) written as each device's ``snr_up_db`` and ``snr_down_db`` (one value, or one per device in
+        graph order). ``"proportional_fair"`` needs every device to have them, from here or already (as
+        :func:`fednet.topologies.radio.radio_star` sets them).
+
+    Raises
+    ------
+    ValueError
+        For ``n_cells`` outside ``[1, D]``, an unknown ``scheduler``, a bad ``snr_db``, or a proportional-fair cell
+        whose devices have no mean SNR.
+    """
     devices = [v for v, a in g.nodes(data=True) if a.get("role") == "device"]
     if not 1 <= n_cells <= len(devices):
         raise ValueError(f"n_cells must be in [1, n_devices = {len(devices)}], got {n_cells}")
-    if scheduler not in SCHEDULERS:
-        raise ValueError(f"scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
+    snrs = _check_scheduler(scheduler, snr_db, len(devices))
+    if snrs is not None:
+        for v, s in zip(devices, snrs):
+            g.nodes[v]["snr_up_db"] = g.nodes[v]["snr_down_db"] = s
+    if scheduler == "proportional_fair":
+        lacking = [v for v in devices if "snr_up_db" not in g.nodes[v] or "snr_down_db" not in g.nodes[v]]
+        if lacking:
+            raise ValueError(f"scheduler 'proportional_fair' needs each device's mean SNR, and device {lacking[0]!r} "
+                             f"has none: give snr_db (dB, one value or one per device), or use radio_star, whose "
+                             f"devices have one")
     g.graph["cell_scheduler"] = scheduler
     for i, v in enumerate(devices):
         g.nodes[v]["cell"] = i * n_cells // len(devices)

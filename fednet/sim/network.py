@@ -135,9 +135,11 @@ class Link(Stamped):
         Per-packet loss probability in [0, 1).
     resource : simpy.Resource
         Capacity-1 FIFO resource: one message on the link at a time.
-    air : fednet.sim.cells.SharedAir or None
-        The cell's shared airtime this link transmits on (:mod:`fednet.sim.cells`); None: a dedicated link (the
-        papers' star).
+    air : fednet.sim.cells.SharedAir, a proportional-fair port, or None
+        The cell's shared airtime this link transmits on, through its ``transmit(airtime)`` (:mod:`fednet.sim.cells`:
+        a :class:`~fednet.sim.cells.SharedAir` under round robin, a
+        :meth:`~fednet.sim.cells.ProportionalFairAir.port` at the link's mean SNR under proportional fair); None: a
+        dedicated link (the papers' star).
     latency_s : float
         Seconds from a message's last bit to its delivery, the link meanwhile free (an edge server's backhaul:
         propagation and transport; :mod:`fednet.sim.simulation`). 0 for radio links, whose floor is the

@@ -58,7 +58,7 @@ from fednet.errors import ConfigError
 from .engine.config import EngineConfig
 from .engine.paths import EnginePaths
 from .compute import AlwaysAvailable, Availability, BernoulliDropout, ComputeModel, Deterministic, ShiftedExponential
-from .cells import SCHEDULERS, SharedAir
+from .cells import SCHEDULERS, make_air
 from .network import Link, Message, transmission_time
 from .rng import Streams
 from .stamp import STAMP, Stamped
@@ -290,6 +290,24 @@ def _probability(value: Any, what: str) -> float:
     return v
 
 
+
+def _mean_snr(dev: "Node", key: str, scheduler: str) -> float:
+    """The linear mean SNR of a device's link from its node attribute ``key`` (dB), for a ``scheduler`` that needs it.
+
+    Raises
+    ------
+    fednet.errors.ConfigError
+        When the attribute is missing or not a finite number.
+    """
+    v = dev.attrs.get(key)
+    if v is None:
+        raise ConfigError(f"device {dev.name!r} is in a {scheduler} cell but has no {key}: that scheduler needs each "
+                          f"device's mean SNR (radio_star sets it; lte_cells, assign_cells and hierarchy take snr_db)")
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not math.isfinite(v):
+        raise ConfigError(f"{key} of device {dev.name!r} must be a finite number of dB, got {v!r}")
+    return 10.0 ** (float(v) / 10.0)
+
+
 class Simulation:
     """One simulated network and its clock.
 
@@ -438,8 +456,10 @@ class Simulation:
                     raise ConfigError(f"device {dev.name!r}: tx_power_w, rx_power_w and j_per_mac must be finite "
                                       f"and >= 0, got {spec}")
                 self.energy[dev.index] = vals
-        #: The shared cells by id: ``(uplink air, downlink air)`` (:mod:`fednet.sim.cells`); empty: the star.
-        self.cells: dict[Any, tuple[SharedAir, SharedAir]] = {}
+        #: The shared cells by id: ``(uplink air, downlink air)`` (:mod:`fednet.sim.cells`; a
+        #: :class:`~fednet.sim.cells.SharedAir` each under ``round_robin``, a
+        #: :class:`~fednet.sim.cells.ProportionalFairAir` under ``proportional_fair``); empty: the star.
+        self.cells: dict[Any, tuple[Any, Any]] = {}
         scheduler = graph.graph.get("cell_scheduler", "round_robin")
         for dev in self.devices:
             cell = dev.attrs.get("cell")
@@ -448,9 +468,14 @@ class Simulation:
             if scheduler not in SCHEDULERS:
                 raise ConfigError(f"cell_scheduler must be one of {SCHEDULERS}, got {scheduler!r}")
             if cell not in self.cells:
-                self.cells[cell] = (SharedAir(self.env, f"cell {cell} uplink"),
-                                    SharedAir(self.env, f"cell {cell} downlink"))
-            dev.uplink.air, dev.downlink.air = self.cells[cell]
+                self.cells[cell] = (make_air(scheduler, self.env, f"cell {cell} uplink"),
+                                    make_air(scheduler, self.env, f"cell {cell} downlink"))
+            up_air, down_air = self.cells[cell]
+            if scheduler == "round_robin":
+                dev.uplink.air, dev.downlink.air = up_air, down_air
+            else:                                   # proportional fair: each link at its own mean SNR
+                dev.uplink.air = up_air.port(_mean_snr(dev, "snr_up_db", scheduler))
+                dev.downlink.air = down_air.port(_mean_snr(dev, "snr_down_db", scheduler))
         index = {d.name: d.index for d in self.devices}
         #: Direct device-to-device links by (sender index, receiver index).
         self.d2d: dict[tuple[int, int], Link] = {}
@@ -700,14 +725,16 @@ class Simulation:
             yield req
             seconds, extra = self.hop_draw(msg, device, direction)
             start = self.now
+            held = None
             if link.air is None:
                 yield self.env.timeout(seconds)
-            else:                                   # a shared cell: the airtime is served by equal shares
-                yield from link.air.transmit(seconds)
+            else:                                   # a shared cell: the airtime is served by its scheduler
+                held = yield from link.air.transmit(seconds)
         self.hop_done(msg, device, direction, extra, start, self.now)
         if self.energy and device.index in self.energy:   # its radio is on for its own airtime only
             tx, rx, _ = self.energy[device.index]
-            self.counters.device_energy_j += (tx if direction == "up" else rx) * seconds
+            # round robin: the airtime at its own rate; proportional fair: the slots it held (fewer, at higher rates)
+            self.counters.device_energy_j += (tx if direction == "up" else rx) * (seconds if held is None else held)
         if self.hop_latency:                        # the floor: scheduling, grant and core latency (link free)
             yield self.env.timeout(self.hop_latency)
 

@@ -342,7 +342,11 @@ class NetworkSpec(_Strict):
         Group membership written on the topology (default: none; grouped protocols then cut the
         devices into their ``groups`` consecutive groups, as in the papers).
     params : dict
-        Keyword arguments of a user builder (``kind = "module:function"`` only).
+        Keyword arguments of the builder: a user builder's (``kind = "module:function"``), a built-in's
+        (``radio_star``: ``rate_model`` one of ``"bler_target"``, ``"shannon"``, ``"cqi_table"``, ``n_cells``,
+        ``scheduler``, ...; ``hierarchy``), or ``lte_cells``' ``n_cells``, ``scheduler`` (``"round_robin"`` or
+        ``"proportional_fair"``, :data:`fednet.sim.cells.SCHEDULERS`) and ``snr_db`` (the devices' mean SNR in dB,
+        which proportional fair needs); none for ``lte_star``.
     compute : {"shifted_exponential", "deterministic"}
         Device compute-time model.
     setup_fraction : float
@@ -452,13 +456,24 @@ class NetworkSpec(_Strict):
             except ValueError as e:
                 raise ValueError(str(e)) from None
         if self.kind == "lte_cells":
-            extra = sorted(set(self.params) - {"n_cells", "scheduler"})
+            extra = sorted(set(self.params) - {"n_cells", "scheduler", "snr_db"})
             if extra:
-                raise ValueError(f"lte_cells takes the network fields and params n_cells, scheduler; got {extra}")
+                raise ValueError(f"lte_cells takes the network fields and params n_cells, scheduler, snr_db; "
+                                 f"got {extra}")
             n_cells = self.params.get("n_cells", 1)
             if isinstance(n_cells, bool) or not isinstance(n_cells, int) or not 1 <= n_cells <= self.n_devices:
                 raise ValueError(f"params.n_cells must be an integer in [1, n_devices = {self.n_devices}], "
                                  f"got {n_cells!r}")
+            from fednet.topologies.lte import _check_scheduler
+
+            scheduler = self.params.get("scheduler", "round_robin")
+            try:
+                _check_scheduler(scheduler, self.params.get("snr_db"), self.n_devices)
+            except ValueError as e:
+                raise ValueError(f"params.{e}") from None
+            if scheduler == "proportional_fair" and self.params.get("snr_db") is None:
+                raise ValueError("params.scheduler = 'proportional_fair' needs params.snr_db, the devices' mean SNR "
+                                 "in dB (one value or one per device): the lte_cells links have rates but no channel")
         elif self.kind != "lte_star":
             check_builder_params(self.kind, self.params)
             # the star's fields reach lte_star and lte_cells only: another builder would ignore them
