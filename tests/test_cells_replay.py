@@ -119,12 +119,21 @@ def test_a_gather_without_a_batch_on_cells_runs_the_reference_with_the_reason() 
     assert "replayed by the vectorised (batched) gather only" in " ".join(r for _, _, r in s_got.engine_paths.reasons)
 
 
-def test_first_k_on_cells_runs_the_reference_with_the_reason() -> None:
-    got, _, s_got = _run("", "conventional", _cells(8, 2), params={"drop_slowest": 2})
-    ref, _, _ = _run("reference", "conventional", _cells(8, 2), params={"drop_slowest": 2})
-    assert got == ref
-    reasons = " ".join(reason for _, _, reason in s_got.engine_paths.reasons)
-    assert "cancelled transfers on shared cells are not replayed" in reasons
+@pytest.mark.parametrize("D,n_cells,drop,fast", [(8, 2, 2, False), (12, 1, 5, False), (20, 4, 3, False),
+                                                  (12, 1, 6, True)])
+def test_first_k_on_cells_replays_the_reference(D, n_cells, drop, fast) -> None:
+    """Conventional FL dropping the slowest: the cancelled uploads leave the air at the k-th arrival in the
+    reference, and the replay gives its trace. ``fast``: devices that compute in no time, so the next round's
+    uploads would meet the cancelled ones on the air if they stayed (they do not)."""
+    def graph():
+        if not fast:
+            return _cells(D, n_cells)
+        return lte_cells(D, n_cells=n_cells, loss=0.1, device_mac_rates=[1e13] * D,
+                         uplink_bps=[1e6 * (1 + i % 4) for i in range(D)])
+    got, p_got, s_got = _run("", "conventional", graph(), params={"drop_slowest": drop}, epochs=8)
+    ref, p_ref, _ = _run("reference", "conventional", graph(), params={"drop_slowest": drop}, epochs=8)
+    assert got == ref and np.array_equal(p_got.theta, p_ref.theta)
+    assert s_got.engine_paths.count("batched", "gather") == 8
 
 
 def test_a_cancelled_transfer_leaves_the_air_at_once() -> None:
@@ -158,3 +167,33 @@ def test_a_cancelled_transfer_leaves_the_air_at_once() -> None:
     env.run()
     assert ends["A"] == pytest.approx(0.25, rel=1e-12) and ends["B"] == -0.1
     assert ends["C"] == pytest.approx(0.3, rel=1e-12)
+
+
+def test_a_cancelled_transfer_leaves_a_proportional_fair_air_too() -> None:
+    """The same under proportional fair at 10 dB: two transfers move G_2 / 2 of their airtime per second; B cancelled
+    at 0.1 s leaves A with 0.2 - 0.1 G_2 / 2 to send alone (G_1 = 1)."""
+    from fednet.sim.cells import ProportionalFairAir, pf_gain
+
+    env = simpy.Environment()
+    air = ProportionalFairAir(env, "cell")
+    ends: dict[str, float] = {}
+
+    def send(name: str):
+        try:
+            yield from air.transmit(0.2, 10.0)
+            ends[name] = env.now
+        except simpy.Interrupt:
+            ends[name] = -env.now
+
+    env.process(send("A"))
+    b = env.process(send("B"))
+
+    def cancel():
+        yield env.timeout(0.1)
+        b.interrupt("cancelled")
+
+    env.process(cancel())
+    env.run()
+    g2 = float(pf_gain(2, 10.0))
+    assert ends["B"] == -0.1 and air.active == 0
+    assert ends["A"] == pytest.approx(0.1 + (0.2 - 0.1 * g2 / 2), rel=1e-9)
