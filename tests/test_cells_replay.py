@@ -197,3 +197,24 @@ def test_a_cancelled_transfer_leaves_a_proportional_fair_air_too() -> None:
     g2 = float(pf_gain(2, 10.0))
     assert ends["B"] == -0.1 and air.active == 0
     assert ends["A"] == pytest.approx(0.1 + (0.2 - 0.1 * g2 / 2), rel=1e-9)
+
+
+def _coded(engine: str, graph, params: dict, epochs: int = 5):
+    D = graph.number_of_nodes() - 1
+    sim = Simulation(graph, 2, device_compute=ShiftedExponential(0.5), secret_seed=11,
+                     engine=EngineConfig.parse(engine))
+    proto = registry.get("codedpaddedfl")(sim, make_task(D=D), params)
+    return proto.run(epochs), sim
+
+
+@pytest.mark.parametrize("D,n_cells,groups,mode", [(12, 1, 2, "timing"), (16, 2, 4, "timing"), (20, 4, 2, "timing"),
+                                                   (12, 3, 3, "full")])
+def test_groups_on_cells_replay_the_reference(D, n_cells, groups, mode) -> None:
+    """CodedPaddedFL with grouping (each group waits for its first k, then decodes) in shared cells: the groups'
+    transfers share the cells' air, a group's cancelled transfers leave it at its k-th arrival, and the replay gives
+    the reference's trace bit for bit."""
+    params = {"alpha": 2, "groups": groups, "mode": mode}
+    ref, _ = _coded("reference", _cells(D, n_cells), params)
+    got, s_got = _coded("", _cells(D, n_cells), params)
+    assert got == ref
+    assert s_got.engine_paths.count("groups", "groups") == 5, s_got.engine_paths.counts
