@@ -218,3 +218,47 @@ def test_groups_on_cells_replay_the_reference(D, n_cells, groups, mode) -> None:
     got, s_got = _coded("", _cells(D, n_cells), params)
     assert got == ref
     assert s_got.engine_paths.count("groups", "groups") == 5, s_got.engine_paths.counts
+
+
+def test_groups_on_cells_match_views_and_draws(monkeypatch) -> None:
+    """Beyond the trace: every node's view (kinds, ends, sizes, send and delivery times, hops) and the keyed-draw
+    counters are the reference's (tests/test_fast_path.py's snapshot), with views recorded."""
+    from test_fast_path import engine, snapshot
+    from fednet.protocols.codedpaddedfl import CodedPaddedFL
+
+    def make():
+        sim = Simulation(_cells(12, 2), 3, device_compute=ShiftedExponential(0.5), secret_seed=11, record_views=True)
+        proto = CodedPaddedFL(sim, make_task(D=12), {"alpha": 2, "groups": 3, "mode": "timing"})
+        proto.run(4)
+        return proto
+    engine(monkeypatch)
+    on = make()
+    engine(monkeypatch, ("groups",))
+    off = make()
+    assert on.sim.engine_paths.count("groups", "groups") == 4 and off.sim.engine_paths.count("groups") == 0
+    assert snapshot(on) == snapshot(off)
+
+
+def test_a_follow_up_that_uses_a_replayed_cell_is_caught() -> None:
+    """A group's ``then`` sends to a device of another group in the same cell while that group's transfers are still
+    replayed on its air: the replayed times would be wrong, so the step raises a named EngineError."""
+    from fednet.protocols.codedpaddedfl import CodedPaddedFL
+    from fednet.sim.engine.results import EngineError
+
+    sim = Simulation(_cells(12, 1), 3, device_compute=ShiftedExponential(0.5), secret_seed=11)
+    proto = CodedPaddedFL(sim, make_task(D=12), {"alpha": 2, "groups": 3, "mode": "timing"})
+    proto.run(0)
+
+    def then(g, result):
+        if g == 0:                                       # while the other groups' uploads hold the cell's uplink
+            yield from proto.net.send(proto.devices[proto.groups[0][-1]], proto.server, np.zeros(10_000),
+                                      kind="note", element_bits=32)
+
+    def step():
+        groups = [[proto.devices[i] for i in group] for group in proto.groups]
+        yield from proto.net.gather_groups(groups, proto._device_epoch, kind="coded_gradient", first=[1, 4, 4],
+                                           then=then, download=np.zeros((3, 3)), download_kind="epsilon",
+                                           download_bits=32, upload_bits=32)
+    proto.env.process(step())
+    with pytest.raises(EngineError, match="follow-up step used a shared cell"):
+        proto.env.run()

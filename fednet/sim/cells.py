@@ -97,6 +97,8 @@ class SharedAir:
         self._at = env.now
         self._order = itertools.count()
         self._generation = 0                                        # the pending timeout's; older ones are stale
+        #: Transfers that have asked for the air so far (a replay checks that nobody used it meanwhile).
+        self.transfers = 0
 
     @property
     def active(self) -> int:
@@ -121,6 +123,7 @@ class SharedAir:
             raise ValueError(f"{self.name}: airtime must be finite and >= 0, got {airtime!r}")
         if airtime == 0.0:
             return
+        self.transfers += 1
         self._advance()
         done = self.env.event()
         entry = (self._virtual + airtime, next(self._order), done)

@@ -4,7 +4,9 @@
 then ``then(g, result)``) where no other process can act meanwhile: every group's download, compute and upload events
 are walked in the order SimPy would process them (:func:`fast_groups`), and each group's ``then`` starts at its
 ``first[g]``-th arrival, the groups in the order SimPy resumes them.  The same draws, counters, messages and results,
-bit for bit (``tests/test_gather_groups.py``; CodedPaddedFL with grouping at D = 1000).
+bit for bit (``tests/test_gather_groups.py``; CodedPaddedFL with grouping at D = 1000).  On shared round-robin cells
+:func:`fast_groups_cells` replays the airs instead (``tests/test_cells_replay.py``); a ``then`` that used one of those
+airs while a replayed transfer still held it is caught after the step (:class:`~fednet.sim.engine.results.EngineError`).
 """
 
 from __future__ import annotations
@@ -66,13 +68,26 @@ class GroupsReplay(Backend):
         run = None if fn is None else net._charged(fn, f"gather {kind!r}", False)
         results = [GatherResult(dropped=[n for n, ok in zip(group, f) if not ok])
                    for group, f in zip(step.groups, step.flags)]
-        replay = fast_groups_cells if net.sim.cells else fast_groups
-        outcomes = replay(net, step.up, step.need, results, run, kind=kind, **step.common)
+        busy: dict[int, float] = {}
+        if net.sim.cells:
+            airs = {id(a): a for node in (n for group in step.up for n in group)
+                    for a in (node.downlink.air, node.uplink.air) if a is not None}
+            used = {key: air.transfers for key, air in airs.items()}
+            outcomes = fast_groups_cells(net, step.up, step.need, results, run, kind=kind, busy=busy, **step.common)
+        else:
+            outcomes = fast_groups(net, step.up, step.need, results, run, kind=kind, **step.common)
         procs = []
         for g in sorted(range(len(step.groups)), key=lambda g: outcomes[g][1]):   # SimPy's order of the resumptions
             result, done_key = outcomes[g]
             procs.append(env.process(_after(net, done_key[0], result, step.then(g, result))))
         yield env.all_of(procs)
+        if busy:
+            first_then = min(done_key[0] for _, done_key in outcomes)
+            late = [key for key, air in airs.items() if air.transfers != used[key] and busy.get(key, 0.0) > first_then]
+            if late:
+                raise EngineError(f"{net.label}: a group's follow-up step used a shared cell while the groups replay "
+                                  "still had transfers on it, so their replayed times are wrong; run with the 'groups' "
+                                  "backend disallowed")
 
 
 def _after(net: Any, t: float, result: GatherResult, rest: Generator) -> Generator:
@@ -197,8 +212,10 @@ def fast_groups_cells(net, nodes: list[list[Node]], need: list[int], results: li
                       run: Callable[..., Any] | None, *,
                       kind: str, download: Any, download_kind: str, download_elements: int | None,
                       download_bits: int | None, upload_elements: int | None, upload_bits: int | None,
-                      timing_key: str) -> list[tuple[GatherResult, tuple]]:
+                      timing_key: str, busy: dict[int, float] | None = None) -> list[tuple[GatherResult, tuple]]:
     """:func:`fast_groups` on a network whose devices share cells' airtime: ``(result, (end,))`` per group.
+
+    ``busy`` (filled if given): per cell air (``id`` of its ``SharedAir``), the last instant a replayed transfer held it.
 
     The groups' processes, without SimPy: every node's download asks for its cell's downlink air at the start (in
     order), its computation starts when the download ends (:meth:`Simulation.compute_now`, the keyed compute draw)
@@ -241,6 +258,7 @@ def fast_groups_cells(net, nodes: list[list[Node]], need: list[int], results: li
         if air.fire < math.inf:
             push(air.fire, "fire", (key, air.gen))
 
+    last: dict[int, float] = {} if busy is None else busy     # per air, when a replayed transfer last held it
     done_at: list[float | None] = [None] * len(nodes)
     arrivals: list[list[tuple[float, int]]] = [[] for _ in nodes]
     outcome: dict[int, tuple] = {}               # i -> (value, upload msg, extra, t2, t3)
@@ -311,11 +329,13 @@ def fast_groups_cells(net, nodes: list[list[Node]], need: list[int], results: li
                     if air.leave(t3, j):
                         touch(("air", key))
                         arm(key)
+                        last[key] = t3
                 elif stage[j] == 2 and up_air[j] is not None:
                     key, air = up_air[j]
                     if air.leave(t3, j):
                         touch(("air", key))
                         arm(key)
+                        last[key] = t3
                 pending.pop(j, None)
                 downloading.pop(j, None)
                 stage[j] = 4
@@ -369,6 +389,7 @@ def fast_groups_cells(net, nodes: list[list[Node]], need: list[int], results: li
         if what == "fire":
             touch(("air", key))
             ended = air.fire_now()
+            last[key] = t
             arm(key)
             for i in ended:                      # (a cancelled transfer has left the air)
                 if stage[i] == 0:
