@@ -119,9 +119,146 @@ def test_a_gather_without_a_batch_on_cells_runs_the_reference_with_the_reason() 
     assert "replayed by the vectorised (batched) gather only" in " ".join(r for _, _, r in s_got.engine_paths.reasons)
 
 
-def test_first_k_on_cells_runs_the_reference_with_the_reason() -> None:
-    got, _, s_got = _run("", "conventional", _cells(8, 2), params={"drop_slowest": 2})
-    ref, _, _ = _run("reference", "conventional", _cells(8, 2), params={"drop_slowest": 2})
+@pytest.mark.parametrize("D,n_cells,drop,fast", [(8, 2, 2, False), (12, 1, 5, False), (20, 4, 3, False),
+                                                  (12, 1, 6, True)])
+def test_first_k_on_cells_replays_the_reference(D, n_cells, drop, fast) -> None:
+    """Conventional FL dropping the slowest: the cancelled uploads leave the air at the k-th arrival in the
+    reference, and the replay gives its trace. ``fast``: devices that compute in no time, so the next round's
+    uploads would meet the cancelled ones on the air if they stayed (they do not)."""
+    def graph():
+        if not fast:
+            return _cells(D, n_cells)
+        return lte_cells(D, n_cells=n_cells, loss=0.1, device_mac_rates=[1e13] * D,
+                         uplink_bps=[1e6 * (1 + i % 4) for i in range(D)])
+    got, p_got, s_got = _run("", "conventional", graph(), params={"drop_slowest": drop}, epochs=8)
+    ref, p_ref, _ = _run("reference", "conventional", graph(), params={"drop_slowest": drop}, epochs=8)
+    assert got == ref and np.array_equal(p_got.theta, p_ref.theta)
+    assert s_got.engine_paths.count("batched", "gather") == 8
+
+
+def test_a_cancelled_transfer_leaves_the_air_at_once() -> None:
+    """A and B (0.2 s of airtime each) from 0; B is cancelled at 0.1 s, when A has had 0.05 s of service: A then
+    has the air alone and ends at 0.1 + 0.15 = 0.25 s (not at 0.4 s, as if B still held its share). The air is idle
+    afterwards and a new transfer takes exactly its own airtime."""
+    env = simpy.Environment()
+    air = SharedAir(env, "cell")
+    ends: dict[str, float] = {}
+
+    def send(name: str, w: float):
+        try:
+            yield from air.transmit(w)
+            ends[name] = env.now
+        except simpy.Interrupt:
+            ends[name] = -env.now
+
+    a, b = env.process(send("A", 0.2)), env.process(send("B", 0.2))
+
+    def cancel():
+        yield env.timeout(0.1)
+        b.interrupt("cancelled")
+        yield a
+        assert air.active == 0
+        yield env.timeout(1.0)
+        start = env.now
+        yield from air.transmit(0.3)
+        ends["C"] = env.now - start
+
+    env.process(cancel())
+    env.run()
+    assert ends["A"] == pytest.approx(0.25, rel=1e-12) and ends["B"] == -0.1
+    assert ends["C"] == pytest.approx(0.3, rel=1e-12)
+
+
+def test_a_cancelled_transfer_leaves_a_proportional_fair_air_too() -> None:
+    """The same under proportional fair at 10 dB: two transfers move G_2 / 2 of their airtime per second; B cancelled
+    at 0.1 s leaves A with 0.2 - 0.1 G_2 / 2 to send alone (G_1 = 1)."""
+    from fednet.sim.cells import ProportionalFairAir, pf_gain
+
+    env = simpy.Environment()
+    air = ProportionalFairAir(env, "cell")
+    ends: dict[str, float] = {}
+
+    def send(name: str):
+        try:
+            yield from air.transmit(0.2, 10.0)
+            ends[name] = env.now
+        except simpy.Interrupt:
+            ends[name] = -env.now
+
+    env.process(send("A"))
+    b = env.process(send("B"))
+
+    def cancel():
+        yield env.timeout(0.1)
+        b.interrupt("cancelled")
+
+    env.process(cancel())
+    env.run()
+    g2 = float(pf_gain(2, 10.0))
+    assert ends["B"] == -0.1 and air.active == 0
+    assert ends["A"] == pytest.approx(0.1 + (0.2 - 0.1 * g2 / 2), rel=1e-9)
+
+
+def _coded(engine: str, graph, params: dict, epochs: int = 5):
+    D = graph.number_of_nodes() - 1
+    sim = Simulation(graph, 2, device_compute=ShiftedExponential(0.5), secret_seed=11,
+                     engine=EngineConfig.parse(engine))
+    proto = registry.get("codedpaddedfl")(sim, make_task(D=D), params)
+    return proto.run(epochs), sim
+
+
+@pytest.mark.parametrize("D,n_cells,groups,mode", [(12, 1, 2, "timing"), (16, 2, 4, "timing"), (20, 4, 2, "timing"),
+                                                   (12, 3, 3, "full")])
+def test_groups_on_cells_replay_the_reference(D, n_cells, groups, mode) -> None:
+    """CodedPaddedFL with grouping (each group waits for its first k, then decodes) in shared cells: the groups'
+    transfers share the cells' air, a group's cancelled transfers leave it at its k-th arrival, and the replay gives
+    the reference's trace bit for bit."""
+    params = {"alpha": 2, "groups": groups, "mode": mode}
+    ref, _ = _coded("reference", _cells(D, n_cells), params)
+    got, s_got = _coded("", _cells(D, n_cells), params)
     assert got == ref
-    reasons = " ".join(reason for _, _, reason in s_got.engine_paths.reasons)
-    assert "cancelled transfers on shared cells are not replayed" in reasons
+    assert s_got.engine_paths.count("groups", "groups") == 5, s_got.engine_paths.counts
+
+
+def test_groups_on_cells_match_views_and_draws(monkeypatch) -> None:
+    """Beyond the trace: every node's view (kinds, ends, sizes, send and delivery times, hops) and the keyed-draw
+    counters are the reference's (tests/test_fast_path.py's snapshot), with views recorded."""
+    from test_fast_path import engine, snapshot
+    from fednet.protocols.codedpaddedfl import CodedPaddedFL
+
+    def make():
+        sim = Simulation(_cells(12, 2), 3, device_compute=ShiftedExponential(0.5), secret_seed=11, record_views=True)
+        proto = CodedPaddedFL(sim, make_task(D=12), {"alpha": 2, "groups": 3, "mode": "timing"})
+        proto.run(4)
+        return proto
+    engine(monkeypatch)
+    on = make()
+    engine(monkeypatch, ("groups",))
+    off = make()
+    assert on.sim.engine_paths.count("groups", "groups") == 4 and off.sim.engine_paths.count("groups") == 0
+    assert snapshot(on) == snapshot(off)
+
+
+def test_a_follow_up_that_uses_a_replayed_cell_is_caught() -> None:
+    """A group's ``then`` sends to a device of another group in the same cell while that group's transfers are still
+    replayed on its air: the replayed times would be wrong, so the step raises a named EngineError."""
+    from fednet.protocols.codedpaddedfl import CodedPaddedFL
+    from fednet.sim.engine.results import EngineError
+
+    sim = Simulation(_cells(12, 1), 3, device_compute=ShiftedExponential(0.5), secret_seed=11)
+    proto = CodedPaddedFL(sim, make_task(D=12), {"alpha": 2, "groups": 3, "mode": "timing"})
+    proto.run(0)
+
+    def then(g, result):
+        if g == 0:                                       # while the other groups' uploads hold the cell's uplink
+            yield from proto.net.send(proto.devices[proto.groups[0][-1]], proto.server, np.zeros(10_000),
+                                      kind="note", element_bits=32)
+
+    def step():
+        groups = [[proto.devices[i] for i in group] for group in proto.groups]
+        yield from proto.net.gather_groups(groups, proto._device_epoch, kind="coded_gradient", first=[1, 4, 4],
+                                           then=then, download=np.zeros((3, 3)), download_kind="epsilon",
+                                           download_bits=32, upload_bits=32)
+    proto.env.process(step())
+    with pytest.raises(EngineError, match="follow-up step used a shared cell"):
+        proto.env.run()

@@ -7,7 +7,9 @@ separately, its downlink) serves the transfers in progress by **equal airtime** 
 processor sharing).  A transfer needs the airtime its own link would take alone --
 :func:`fednet.sim.network.transmission_time` at its device's rate, with the header overhead and the keyed
 retransmissions -- and while ``n`` transfers are active each receives ``1/n`` of the time,
-so a transfer's rate changes, exactly, whenever another starts or ends.  ``n`` equal transfers of ``b`` bits at rate
+so a transfer's rate changes, exactly, whenever another starts or ends (or is cancelled: a transfer whose process is
+interrupted leaves the air at that instant, under either scheduler, as a cancelled transfer frees a dedicated
+link).  ``n`` equal transfers of ``b`` bits at rate
 ``R`` that start together all end at ``n b / R``.  A device still sends its own messages one after the other (its
 link's FIFO); only different devices' transfers share the air.
 
@@ -95,6 +97,8 @@ class SharedAir:
         self._at = env.now
         self._order = itertools.count()
         self._generation = 0                                        # the pending timeout's; older ones are stale
+        #: Transfers that have asked for the air so far (a replay checks that nobody used it meanwhile).
+        self.transfers = 0
 
     @property
     def active(self) -> int:
@@ -119,11 +123,29 @@ class SharedAir:
             raise ValueError(f"{self.name}: airtime must be finite and >= 0, got {airtime!r}")
         if airtime == 0.0:
             return
+        self.transfers += 1
         self._advance()
         done = self.env.event()
-        heapq.heappush(self._heap, (self._virtual + airtime, next(self._order), done))
+        entry = (self._virtual + airtime, next(self._order), done)
+        heapq.heappush(self._heap, entry)
         self._schedule()
-        yield done
+        try:
+            yield done
+        except simpy.Interrupt:         # cancelled (the server stopped waiting): it leaves the air now
+            self._leave(entry)
+            raise
+
+    def _leave(self, entry: tuple[float, int, simpy.Event]) -> None:
+        """A transfer cancelled before its end leaves the air at once, as a cancelled transfer frees a dedicated
+        link: the others share the air among fewer from now on (none left: the air is idle)."""
+        if entry not in self._heap:     # it ended at this very instant
+            return
+        self._advance()
+        self._heap.remove(entry)
+        heapq.heapify(self._heap)
+        if not self._heap:
+            self._virtual = 0.0
+        self._schedule()
 
     def _schedule(self) -> None:
         """Arm one timeout for the earliest finish (older timeouts become stale)."""
@@ -351,8 +373,24 @@ class ProportionalFairAir:
         self._idx = np.append(self._idx, k)
         self._events.append(done)
         self._schedule()
-        held = yield done
+        try:
+            held = yield done
+        except simpy.Interrupt:         # cancelled: it leaves the air now (SharedAir._leave)
+            self._leave(done)
+            raise
         return held
+
+    def _leave(self, done: simpy.Event) -> None:
+        """A transfer cancelled before its end leaves the air at once; the others' speeds are recomputed."""
+        at = next((i for i, e in enumerate(self._events) if e is done), None)
+        if at is None:                  # it ended at this very instant
+            return
+        self._advance()
+        keep = np.arange(len(self._events)) != at
+        self._rem, self._work, self._held = self._rem[keep], self._work[keep], self._held[keep]
+        self._idx = self._idx[keep]
+        del self._events[at]
+        self._schedule()
 
     def _advance(self) -> None:
         """Serve every active transfer at its current speed from ``self._at`` to now."""

@@ -24,7 +24,7 @@ import numpy as np
 
 from fednet.sim.cells import SharedAir
 
-__all__ = ["shared_finishes", "replayable_air"]
+__all__ = ["Air", "shared_finishes", "replayable_air"]
 
 
 def replayable_air(air: object) -> bool:
@@ -32,6 +32,63 @@ def replayable_air(air: object) -> bool:
     progress, so no live timeout) of the round-robin scheduler."""
     return (type(air) is SharedAir and getattr(air, "scheduler", "round_robin") == "round_robin"
             and air.active == 0)
+
+
+class Air:
+    """One cell direction's :class:`SharedAir` state and float operations, driven by a replay: arrivals
+    (:meth:`arrive`, ``SharedAir.transmit``), the live timeout (:attr:`fire`, :meth:`fire_now`, ``SharedAir._fire``)
+    and cancellations (:meth:`leave`, ``SharedAir._leave``); ``tag`` names a transfer.  Stale timeouts are not made:
+    :attr:`fire` is the one live timeout's time (inf when idle) and :attr:`gen` changes whenever it is rescheduled."""
+
+    __slots__ = ("heap", "V", "at", "fire", "seq", "gen")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, object]] = []      # (finish in virtual time, arrival number, tag)
+        self.V, self.at, self.fire, self.seq, self.gen = 0.0, 0.0, math.inf, 0, 0
+
+    def _advance(self, now: float) -> None:
+        if self.heap:
+            self.V += (now - self.at) / len(self.heap)
+        self.at = now
+
+    def _schedule(self, now: float) -> None:
+        self.gen += 1
+        heap = self.heap
+        self.fire = now + max(0.0, (heap[0][0] - self.V) * len(heap)) if heap else math.inf
+
+    def arrive(self, now: float, airtime: float, tag: object) -> None:
+        """A transfer of ``airtime > 0`` seconds asks for the air at ``now``."""
+        self._advance(now)
+        self.seq += 1
+        heapq.heappush(self.heap, (self.V + airtime, self.seq, tag))
+        self._schedule(now)
+
+    def fire_now(self) -> list:
+        """The live timeout fires (at :attr:`fire`): the tags of the transfers that end then, in SimPy's order."""
+        T = self.fire
+        self._advance(T)
+        heap = self.heap
+        top = heap[0][0]
+        lim = max(top, self.V)
+        out = []
+        while heap and heap[0][0] <= lim:
+            out.append(heapq.heappop(heap)[2])
+        self.V = max(self.V, top) if heap else 0.0
+        self._schedule(T)
+        return out
+
+    def leave(self, now: float, tag: object) -> bool:
+        """The transfer ``tag`` is cancelled at ``now`` and leaves the air; False if it is not on the air."""
+        at = next((i for i, e in enumerate(self.heap) if e[2] == tag), None)
+        if at is None:
+            return False
+        self._advance(now)
+        del self.heap[at]
+        heapq.heapify(self.heap)
+        if not self.heap:
+            self.V = 0.0
+        self._schedule(now)
+        return True
 
 
 def shared_finishes(starts: Sequence[float] | np.ndarray, airtimes: Sequence[float] | np.ndarray) -> np.ndarray | None:
@@ -65,37 +122,21 @@ def shared_finishes(starts: Sequence[float] | np.ndarray, airtimes: Sequence[flo
     out = np.empty(m)
     order = np.argsort(s, kind="stable").tolist()
     s_l, w_l = s.tolist(), w.tolist()
-    heap: list[tuple[float, int, int]] = []       # (finish in virtual time, arrival number, transfer)
-    V, at, fire = 0.0, 0.0, math.inf              # virtual time, its instant, the live timeout's time
+    air = Air()
     i = 0
-    inf = math.inf
-    while i < m or heap:
-        a = s_l[order[i]] if i < m else inf
-        if a < fire:                               # an arrival: SharedAir.transmit
+    while i < m or air.heap:
+        a = s_l[order[i]] if i < m else math.inf
+        if a < air.fire:                           # an arrival: SharedAir.transmit
             k = order[i]
             i += 1
-            wk = w_l[k]
-            if wk == 0.0:
+            if w_l[k] == 0.0:
                 out[k] = a
-                continue
-            if heap:
-                V += (a - at) / len(heap)
-            at = a
-            heapq.heappush(heap, (V + wk, i, k))
-            fire = a + max(0.0, (heap[0][0] - V) * len(heap))
-        elif fire < a:                             # the live timeout fires: SharedAir._fire
-            T = fire
-            V += (T - at) / len(heap)
-            at = T
-            top = heap[0][0]
-            lim = max(top, V)
-            while heap and heap[0][0] <= lim:
-                out[heapq.heappop(heap)[2]] = T
-            if heap:
-                V = max(V, top)
-                fire = T + max(0.0, (heap[0][0] - V) * len(heap))
             else:
-                V, fire = 0.0, inf
+                air.arrive(a, w_l[k], k)
+        elif air.fire < a:                         # the live timeout fires: SharedAir._fire
+            T = air.fire
+            for k in air.fire_now():
+                out[k] = T
         else:                                      # an arrival at the instant the timeout fires
             return None
     return out

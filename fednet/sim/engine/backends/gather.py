@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from fednet.algebra.meter import MacMeter, charge
+from fednet.sim.cells import SharedAir
 from fednet.sim.compute import compute_seconds
 from fednet.sim.network import Message, transmission_times
 from fednet.sim.simulation import Node
@@ -59,19 +60,20 @@ class GatherReplay(Backend):
 def cells_reason(net: Any, step: Step) -> bool | str:
     """``True`` if the vectorised gather can replay ``step`` on a network with shared cells
     (:mod:`fednet.sim.engine.backends.airtime`), else the reason: it needs the step's batch (the node-by-node replay
-    assumes dedicated links), every node awaited (a cancelled transfer would keep its share of the air in the
-    reference), and every node's cell idle and round robin."""
+    assumes dedicated links) and every node's cell idle and round robin.  A first-k step is replayed too: the
+    transfers cancelled at the ``k``-th arrival leave the air then (:meth:`fednet.sim.cells.SharedAir.transmit`), after
+    every awaited one has ended, so the awaited ones' times are those of all the step's transfers sharing the air
+    (processor sharing is causal: a later arrival or departure changes no earlier finish)."""
     if step.batch is None or not net.sim.engine.allows("batched"):
         return ("shared cells are replayed by the vectorised (batched) gather only, and this step has no batch or "
                 "the batched backend is not allowed")
-    if step.first is not None and int(step.first) < len(step.nodes):
-        return "the server waits for the first k only: cancelled transfers on shared cells are not replayed"
     for node in step.nodes:
         for link in (node.downlink, node.uplink):
             air = getattr(link, "air", None)
             if air is not None and not replayable_air(air):
-                return ("a node's cell is busy or shares its air under another scheduler than round robin (only "
-                        "an idle round-robin cell is replayed)")
+                return ("a node's cell has a transfer in progress" if type(air) is SharedAir else
+                        f"a node's cell shares its air under another scheduler than round robin ({type(air).__name__}:"
+                        " only round-robin cells are replayed)")
     return True
 
 
