@@ -364,6 +364,15 @@ class NetworkSpec(_Strict):
     min_reliable : int, optional
         With ``dresfl_extreme``: condition the rate draw on at least this many clients with a rate
         below 0.99 (e.g. 9, DReS-FL's recovery threshold with K = T = 1); a study using it must say so.
+        Refused with another ``availability``.
+    rates_seed : int, optional
+        With ``dresfl_extreme``: draw the per-client dropout rates once, from this seed (an integer in
+        [0, 2^63 - 1]), for every study seed, while each round's presence draws still follow the study seed
+        (:class:`fednet.sim.dropout.ExtremeDropout`). The spread over seeds then measures the presence draws and
+        training only, not the rate draw: the apparent reading of DReS-FL's Table 2 (Shao et al., NeurIPS 2022,
+        Sec. 6.1), whose +-0.05 spreads over five runs a redraw per run cannot give. Default None: the rates are
+        redrawn from each study seed. ``min_reliable`` then conditions this one draw. Refused with another
+        ``availability``.
 
     Every float must be finite (``inf`` and ``nan`` are refused with the key named). Drawn values
     (distributions, "paper" rates for D != 25, random groups) come from streams keyed by the run's
@@ -389,6 +398,7 @@ class NetworkSpec(_Strict):
     availability: Literal["bernoulli", "dresfl_extreme", "trace"] = "bernoulli"
     availability_trace: str | None = None
     min_reliable: int | None = Field(None, ge=0)
+    rates_seed: int | None = Field(None, ge=0, le=MAX_SEED)
 
     @field_validator("availability_trace")
     @classmethod
@@ -484,6 +494,12 @@ class NetworkSpec(_Strict):
                                  f"kind {self.kind!r}, which builds its links itself (only lte_star and lte_cells "
                                  f"read them); give what the builder takes in network.params, e.g. params = "
                                  f"{{ {ignored[0]} = ... }} where it has that parameter")
+        if self.availability != "dresfl_extreme":
+            given = [f"{k} = {getattr(self, k)!r}" for k in ("min_reliable", "rates_seed") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{' and '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to availability "
+                                 f"= 'dresfl_extreme' (per-client dropout rates), got availability = "
+                                 f"{self.availability!r}")
         if (self.availability == "trace") != (self.availability_trace is not None):
             raise ValueError("availability = 'trace' and availability_trace go together: set both (the CSV file "
                              f"of on/off times) or neither; got availability = {self.availability!r}, "

@@ -313,7 +313,8 @@ def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False
     compute = (ShiftedExponential(spec.setup_fraction) if spec.compute == "shifted_exponential"
                else Deterministic())
     if spec.availability == "dresfl_extreme":
-        availability = ExtremeDropout(spec.n_devices, seed, min_reliable=spec.min_reliable)
+        availability = ExtremeDropout(spec.n_devices, seed, rates_seed=spec.rates_seed,
+                                      min_reliable=spec.min_reliable)
     elif spec.availability == "trace":
         availability = read_availability_trace(spec.availability_trace, spec.n_devices)
     else:
