@@ -150,3 +150,33 @@ def test_extreme_dropout_refuses_a_bad_rates_seed():
         ExtremeDropout(20, 0, rates_seed=-2)
     with pytest.raises(ValueError, match="rates_seed .* got True"):
         ExtremeDropout(20, 0, rates_seed=True)
+
+
+def test_table2_report_prints_both_spreads(tmp_path, capsys):
+    """Folders run with and without network.rates_seed are reported as two tables, each saying which draw it is;
+    under the fixed draw every seed has the same reliable clients, under the redraw they are each seed's own."""
+    import importlib.util
+
+    from fednet.study.config import Study
+
+    spec = importlib.util.spec_from_file_location("rep", ROOT / "studies" / "dresfl_table2_report.py")
+    rep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rep)
+    base = {"name": "tiny", "seeds": [0, 3], "epochs": 2,
+            "data": {"dataset": "digits", "features": "raw", "partition": "skewed_label"},
+            "runs": [{"label": "FedAvg", "protocol": "fedavg", "params": {"batch_size": 8, "hidden": [4, 4]}}]}
+    for name, extra in (("redraw", {}), ("fixed", {"rates_seed": 3})):
+        study = Study.model_validate({**base, "network": {"n_devices": 20, "availability": "dresfl_extreme", **extra}})
+        run_study(study, tmp_path / name, progress=False, plot=False)
+    rep.report([tmp_path / "redraw", tmp_path / "fixed"])
+    out = capsys.readouterr().out
+    blocks = out.split("\ndigits: ")[1:]
+    assert len(blocks) == 2
+    redraw = next(b for b in blocks if "dropout rates: redrawn per seed; the std over seeds includes" in b)
+    fixed = next(b for b in blocks if "dropout rates: fixed: network.rates_seed = 3; one draw" in b)
+    assert "reliable clients (rate < 0.99) per seed: 0:10 3:8" in redraw          # each seed's own draw
+    assert "reliable clients (rate < 0.99) per seed: 0:8 3:8" in fixed            # seed 3's draw for both
+    assert all(b.count("\nFedAvg ") == 1 for b in blocks)                         # one row each, not pooled
+    assert rep.rates_draw({"availability": "dresfl_extreme", "rates_seed": 3, "min_reliable": 9}) == \
+        "fixed: network.rates_seed = 3, conditioned on >= 9 reliable clients"
+    assert rep.rates_draw({"availability": "bernoulli"}) == "none (availability = 'bernoulli')"
