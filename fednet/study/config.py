@@ -121,8 +121,16 @@ class DataSpec(_Strict):
         ``module:Class`` protocol (beside the study file), returns ``(x_train, y_train, x_test, y_test)``
         (:func:`fednet.learning.datasets.load_plugin_dataset`).
     features : {"rbf", "raw"}
-        ``rbf``: random-Fourier features (Schlegel et al.); ``raw``: the pixels scaled to [0, 1]
+        ``rbf``: random-Fourier features (Schlegel et al.); ``raw``: the pixels as ``preprocess`` leaves them
         (the MLPs of DReS-FL).
+    preprocess : {"unit", "standardize"}
+        Input scaling before the features and the split. ``unit`` (default): pixels scaled to [0, 1] (MNIST and
+        Fashion-MNIST / 255, digits / 16; a user's loader as it gives them). ``standardize``: each feature minus
+        the training set's mean, divided by its standard deviation (1 where it is 0), the test set with the
+        training statistics (:func:`fednet.learning.datasets.standardize`). DReS-FL (Shao et al., NeurIPS 2022,
+        Sec. 6.1, App. B) does not state its preprocessing; a study using ``standardize`` must say so. With
+        ``features = "rbf"`` the default ``rbf_gamma`` is the one for pixels in [0, 1]: set ``rbf_gamma``.
+        Horizontal split only (the vertical loaders scale their own data).
     rbf_gamma : float, optional
         RBF kernel parameter; default :func:`fednet.learning.features.default_gamma`.
     n_components : int
@@ -152,6 +160,7 @@ class DataSpec(_Strict):
 
     dataset: str = Field("digits", json_schema_extra={"examples": list(_DATASET_NAMES) + ["package.module:loader"]})
     features: Literal["rbf", "raw"] = "rbf"
+    preprocess: Literal["unit", "standardize"] = "unit"
     rbf_gamma: float | None = Field(None, gt=0)
     n_components: int = Field(2000, ge=1, le=100_000)
     feature_seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | Literal["per_seed"] = 0
@@ -217,7 +226,8 @@ class DataSpec(_Strict):
 #: Data sets a vertical split can load (:data:`fednet.learning.vertical.VERTICAL_DATASETS`).
 _VERTICAL_DATASETS = ("fashion-mnist", "mnist", "handwritten")
 #: Fields of the horizontal pipeline that a vertical split refuses when set.
-_HORIZONTAL_ONLY = frozenset({"features", "rbf_gamma", "n_components", "feature_seed", "partition", "dirichlet_alpha"})
+_HORIZONTAL_ONLY = frozenset({"features", "preprocess", "rbf_gamma", "n_components", "feature_seed", "partition",
+                              "dirichlet_alpha"})
 
 #: Fields of [network] that only the star builders (lte_star, lte_cells) read; another kind refuses them when set.
 _STAR_ONLY = frozenset({"uplink_bps", "downlink_bps", "loss", "header_overhead", "packet_bits", "hop_latency_s",
