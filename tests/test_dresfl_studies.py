@@ -22,6 +22,15 @@ def test_studies_load():
     assert load_study(ROOT / "studies/dresfl_table2_fashion.toml").data.dataset == "fashion-mnist"
     lat = load_study(ROOT / "studies/dresfl_latency.toml")
     assert [r.name for r in lat.runs] == ["FedAvg", "FedAvg+LightSecAgg", "DReS-FL K=1", "DReS-FL K=2"]
+    drop = load_study(ROOT / "studies/dresfl_latency_dropouts.toml")
+    assert [r.name for r in drop.runs] == ["FedAvg", "FedAvg+LightSecAgg", "DReS-FL K=1"]
+    assert drop.network.availability == "dresfl_extreme" and lat.network.availability == "bernoulli"
+    # the latency set-up otherwise: the same network, data and run parameters
+    same = {"availability"}
+    assert {k: v for k, v in drop.network.model_dump().items() if k not in same} == \
+        {k: v for k, v in lat.network.model_dump().items() if k not in same}
+    assert drop.data == lat.data and (drop.epochs, drop.stop_at, drop.targets) == (lat.epochs, lat.stop_at, lat.targets)
+    assert drop.runs[2].params == {**lat.runs[2].params, "K": 1}
 
 
 def test_extreme_availability_from_the_study():
