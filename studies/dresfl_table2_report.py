@@ -4,6 +4,14 @@ Usage: python studies/dresfl_table2_report.py RESULT_DIR [RESULT_DIR ...] [--at 
 (directories written by ``fednet run studies/dresfl_table2.toml`` / ``dresfl_table2_fashion.toml``).
 Also prints, for DReS-FL, the decodable fraction of its rounds (rows with decode_failed = false) and the
 exact per-round expectation from row 0 (decodable_probability), per seed.
+
+Two spreads over seeds (issue 31, item 2): by default (``network.rates_seed`` unset) every study seed redraws the
+extreme dropout rates (0.99 w.p. 0.5, else U[0, 0.1]; Shao et al., Sec. 6.1), so the std over seeds includes the
+rate draw (a quarter of the draws leave DReS-FL fewer than R = 9 reliable clients).  With ``network.rates_seed = S``
+(``--set network.rates_seed=S``) every seed sees seed S's rates and only the per-round presence draws and the
+training differ: the reading of the paper's Table 2, whose +-0.05 spreads a redraw per run cannot give.  The report
+reads the draw from each folder's ``study.json`` and prints one table per (data set, draw), headed by which draw it
+is, so folders of both kinds given together report both spreads side by side.
 """
 
 from __future__ import annotations
@@ -95,9 +103,57 @@ def accuracy_at(rounds: list[int], acc: list[float], t: int) -> float:
     return [a for r, a in zip(rounds, acc) if r <= t][-1]
 
 
-def collect(directories: list[Path]) -> dict[str, dict[str, dict[str, list[dict]]]]:
-    """``{dataset: {label: {seed: rows}}}`` over several study folders (a seed found twice: the longer run)."""
-    out: dict[str, dict[str, dict[str, list[dict]]]] = {}
+def rates_draw(network: dict) -> str:
+    """How a run's dropout rates were drawn, from its ``[network]`` table (``study.json``, run overrides merged).
+
+    Returns
+    -------
+    str
+        ``"redrawn per seed"`` (``availability = "dresfl_extreme"`` without ``rates_seed``: the spread over seeds
+        includes the rate draw), ``"fixed: network.rates_seed = S"`` (one draw for every seed: the spread is the
+        presence draws' and training's only), either followed by ``", conditioned on >= R reliable clients"``
+        when ``min_reliable`` is set, or ``"none (availability = ...)"`` without per-client rates.
+    """
+    if network.get("availability", "bernoulli") != "dresfl_extreme":
+        return f"none (availability = {network.get('availability', 'bernoulli')!r})"
+    seed = network.get("rates_seed")
+    text = "redrawn per seed" if seed is None else f"fixed: network.rates_seed = {seed}"
+    if network.get("min_reliable") is not None:
+        text += f", conditioned on >= {network['min_reliable']} reliable clients"
+    return text
+
+
+def spread_note(draw: str) -> str:
+    """What the std over seeds measures under the rates draw ``draw`` (:func:`rates_draw`); "" without rates."""
+    if draw.startswith("redrawn"):
+        return "the std over seeds includes the draw of the dropout rates (one draw per seed)"
+    if draw.startswith("fixed"):
+        return ("one draw of the dropout rates for every seed: the std over seeds is the per-round presence "
+                "draws' and training's only (the reading of the paper's Table 2)")
+    return ""
+
+
+def reliable_clients(network: dict, seeds: list[str]) -> dict[str, int]:
+    """Clients with a dropout rate below 0.99 at each study seed, recomputed from the network table.
+
+    The rates are drawn as the runner draws them (:class:`fednet.sim.dropout.ExtremeDropout` of the seed,
+    ``rates_seed`` and ``min_reliable``), so this needs fednet importable; {} without ``dresfl_extreme``.
+    """
+    if network.get("availability") != "dresfl_extreme":
+        return {}
+    from fednet.sim.dropout import ExtremeDropout
+
+    return {s: ExtremeDropout(int(network.get("n_devices", 25)), int(s), rates_seed=network.get("rates_seed"),
+                              min_reliable=network.get("min_reliable")).n_reliable for s in seeds}
+
+
+def collect(directories: list[Path], networks: dict | None = None
+            ) -> dict[tuple[str, str], dict[str, dict[str, list[dict]]]]:
+    """``{(dataset, rates draw): {label: {seed: rows}}}`` over several study folders (a seed found twice: the
+    longer run); the rates draw is :func:`rates_draw` of each run's network, so folders run with and without a
+    fixed ``network.rates_seed`` are never pooled.  ``networks``, when given, receives each group's network
+    table (the last one read)."""
+    out: dict[tuple[str, str], dict[str, dict[str, list[dict]]]] = {}
     for directory in directories:
         study = json.loads((directory / "study.json").read_text())
         dataset = study["data"]["dataset"]
@@ -106,8 +162,12 @@ def collect(directories: list[Path]) -> dict[str, dict[str, dict[str, list[dict]
             path = directory / _slug(label) / "trace.csv"
             if not path.exists():
                 continue
+            network = {**study.get("network", {}), **(run.get("network") or {})}
+            group = (dataset, rates_draw(network))
+            if networks is not None:
+                networks[group] = network
             for r in csv.DictReader(open(path)):
-                seeds = out.setdefault(dataset, {}).setdefault(label, {})
+                seeds = out.setdefault(group, {}).setdefault(label, {})
                 key = (str(directory), r["seed"])
                 seeds.setdefault(key, []).append(r)
     for dataset, labels in out.items():      # one run per seed: keep the longest
@@ -127,16 +187,23 @@ def report(directories: list[Path], at: int | None = None) -> None:
     ----------
     directories : list of Path
         Output folders of DReS-FL Table 2 studies (``study.json`` and ``<run>/trace.csv``); seeds of one
-        dataset are pooled over folders.
+        data set and one draw of the dropout rates (:func:`rates_draw`) are pooled over folders, one table each.
     at : int, optional
         The round at which every seed is read (default: the shortest run's last round, so that all seeds
         of all methods are read at the same round).
     """
-    for dataset, labels in collect(directories).items():
+    networks: dict = {}
+    for (dataset, draw), labels in collect(directories, networks).items():
         runs = {lab: {s: evaluations(rows) for s, rows in seeds.items()} for lab, seeds in labels.items()}
         common = min(rs[-1] for seeds in runs.values() for rs, _ in seeds.values())
         t = common if at is None else at
         print(f"\n{dataset}: test accuracy % at round {t} (mean +- std over seeds; paper: 70,000 rounds)")
+        note = spread_note(draw)
+        print(f"dropout rates: {draw}" + (f"; {note}" if note else ""))
+        seeds_seen = sorted({s for seeds in labels.values() for s in seeds}, key=int)
+        reliable = reliable_clients(networks[dataset, draw], seeds_seen)
+        if reliable:
+            print("reliable clients (rate < 0.99) per seed: " + " ".join(f"{s}:{k}" for s, k in reliable.items()))
         print(f"{'method':12s} {'paper %':>14s} {'fednet %':>16s} {'seeds':>5s}  per seed; DReS-FL decodable fraction")
         for label, seeds in runs.items():
             ok = {s: ev for s, ev in seeds.items() if ev[0][-1] >= t}

@@ -62,6 +62,7 @@ REDUCE: dict[str, dict[str, Any]] = {
     "quickstart": {"seeds": 2},                        # digits: cheap enough for an interval over two seeds
     "dresfl_table2": {"runs": ["FedAvg", "DReS-FL"]},  # the study's protocol, not the next baseline
     "dresfl_table2_fashion": {"runs": ["FedAvg", "DReS-FL"]},
+    "dresfl_latency_dropouts": {"runs": ["FedAvg+LightSecAgg", "DReS-FL K=1"]},   # the dropouts' protocol
 }
 
 #: Studies not pinned, with the reason (keep this short).

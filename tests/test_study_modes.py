@@ -121,6 +121,8 @@ REDUCTIONS: dict[str, Reduction] = {
     "dresfl_table2": Reduction(overrides={"network": {"n_devices": 10}}),
     "dresfl_table2_fashion": Reduction(overrides={"network": {"n_devices": 10}}),
     "dresfl_latency": Reduction(overrides={"network": {"n_devices": 10}}),
+    # extreme dropouts at N = 10: condition on 9 reliable clients so that DReS-FL (R = 9) decodes some rounds
+    "dresfl_latency_dropouts": Reduction(overrides={"network": {"n_devices": 10, "min_reliable": 9}}),
     # FedVS: a slice of its vertical data (VERTICAL_DATA); fig2 keeps two runs, the coded one and the asynchronous one (a row per update)
     "fedvs_fig2": Reduction(runs=["FedVS T=1 K=2", "VAFL"], params=_FEDVS_SMALL, own_data="fashion-mnist"),
     "fedvs_fig3": Reduction(params=_FEDVS_SMALL, own_data="fashion-mnist"),

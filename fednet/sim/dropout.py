@@ -7,7 +7,9 @@ probability of 0.5 or is uniformly sampled from [0, 0.1] otherwise".
 Two levels of randomness, both derived from the public seed and independent of the protocol:
 
 * the per-client *rates* ``p_i``, drawn once per run from the sequential stream
-  ``("dropout-rates", attempt)`` of :class:`fednet.sim.rng.Streams` (:class:`ExtremeDropout`);
+  ``("dropout-rates", attempt)`` of :class:`fednet.sim.rng.Streams` (:class:`ExtremeDropout`), by default of
+  the run's seed (a new draw per study seed), or of a fixed ``rates_seed`` (one draw for every study seed:
+  the reading of DReS-FL's Table 2, whose +-0.05 spreads over five runs imply one draw of the rates);
 * each round's *presence*, ``U >= p_i`` for the keyed uniform ``U`` of ``(node, "dropout",
   round)`` (:meth:`fednet.sim.Simulation.available`), so DReS-FL and its baselines lose the same
   clients in the same rounds at a seed (the primitives ask once per node and round).
@@ -113,6 +115,12 @@ class ExtremeDropout(PerClientDropout):
         N.
     seed : int
         The run's root seed (the same for every protocol of a paired comparison).
+    rates_seed : int, optional
+        Draw the rates from this seed's stream instead of ``seed``'s, so that every study seed sees the same
+        rates (the per-round presence draws, keyed by the run's seed in
+        :meth:`fednet.sim.Simulation.available`, still differ). None (default): ``seed``'s draw, a new set of
+        rates per study seed. Table 2 of DReS-FL (Sec. 6.1) reports +-0.05 over five runs, which a redraw of
+        the rates per run cannot give (module docstring): the paper's apparent choice is one fixed draw.
     min_reliable : int, optional
         Condition on at least this many reliable clients (rate below ``high``): rate draws with
         fewer are rejected and redrawn from the next attempt's stream. None: unconditioned.
@@ -127,18 +135,24 @@ class ExtremeDropout(PerClientDropout):
         Rate draws made (1 when the first one was kept).
     n_reliable : int
         Clients with a rate below ``high``.
+    rates_seed : int or None
+        The seed the rates were drawn from when fixed (None: ``seed``'s draw).
 
     Raises
     ------
     ValueError
-        If ``min_reliable`` exceeds ``n_devices``, or no draw meets it in ``max_attempts``.
+        If ``min_reliable`` exceeds ``n_devices``, no draw meets it in ``max_attempts``, or ``rates_seed`` is
+        not a non-negative integer.
     """
 
-    def __init__(self, n_devices: int, seed: int, *, min_reliable: int | None = None, high: float = 0.99,
-                 p_high: float = 0.5, low_max: float = 0.1, max_attempts: int = 10_000) -> None:
+    def __init__(self, n_devices: int, seed: int, *, rates_seed: int | None = None, min_reliable: int | None = None,
+                 high: float = 0.99, p_high: float = 0.5, low_max: float = 0.1, max_attempts: int = 10_000) -> None:
         if min_reliable is not None and not 0 <= min_reliable <= n_devices:
             raise ValueError(f"min_reliable must be in [0, {n_devices}], got {min_reliable}")
-        streams = Streams(seed, 1)
+        if rates_seed is not None and (isinstance(rates_seed, bool) or not isinstance(rates_seed, (int, np.integer))
+                                       or rates_seed < 0):
+            raise ValueError(f"rates_seed must be a non-negative integer or None, got {rates_seed!r}")
+        streams = Streams(seed if rates_seed is None else int(rates_seed), 1)
         for attempt in range(max_attempts):
             rates = extreme_dropout_rates(n_devices, streams.generator("dropout-rates", attempt),
                                           high=high, p_high=p_high, low_max=low_max)
@@ -149,11 +163,14 @@ class ExtremeDropout(PerClientDropout):
                              f"{max_attempts} attempts")
         super().__init__(rates)
         self.seed, self.high, self.min_reliable = int(seed), float(high), min_reliable
+        self.rates_seed = None if rates_seed is None else int(rates_seed)
         self.attempts = attempt + 1
         self.n_reliable = int(np.sum(rates < high))
 
     def __repr__(self) -> str:
-        return f"ExtremeDropout(seed={self.seed}, min_reliable={self.min_reliable}, rates={np.round(self.rates, 4).tolist()})"
+        fixed = "" if self.rates_seed is None else f", rates_seed={self.rates_seed}"
+        return (f"ExtremeDropout(seed={self.seed}{fixed}, min_reliable={self.min_reliable}, "
+                f"rates={np.round(self.rates, 4).tolist()})")
 
 
 def decodable_probability(participation: Sequence[float], threshold: int) -> float:

@@ -121,8 +121,16 @@ class DataSpec(_Strict):
         ``module:Class`` protocol (beside the study file), returns ``(x_train, y_train, x_test, y_test)``
         (:func:`fednet.learning.datasets.load_plugin_dataset`).
     features : {"rbf", "raw"}
-        ``rbf``: random-Fourier features (Schlegel et al.); ``raw``: the pixels scaled to [0, 1]
+        ``rbf``: random-Fourier features (Schlegel et al.); ``raw``: the pixels as ``preprocess`` leaves them
         (the MLPs of DReS-FL).
+    preprocess : {"unit", "standardize"}
+        Input scaling before the features and the split. ``unit`` (default): pixels scaled to [0, 1] (MNIST and
+        Fashion-MNIST / 255, digits / 16; a user's loader as it gives them). ``standardize``: each feature minus
+        the training set's mean, divided by its standard deviation (1 where it is 0), the test set with the
+        training statistics (:func:`fednet.learning.datasets.standardize`). DReS-FL (Shao et al., NeurIPS 2022,
+        Sec. 6.1, App. B) does not state its preprocessing; a study using ``standardize`` must say so. With
+        ``features = "rbf"`` the default ``rbf_gamma`` is the one for pixels in [0, 1]: set ``rbf_gamma``.
+        Horizontal split only (the vertical loaders scale their own data).
     rbf_gamma : float, optional
         RBF kernel parameter; default :func:`fednet.learning.features.default_gamma`.
     n_components : int
@@ -152,6 +160,7 @@ class DataSpec(_Strict):
 
     dataset: str = Field("digits", json_schema_extra={"examples": list(_DATASET_NAMES) + ["package.module:loader"]})
     features: Literal["rbf", "raw"] = "rbf"
+    preprocess: Literal["unit", "standardize"] = "unit"
     rbf_gamma: float | None = Field(None, gt=0)
     n_components: int = Field(2000, ge=1, le=100_000)
     feature_seed: Annotated[int, Field(ge=0, le=MAX_SEED)] | Literal["per_seed"] = 0
@@ -217,7 +226,8 @@ class DataSpec(_Strict):
 #: Data sets a vertical split can load (:data:`fednet.learning.vertical.VERTICAL_DATASETS`).
 _VERTICAL_DATASETS = ("fashion-mnist", "mnist", "handwritten")
 #: Fields of the horizontal pipeline that a vertical split refuses when set.
-_HORIZONTAL_ONLY = frozenset({"features", "rbf_gamma", "n_components", "feature_seed", "partition", "dirichlet_alpha"})
+_HORIZONTAL_ONLY = frozenset({"features", "preprocess", "rbf_gamma", "n_components", "feature_seed", "partition",
+                              "dirichlet_alpha"})
 
 #: Fields of [network] that only the star builders (lte_star, lte_cells) read; another kind refuses them when set.
 _STAR_ONLY = frozenset({"uplink_bps", "downlink_bps", "loss", "header_overhead", "packet_bits", "hop_latency_s",
@@ -364,6 +374,15 @@ class NetworkSpec(_Strict):
     min_reliable : int, optional
         With ``dresfl_extreme``: condition the rate draw on at least this many clients with a rate
         below 0.99 (e.g. 9, DReS-FL's recovery threshold with K = T = 1); a study using it must say so.
+        Refused with another ``availability``.
+    rates_seed : int, optional
+        With ``dresfl_extreme``: draw the per-client dropout rates once, from this seed (an integer in
+        [0, 2^63 - 1]), for every study seed, while each round's presence draws still follow the study seed
+        (:class:`fednet.sim.dropout.ExtremeDropout`). The spread over seeds then measures the presence draws and
+        training only, not the rate draw: the apparent reading of DReS-FL's Table 2 (Shao et al., NeurIPS 2022,
+        Sec. 6.1), whose +-0.05 spreads over five runs a redraw per run cannot give. Default None: the rates are
+        redrawn from each study seed. ``min_reliable`` then conditions this one draw. Refused with another
+        ``availability``.
 
     Every float must be finite (``inf`` and ``nan`` are refused with the key named). Drawn values
     (distributions, "paper" rates for D != 25, random groups) come from streams keyed by the run's
@@ -389,6 +408,7 @@ class NetworkSpec(_Strict):
     availability: Literal["bernoulli", "dresfl_extreme", "trace"] = "bernoulli"
     availability_trace: str | None = None
     min_reliable: int | None = Field(None, ge=0)
+    rates_seed: int | None = Field(None, ge=0, le=MAX_SEED)
 
     @field_validator("availability_trace")
     @classmethod
@@ -484,6 +504,12 @@ class NetworkSpec(_Strict):
                                  f"kind {self.kind!r}, which builds its links itself (only lte_star and lte_cells "
                                  f"read them); give what the builder takes in network.params, e.g. params = "
                                  f"{{ {ignored[0]} = ... }} where it has that parameter")
+        if self.availability != "dresfl_extreme":
+            given = [f"{k} = {getattr(self, k)!r}" for k in ("min_reliable", "rates_seed") if getattr(self, k) is not None]
+            if given:
+                raise ValueError(f"{' and '.join(given)} only appl{'ies' if len(given) == 1 else 'y'} to availability "
+                                 f"= 'dresfl_extreme' (per-client dropout rates), got availability = "
+                                 f"{self.availability!r}")
         if (self.availability == "trace") != (self.availability_trace is not None):
             raise ValueError("availability = 'trace' and availability_trace go together: set both (the CSV file "
                              f"of on/off times) or neither; got availability = {self.availability!r}, "

@@ -47,7 +47,7 @@ import numpy as np
 
 from fednet.errors import CapacityError, ConfigError, FednetError, OutputError
 from fednet.runtime import configure_host
-from fednet.learning.datasets import load_dataset
+from fednet.learning.datasets import load_dataset, preprocess
 from fednet.learning.features import rbf_features
 from fednet.learning.models import one_hot
 from fednet.learning.partitions import partition
@@ -88,7 +88,7 @@ TRACE_COLUMNS = list(COLUMNS)
 
 def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, feature_seed: int | None = None,
                  data: Any = None) -> LearningTask:
-    """Load the data set, embed it, split it over the devices and wrap it as a task.
+    """Load the data set, preprocess it (``data.preprocess``), embed it, split it over the devices, wrap it as a task.
 
     Parameters
     ----------
@@ -113,6 +113,7 @@ def prepare_task(study: Study, data_dir: str | os.PathLike | None = None, *, fea
         return vertical_task(study, data_dir)
     if data is None:
         data = load_dataset(spec.dataset, data_dir)
+    data = preprocess(data, spec.preprocess)            # "unit": the data set itself (pixels in [0, 1])
     fs = spec.feature_seed_for(study.seeds[0]) if feature_seed is None else feature_seed
     feats = data if spec.features == "raw" else rbf_features(data, gamma=spec.rbf_gamma,
                                                             n_components=spec.n_components, seed=fs)
@@ -313,7 +314,8 @@ def build_simulation(spec: NetworkSpec, seed: int, *, record_views: bool = False
     compute = (ShiftedExponential(spec.setup_fraction) if spec.compute == "shifted_exponential"
                else Deterministic())
     if spec.availability == "dresfl_extreme":
-        availability = ExtremeDropout(spec.n_devices, seed, min_reliable=spec.min_reliable)
+        availability = ExtremeDropout(spec.n_devices, seed, rates_seed=spec.rates_seed,
+                                      min_reliable=spec.min_reliable)
     elif spec.availability == "trace":
         availability = read_availability_trace(spec.availability_trace, spec.n_devices)
     else:
