@@ -5,6 +5,8 @@
 are replayed in SimPy's order (:func:`fast_rounds`), with a batch of every node's values and vectorised times where the
 step gives one (:func:`replay_vectorised`, the ``batched`` backend).  The same draws, counters, messages, views and
 results, bit for bit (``tests/test_fast_path.py``, ``tests/test_batched.py``, ``tests/test_engine_property.py``).
+On shared round-robin cells the vectorised replay takes each transfer's end from its cell's replayed air
+(:mod:`.airtime`; :func:`cells_reason` says when it can, ``tests/test_cells_replay.py``).
 """
 
 from __future__ import annotations
