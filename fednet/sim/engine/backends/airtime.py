@@ -24,7 +24,7 @@ import numpy as np
 
 from fednet.sim.cells import SharedAir
 
-__all__ = ["Air", "shared_finishes", "replayable_air"]
+__all__ = ["Air", "shared_finishes", "replayable_air", "cells_air_reason"]
 
 
 def replayable_air(air: object) -> bool:
@@ -89,6 +89,19 @@ class Air:
             self.V = 0.0
         self._schedule(now)
         return True
+
+
+def cells_air_reason(nodes: Sequence[object]) -> bool | str:
+    """``True`` if every cell air the links of ``nodes`` share is :func:`replayable_air`, else the reason (a busy cell,
+    or a scheduler other than round robin): the check the cell replays of the gather and groups backends share."""
+    for node in nodes:
+        for link in (node.downlink, node.uplink):
+            air = getattr(link, "air", None)
+            if air is not None and not replayable_air(air):
+                return ("a node's cell has a transfer in progress" if type(air) is SharedAir else
+                        f"a node's cell shares its air under another scheduler than round robin ({type(air).__name__}:"
+                        " only round-robin cells are replayed)")
+    return True
 
 
 def shared_finishes(starts: Sequence[float] | np.ndarray, airtimes: Sequence[float] | np.ndarray) -> np.ndarray | None:

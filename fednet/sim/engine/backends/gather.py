@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from fednet.algebra.meter import MacMeter, charge
-from fednet.sim.cells import SharedAir
 from fednet.sim.compute import compute_seconds
 from fednet.sim.network import Message, transmission_times
 from fednet.sim.simulation import Node
@@ -27,7 +26,7 @@ from .. import wire
 from ..events import draws_plain, event_at, fast_reason
 from ..results import Batch, GatherResult, StragglerShortfall, UnchargedCompute, compute_key, payload_size
 from ..step import Backend, Declined, Step
-from .airtime import replayable_air, shared_finishes
+from .airtime import cells_air_reason, shared_finishes
 
 __all__ = ["GatherReplay", "fast_rounds", "replay_start", "run_batch", "replay_vectorised"]
 
@@ -69,14 +68,7 @@ def cells_reason(net: Any, step: Step) -> bool | str:
     if step.batch is None or not net.sim.engine.allows("batched"):
         return ("shared cells are replayed by the vectorised (batched) gather only, and this step has no batch or "
                 "the batched backend is not allowed")
-    for node in step.nodes:
-        for link in (node.downlink, node.uplink):
-            air = getattr(link, "air", None)
-            if air is not None and not replayable_air(air):
-                return ("a node's cell has a transfer in progress" if type(air) is SharedAir else
-                        f"a node's cell shares its air under another scheduler than round robin ({type(air).__name__}:"
-                        " only round-robin cells are replayed)")
-    return True
+    return cells_air_reason(step.nodes)
 
 
 def _through_cells(nodes: Sequence[Node], direction: str, starts: np.ndarray, airtimes: np.ndarray,

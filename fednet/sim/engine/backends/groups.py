@@ -27,7 +27,7 @@ from .. import wire
 from ..events import event_at, fast_reason
 from ..results import EngineError, GatherResult, compute_key, payload_size, uploaded_elements
 from ..step import Backend, Step
-from .airtime import Air, replayable_air
+from .airtime import Air, cells_air_reason
 from .gather import replay_start
 
 __all__ = ["GroupsReplay", "fast_groups"]
@@ -201,11 +201,7 @@ def cells_reason(nodes: list[Node]) -> bool | str:
         if type(model) is not ShiftedExponential or not model.setup_fraction > 0:
             return (f"on shared cells the groups replay needs continuous compute times (device {node.index}'s compute "
                     f"model {model!r} has no random part: events could tie)")
-        for link in (node.downlink, node.uplink):
-            air = getattr(link, "air", None)
-            if air is not None and not replayable_air(air):
-                return "a node's cell is busy or not round robin (only idle round-robin cells are replayed)"
-    return True
+    return cells_air_reason(nodes)
 
 
 def fast_groups_cells(net, nodes: list[list[Node]], need: list[int], results: list[GatherResult],
@@ -242,6 +238,7 @@ def fast_groups_cells(net, nodes: list[list[Node]], need: list[int], results: li
     airs: dict[int, Air] = {}
 
     def air_of(link: Any) -> tuple[int, Air] | None:
+        """``(key, replayed air)`` of ``link``'s cell (one :class:`Air` per real air), or None on a dedicated link."""
         real = getattr(link, "air", None)
         return None if real is None else (id(real), airs.setdefault(id(real), Air()))
 
@@ -251,9 +248,11 @@ def fast_groups_cells(net, nodes: list[list[Node]], need: list[int], results: li
     order = itertools.count()
 
     def push(t: float, what: str, data: Any) -> None:
+        """Queue an event at ``t`` seconds (ties in time broken by the order of queueing)."""
         heapq.heappush(queue, (t, next(order), what, data))
 
     def arm(key: int) -> None:
+        """Queue the live timeout of air ``key`` (its generation marks it stale once rescheduled)."""
         air = airs[key]
         if air.fire < math.inf:
             push(air.fire, "fire", (key, air.gen))
@@ -281,6 +280,7 @@ def fast_groups_cells(net, nodes: list[list[Node]], need: list[int], results: li
         touched[what] = by
 
     def start_upload(i: int, value: Any, t2: float) -> None:
+        """Node ``i``'s upload starts at ``t2`` (its keyed uplink draw): onto its cell's air or its own link."""
         node = fnodes[i]
         msg = Message(node.index, server.index, kind, value, int(size_of(value)), up_bits(value), round=rnd,
                       timing_key=timing_key)
@@ -300,6 +300,7 @@ def fast_groups_cells(net, nodes: list[list[Node]], need: list[int], results: li
         arm(ua[0])
 
     def downloaded(i: int, t1: float) -> None:
+        """Node ``i``'s download lands at ``t1``; it computes (keyed compute draw), then uploads."""
         msg, extra = downloading.pop(i)
         node = fnodes[i]
         sim.hop_done(msg, node, "down", extra, now0, t1)
@@ -313,6 +314,7 @@ def fast_groups_cells(net, nodes: list[list[Node]], need: list[int], results: li
             start_upload(i, value, t1)
 
     def arrived(i: int, t3: float) -> None:
+        """Node ``i``'s upload arrives at ``t3``; at its group's ``need``-th the group's other work is cancelled."""
         g, p = flat[i]
         touch(("group", g))
         value, msg, extra, t2 = pending.pop(i)
