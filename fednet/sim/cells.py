@@ -131,21 +131,27 @@ class SharedAir:
         self._schedule()
         try:
             yield done
-        except simpy.Interrupt:         # cancelled (the server stopped waiting): it leaves the air now
-            self._leave(entry)
+        except simpy.Interrupt as stop:  # cancelled (the server stopped waiting): it leaves the air now
+            stop.held_s = self._leave(entry, airtime)
             raise
 
-    def _leave(self, entry: tuple[float, int, simpy.Event]) -> None:
+    def _leave(self, entry: tuple[float, int, simpy.Event], airtime: float) -> float:
         """A transfer cancelled before its end leaves the air at once, as a cancelled transfer frees a dedicated
-        link: the others share the air among fewer from now on (none left: the air is idle)."""
+        link: the others share the air among fewer from now on (none left: the air is idle).
+
+        Returns the airtime it was served before it left, simulated seconds (``V(now) - V(arrival)``, its share of
+        the air so far, in ``[0, airtime]``; all of it if it ended at this very instant): what its radio was on for
+        (:meth:`fednet.sim.simulation.Simulation._hop` charges its energy)."""
         if entry not in self._heap:     # it ended at this very instant
-            return
+            return airtime
         self._advance()
+        served = min(airtime, max(0.0, self._virtual - (entry[0] - airtime)))
         self._heap.remove(entry)
         heapq.heapify(self._heap)
         if not self._heap:
             self._virtual = 0.0
         self._schedule()
+        return served
 
     def _schedule(self) -> None:
         """Arm one timeout for the earliest finish (older timeouts become stale)."""
@@ -375,22 +381,27 @@ class ProportionalFairAir:
         self._schedule()
         try:
             held = yield done
-        except simpy.Interrupt:         # cancelled: it leaves the air now (SharedAir._leave)
-            self._leave(done)
+        except simpy.Interrupt as stop:  # cancelled: it leaves the air now (SharedAir._leave)
+            stop.held_s = self._leave(done)
             raise
         return held
 
-    def _leave(self, done: simpy.Event) -> None:
-        """A transfer cancelled before its end leaves the air at once; the others' speeds are recomputed."""
+    def _leave(self, done: simpy.Event) -> float:
+        """A transfer cancelled before its end leaves the air at once; the others' speeds are recomputed.
+
+        Returns the slots it held before it left, simulated seconds (its radio's on-time, as a finished transfer's
+        ``held``; ``done``'s value if it ended at this very instant)."""
         at = next((i for i, e in enumerate(self._events) if e is done), None)
         if at is None:                  # it ended at this very instant
-            return
+            return float(done.value)
         self._advance()
+        held = float(self._held[at])
         keep = np.arange(len(self._events)) != at
         self._rem, self._work, self._held = self._rem[keep], self._work[keep], self._held[keep]
         self._idx = self._idx[keep]
         del self._events[at]
         self._schedule()
+        return held
 
     def _advance(self) -> None:
         """Serve every active transfer at its current speed from ``self._at`` to now."""

@@ -726,17 +726,34 @@ class Simulation:
             seconds, extra = self.hop_draw(msg, device, direction)
             start = self.now
             held = None
-            if link.air is None:
-                yield self.env.timeout(seconds)
-            else:                                   # a shared cell: the airtime is served by its scheduler
-                held = yield from link.air.transmit(seconds)
+            try:
+                if link.air is None:
+                    yield self.env.timeout(seconds)
+                else:                               # a shared cell: the airtime is served by its scheduler
+                    held = yield from link.air.transmit(seconds)
+            except simpy.Interrupt as stop:         # cancelled: its radio was on until now (issue 28, item 4)
+                self._radio_energy(device, direction, getattr(stop, "held_s", self.now - start))
+                raise
         self.hop_done(msg, device, direction, extra, start, self.now)
-        if self.energy and device.index in self.energy:   # its radio is on for its own airtime only
-            tx, rx, _ = self.energy[device.index]
-            # round robin: the airtime at its own rate; proportional fair: the slots it held (fewer, at higher rates)
-            self.counters.device_energy_j += (tx if direction == "up" else rx) * (seconds if held is None else held)
+        # round robin: the airtime at its own rate; proportional fair: the slots it held (fewer, at higher rates)
+        self._radio_energy(device, direction, seconds if held is None else held)
         if self.hop_latency:                        # the floor: scheduling, grant and core latency (link free)
             yield self.env.timeout(self.hop_latency)
+
+    def _radio_energy(self, device: Node, direction: str, seconds: float) -> None:
+        """Charge ``device``'s radio for ``seconds`` of its own airtime (transmit power up, receive power down), if it
+        has an energy model: a finished hop's airtime, or a cancelled one's until it was cancelled (on a dedicated
+        link the time since it started; on a cell the airtime it was served, ``held_s`` of the interrupt,
+        :meth:`fednet.sim.cells.SharedAir._leave`)."""
+        if self.energy and device.index in self.energy:   # its radio is on for its own airtime only
+            tx, rx, _ = self.energy[device.index]
+            self.counters.device_energy_j += (tx if direction == "up" else rx) * seconds
+
+    def _d2d_energy(self, src: Node, dst: int, seconds: float) -> None:
+        """Charge a device-to-device hop's ``seconds``: the sender's transmit and the receiver's receive power."""
+        if self.energy:
+            self.counters.device_energy_j += (self.energy.get(src.index, (0.0, 0.0, 0.0))[0]
+                                              + self.energy.get(dst, (0.0, 0.0, 0.0))[1]) * seconds
 
     def _direct_hop(self, msg: Message, link: Link, src: Node) -> Generator:
         with link.resource.request() as req:
@@ -745,15 +762,16 @@ class Simulation:
             seconds, _n, extra = transmission_time(msg.bits, link.rate_bps, self.overhead, link.loss,
                                                    self.packet_bits, u)
             start = self.now
-            yield self.env.timeout(seconds)
+            try:
+                yield self.env.timeout(seconds)
+            except simpy.Interrupt:             # cancelled: both radios were on until now
+                self._d2d_energy(src, msg.dst, self.now - start)
+                raise
         self.counters.bits_d2d += msg.bits
         self.counters.messages += 1
         self.counters.retransmissions += extra
         msg.hops.append(("d2d", src.index, start, self.now))
-        if self.energy:
-            dst = msg.dst
-            self.counters.device_energy_j += (self.energy.get(src.index, (0.0, 0.0, 0.0))[0]
-                                              + self.energy.get(dst, (0.0, 0.0, 0.0))[1]) * seconds
+        self._d2d_energy(src, msg.dst, seconds)
         if self.hop_latency:
             yield self.env.timeout(self.hop_latency)
 
