@@ -22,7 +22,14 @@ users' timing-mode mask stand-ins are set, as the processes set them again), and
 ``precomputed`` says whether its values may be computed before their inputs arrive (timing mode's stand-ins: LightSecAgg
 passes ``type(self.mode) is Timing``).
 
-``tests/test_lightsecagg_replay.py`` runs rounds both ways: traces and draw counters are equal.
+On shared round-robin cells (:mod:`fednet.sim.cells`) the users' transfers share their cells' airs, so the times
+are not each user's own: :func:`fednet.sim.engine.backends.masked_cells.replay_round_cells` replays the same round as
+an event loop over the airs (with the same principle: every time computed with the draws looked at, a decline
+wherever SimPy's order would decide, then the effects); a proportional-fair or busy cell is declined
+(:func:`~fednet.sim.engine.backends.airtime.cells_air_reason`).
+
+``tests/test_lightsecagg_replay.py`` (star) and ``tests/test_masked_cells.py`` (cells) run rounds both ways: traces
+and draw counters are equal.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from ..mailbox import Mailbox
 from ..results import payload_size
 from .. import wire
 from ..step import Backend, Declined, Step
+from .airtime import cells_air_reason
 
 __all__ = ["MaskedReplay", "replay_round"]
 
@@ -68,16 +76,24 @@ class MaskedReplay(Backend):
             return "not every user takes part (a user is absent)"
         if not draws_plain(sim.streams):
             return "the keyed draws are overridden"
-        ok = fast_reason(net, nodes)                    # engine, queue, idle processors and links
+        ok = fast_reason(net, nodes, cells=True)        # engine, queue, idle processors and links
         if ok is not True:
             return ok
+        if sim.cells:                                   # replayed by masked_cells: idle round-robin airs only
+            ok = cells_air_reason(nodes)
+            if ok is not True:
+                return ok
         if sim.node_table(nodes) is None:
             return "a compute model other than shifted-exponential or deterministic"
         return True
 
     def run(self, net: Any, step: Step) -> Generator:
         """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
-        got = replay_round(net, step)
+        if net.sim.cells:
+            from .masked_cells import replay_round_cells     # here: that module imports this one's helpers
+            got = replay_round_cells(net, step)
+        else:
+            got = replay_round(net, step)
         if isinstance(got, str):
             return Declined(got)
         U1, online, replies, t_end = got
