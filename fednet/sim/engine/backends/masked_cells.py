@@ -13,7 +13,10 @@ the reference's processes (:func:`fednet.sim.engine.reference.masked`):
   training), the aggregated mask (after the aggregation);
 * downlink, a FIFO before the air: the model (at the start), then the forward of the shares addressed to it (requested
   at ``Tb``, the last bundle's arrival) and, a survivor, the survivor list (requested at ``T1``, the ``U``-th masked
-  arrival), in the order requested -- the first granted takes the first ``downlink:mask`` draw;
+  arrival), in the order requested -- the first granted takes the first ``downlink:mask`` draw; a survivor
+  aggregates once its list and the shares of U1 addressed to it are in: its forward's, or, where U1 is itself
+  alone (``U = 1``), its own share, in since its encoding (so ``T2`` may then come before ``Tb``, and bundles and
+  encodings still running are cut too);
 
 and the round ends at ``T2``, the last aggregated mask's arrival: the reference cancels the rest, so a transfer still
 on the air leaves it then and every air is idle again (nothing after ``T2`` is replayed; the real airs are never
@@ -166,7 +169,8 @@ def _replay(net: Any, step: Any) -> tuple[list[int], list, list, float] | str:
     cpu_q: list[list] = [[] for _ in range(N)]
     granted = [[False] * N for _ in range(6)]    # per transfer code: granted (its draw taken), ended
     ended = [[False] * N for _ in range(6)]
-    started = [[False] * N for _ in range(3)]    # per computation: started (charged, its draw taken)
+    started = [[False] * N for _ in range(3)]    # per computation: started (charged, its draw taken), ended
+    done = [[False] * N for _ in range(3)]
     n_dmask = [0] * N                            # downlink:mask draws taken (forward and list, in grant order)
     pick = [[0] * N, [0] * N]                    # which of the two downlink:mask draws the forward / list took
     survivor = [False] * N
@@ -230,6 +234,7 @@ def _replay(net: Any, step: Any) -> tuple[list[int], list, list, float] | str:
     def computed(i: int, what: int, t: float, cause: int) -> None:
         """User ``i``'s computation ``what`` ends at ``t``: the processor's next, then what follows it."""
         cpu_busy[i] = False
+        done[what][i] = True
         if cpu_q[i]:
             compute(i, cpu_q[i].pop(0), t, cause)
         request(i, _UB if what == _ENC else _UM if what == _TRAIN else _UA, t, cause)
@@ -255,11 +260,11 @@ def _replay(net: Any, step: Any) -> tuple[list[int], list, list, float] | str:
             if len(arrivals) == U:               # the server stops waiting: the survivors' lists go out
                 state["T1"] = t
                 survivors(t, cause)
-        elif code == _FW:
-            if survivor[i] and ended[_LI][i]:
+        elif code == _FW:                        # the shares of U1 addressed to i are in (its own since encoding)
+            if survivor[i] and ended[_LI][i] and len(state["U1"]) > 1:
                 compute(i, _AGG, t, cause)
-        elif code == _LI:
-            if ended[_FW][i]:
+        elif code == _LI:                        # U1 = {i}: its own share is all it waits for
+            if ended[_FW][i] or len(state["U1"]) == 1:
                 compute(i, _AGG, t, cause)
         else:
             state["aggs"] += 1
@@ -345,7 +350,7 @@ def _replay(net: Any, step: Any) -> tuple[list[int], list, list, float] | str:
     surv[U1] = True
     draws.take("downlink", np.ones(N, dtype=bool))
     draws.take("compute-mask", d_enc)
-    draws.take("uplink:mask", np.ones(N, dtype=bool))
+    draws.take("uplink:mask", np.array(granted[_UB]))
     trained_ok = np.array(started[_TRAIN])
     draws.take("compute", trained_ok & d_tr)
     draws.take("uplink", np.array(granted[_UM]))
@@ -358,21 +363,22 @@ def _replay(net: Any, step: Any) -> tuple[list[int], list, list, float] | str:
     counters = sim.counters
     counters.device_macs += (int(sum(enc_macs)) + int(sum(m for m, s in zip(train_macs, started[_TRAIN]) if s))
                              + int(sum(state["agg_macs"])))
-    landed, arrived, fwd_in, list_in = (ended[_DM], ended[_UM], ended[_FW], ended[_LI])
-    n_landed, n_arrived, n_fwd = sum(landed), sum(arrived), sum(fwd_in)
+    landed, bundled, arrived, fwd_in, list_in = (ended[_DM], ended[_UB], ended[_UM], ended[_FW], ended[_LI])
+    n_landed, n_bundled, n_arrived, n_fwd = sum(landed), sum(bundled), sum(arrived), sum(fwd_in)
     counters.bits_down += n_model * bits_m * n_landed + n_bundle * bits * n_fwd + n_list * bits * len(U1)
-    counters.bits_up += n_bundle * bits * N + n_up * bits * n_arrived + L * bits * len(U1)
-    counters.messages += n_landed + N + n_arrived + n_fwd + 2 * len(U1)
+    counters.bits_up += n_bundle * bits * n_bundled + n_up * bits * n_arrived + L * bits * len(U1)
+    counters.messages += n_landed + n_bundled + n_arrived + n_fwd + 2 * len(U1)
     x_fw = [fw[k][1][i] for i, k in enumerate(pick[0])]
     x_li = [li[k][1][i] for i, k in enumerate(pick[1])]
-    counters.retransmissions += int(
-        sum(x for x, e in zip(air_x[_DM], landed) if e) + sum(air_x[_UB]) + sum(x for x, e in zip(air_x[_UM], arrived) if e)
-        + sum(x for x, e in zip(x_fw, fwd_in) if e) + sum(x for x, e in zip(x_li, list_in) if e)
-        + sum(air_x[_UA][i] for i in U1))
+    counters.retransmissions += int(sum(x for code, flags in ((_DM, landed), (_UB, bundled), (_UM, arrived))
+                                        for x, e in zip(air_x[code], flags) if e)
+                                    + sum(x for x, e in zip(x_fw, fwd_in) if e) + sum(x for x, e in zip(x_li, list_in) if e)
+                                    + sum(air_x[_UA][i] for i in U1))
     for real, n in zip(reals, asked):
         real.transfers += n
-    for dev, enc, got in zip(nodes, encoded, landed):
-        dev.state.encoded = enc
+    for dev, enc, coded, got in zip(nodes, encoded, done[_ENC], landed):
+        if coded:                                # an encoding cut at T2 sets nothing
+            dev.state.encoded = enc
         if got:
             dev.state.received = theta32
     online = [(nodes[i], trained[i]) for _, _, i in arrivals[:U]]
