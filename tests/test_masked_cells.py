@@ -64,8 +64,14 @@ def _airs(proto) -> list[tuple]:
             for pair in proto.sim.cells.values() for a in pair]
 
 
+def _states(proto) -> list[tuple[bool, bool]]:
+    """Which users hold encoded shares and a downloaded model (an encoding or a download cut at T2 sets none)."""
+    return [(getattr(d.state, "encoded", None) is None, getattr(d.state, "received", None) is None)
+            for d in proto.sim.devices]
+
+
 def _both(monkeypatch, *args, **kwargs) -> tuple[tuple, tuple, int, int, object]:
-    """Snapshots (trace, views, draw counters, final model, airs) with the backend allowed and disallowed, how many
+    """Snapshots (trace, views, draw counters, final model, airs, users' states) with the backend allowed and disallowed, how many
     rounds the cells replay ran and refused with it allowed, and the run with it allowed."""
     taken, refused = [0], [0]
     real = cells_replay.replay_round_cells
@@ -77,11 +83,11 @@ def _both(monkeypatch, *args, **kwargs) -> tuple[tuple, tuple, int, int, object]
     monkeypatch.setattr(cells_replay, "replay_round_cells", counting)
     engine(monkeypatch)
     p_on = _run(*args, **kwargs)
-    on = (snapshot(p_on), p_on.theta.tobytes(), _airs(p_on))
+    on = (snapshot(p_on), p_on.theta.tobytes(), _airs(p_on), _states(p_on))
     counts = taken[0], refused[0]
     engine(monkeypatch, ("masked",))
     p_off = _run(*args, **kwargs)
-    off = (snapshot(p_off), p_off.theta.tobytes(), _airs(p_off))
+    off = (snapshot(p_off), p_off.theta.tobytes(), _airs(p_off), _states(p_off))
     assert taken[0] == counts[0] and p_off.sim.engine_paths.count("masked") == 0   # never taken when disallowed
     return on, off, *counts, p_on
 
@@ -101,6 +107,7 @@ def _messages_if_nothing_cut(proto, D: int) -> int:
     (13, 2, 10, "cells:2", {"downlink_bps": 3e4, "uplink_bps": 5e7}),   # slow downlinks: forwards cut at T2
     (13, 1, 10, "cells:3", {"device_mac_rates": RATES[:10] + [2e4] * 3}),   # still training at T2
     (13, 1, 11, "cells:2", {"downlink_bps": [10e6] * 12 + [2e3]}),      # a model download that never lands in time
+    (8, 0, 1, "cells:2", {"device_mac_rates": RATES[:7] + [1e3]}),     # U = 1: T2 before an encoding and its bundle
     (12, 2, 8, "radio:2", {}),                                          # a radio star's cells
     (12, 1, 12, "mixed:2", {}),                                         # cells and dedicated links, U = D
     (13, 2, 9, "mixed:3", {"loss": 0.2, "uplink_bps": 1e6}),
@@ -117,6 +124,7 @@ def test_cells_replay_equals_processes(D: int, z: int, U: int, layout: str, net:
     (13, 2, 10, "cells:2", {"downlink_bps": 3e4, "uplink_bps": 5e7}),
     (13, 1, 10, "cells:3", {"device_mac_rates": RATES[:10] + [2e4] * 3}),
     (13, 1, 11, "cells:2", {"downlink_bps": [10e6] * 12 + [2e3]}),
+    (8, 0, 1, "cells:2", {"device_mac_rates": RATES[:7] + [1e3]}),
 ])
 def test_rounds_cut_at_the_last_aggregated_mask_replay_the_cut(D, z, U, layout, net, monkeypatch) -> None:
     """Scenarios where transfers are still on the air (or not yet started) when the round ends: fewer messages than
@@ -189,3 +197,40 @@ def test_the_engine_records_the_masked_backend_on_cells(monkeypatch) -> None:
     assert paths.count("masked", "masked") == 3 and paths.count("reference", "masked") == 0
     assert not [r for kind, _, r in paths.reasons if kind == "masked"]
     assert "masked" in paths.explain()
+
+
+@pytest.mark.parametrize("U", [1, 3, 8])
+def test_mirrored_cells_decline_where_the_order_of_two_airs_decides(U: int, monkeypatch) -> None:
+    """Two cells of the same four users (deterministic compute, no loss): each event of one cell has its twin in
+    the other at the same instant, on another air.  The masked uploads arrive in pairs, so which of a pair is the
+    U-th (and the order of the survivors' uploads) is SimPy's insertion order: the replay declines and the reference
+    runs."""
+    on, off, taken, refused, proto = _both(
+        monkeypatch, 8, dict(z=min(1, U - 1), U=U), "cells:2", compute=Deterministic(), loss=0.0, rounds=2,
+        device_mac_rates=[1e6, 2e6, 3e6, 5e6] * 2, uplink_bps=[1e6, 3e6, 2e6, 4e6] * 2,
+        downlink_bps=[5e6, 6e6, 7e6, 9e6] * 2)
+    assert taken == 0 and refused >= 1 and on == off
+    reasons = " ".join(r for kind, _, r in proto.sim.engine_paths.reasons if kind == "masked")
+    assert "masked uploads that arrive at one instant from different events" in reasons
+
+
+def test_random_small_rounds_replay_or_decline_never_differ(monkeypatch) -> None:
+    """40 drawn set-ups (3-8 users, 1-3 cells, U from 1 to D, rates from a few values so that events coincide,
+    deterministic or shifted-exponential compute, with and without loss), two rounds each: with the backend allowed
+    the run equals the reference's every time, most rounds are replayed, and the coincidences are declined."""
+    rng = np.random.default_rng(2028)
+    taken = declined = 0
+    for trial in range(40):
+        D = int(rng.integers(3, 9))
+        U = int(rng.integers(1, D + 1))
+        net = dict(device_mac_rates=list(rng.choice([1e6, 2e6, 4e6], D)),
+                   uplink_bps=list(rng.choice([1e6, 2e6, 4e6], D)),
+                   downlink_bps=list(rng.choice([2e6, 4e6, 8e6], D)), loss=float(rng.choice([0.0, 0.0, 0.2])),
+                   header_overhead=0.0)
+        compute = Deterministic() if rng.random() < 0.6 else ShiftedExponential(0.5)
+        layout = f"cells:{min(D, int(rng.integers(1, 4)))}"
+        on, off, t, r, _ = _both(monkeypatch, D, dict(z=min(1, U - 1), U=U), layout, compute=compute, rounds=2,
+                                 seed=trial, **net)
+        assert on == off, (trial, D, U, layout, net, compute)
+        taken, declined = taken + t, declined + r
+    assert taken >= 30 and declined >= 5, (taken, declined)
