@@ -229,7 +229,8 @@ def replay_round(net: Any, step: Step) -> tuple[list[int], list, list, float] | 
     replies, agg_macs = zip(*(_metered(step.aggregate, nodes[i], U1_at, box) for i in U1.tolist()))
     if len(U1) > 1 and min(agg_macs) == 0:
         return "a survivor's aggregation charged 0 MACs (the processes raise UnchargedCompute)"
-    ca = np.maximum(le[surv], fe[surv])                  # after the list, once the masks are in
+    # after the list, once the masks of U1 are in: the forward's, or, U1 = {i} (U = 1), i's own, in since encoding
+    ca = le[surv] if len(U1) == 1 else np.maximum(le[surv], fe[surv])
     s_ag, d_ag = _seconds(np.array(agg_macs), mac_rate[surv], frac[surv], draws.u("compute-mask", surv, ahead=1))
     ae = _after(ca, s_ag)
     s_ua, x_ua = link(L * bits, rate_u[surv], loss_u[surv], draws.u("uplink:mask", surv, ahead=1))
@@ -237,7 +238,9 @@ def replay_round(net: Any, step: Step) -> tuple[list[int], list, list, float] | 
     T2 = a.max()
     # -- what happened before T2 (the round process cancels the rest at T2) ----------------------------------
     others = ~surv
-    if any((x[others] == T2).any() for x in (t1, g, su, t3, fs, fe)) or not (tb < T2).all():
+    late = others if len(U1) > 1 else np.ones(N, dtype=bool)     # U = 1: the survivor's forward may end at T2 too
+    if (any((x[others] == T2).any() for x in (t1, g, su, t3)) or any((x[late] == T2).any() for x in (fs, fe))
+            or not (tb < T2).all()):
         return "another event at the last aggregated mask's arrival (SimPy's order decides)"
     # -- from here on, the round happens --------------------------------------------------------------------
     counters = sim.counters
