@@ -71,8 +71,8 @@ def _states(proto) -> list[tuple[bool, bool]]:
 
 
 def _both(monkeypatch, *args, **kwargs) -> tuple[tuple, tuple, int, int, object]:
-    """Snapshots (trace, views, draw counters, final model, airs, users' states) with the backend allowed and disallowed, how many
-    rounds the cells replay ran and refused with it allowed, and the run with it allowed."""
+    """Snapshots (trace, views, draw counters, final model, airs, users' states) with the backend allowed and
+    disallowed, how many rounds the cells replay ran and refused with it allowed, and the run with it allowed."""
     taken, refused = [0], [0]
     real = cells_replay.replay_round_cells
 

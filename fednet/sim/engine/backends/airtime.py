@@ -93,7 +93,8 @@ class Air:
 
 def cells_air_reason(nodes: Sequence[object]) -> bool | str:
     """``True`` if every cell air the links of ``nodes`` share is :func:`replayable_air`, else the reason (a busy cell,
-    or a scheduler other than round robin): the check the cell replays of the gather and groups backends share."""
+    or a scheduler other than round robin): the check the cell replays of the gather, groups and masked backends
+    share."""
     for node in nodes:
         for link in (node.downlink, node.uplink):
             air = getattr(link, "air", None)

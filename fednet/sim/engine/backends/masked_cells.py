@@ -370,9 +370,9 @@ def _replay(net: Any, step: Any) -> tuple[list[int], list, list, float] | str:
     counters.messages += n_landed + n_bundled + n_arrived + n_fwd + 2 * len(U1)
     x_fw = [fw[k][1][i] for i, k in enumerate(pick[0])]
     x_li = [li[k][1][i] for i, k in enumerate(pick[1])]
-    counters.retransmissions += int(sum(x for code, flags in ((_DM, landed), (_UB, bundled), (_UM, arrived))
-                                        for x, e in zip(air_x[code], flags) if e)
-                                    + sum(x for x, e in zip(x_fw, fwd_in) if e) + sum(x for x, e in zip(x_li, list_in) if e)
+    counters.retransmissions += int(sum(x for xs, flags in ((air_x[_DM], landed), (air_x[_UB], bundled),
+                                                            (air_x[_UM], arrived), (x_fw, fwd_in), (x_li, list_in))
+                                        for x, e in zip(xs, flags) if e)
                                     + sum(air_x[_UA][i] for i in U1))
     for real, n in zip(reals, asked):
         real.transfers += n
