@@ -48,7 +48,7 @@ from ..mailbox import Mailbox
 from ..results import payload_size
 from .. import wire
 from ..step import Backend, Declined, Step
-from .airtime import cells_air_reason
+from .airtime import airs_reason
 
 __all__ = ["MaskedReplay", "replay_round"]
 
@@ -80,7 +80,7 @@ class MaskedReplay(Backend):
         if ok is not True:
             return ok
         if sim.cells:                                   # replayed by masked_cells: idle round-robin airs only
-            ok = cells_air_reason(nodes)
+            ok = airs_reason(air for pair in sim.cells.values() for air in pair)     # every user's: every cell's
             if ok is not True:
                 return ok
         if sim.node_table(nodes) is None:
