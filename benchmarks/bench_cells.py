@@ -4,9 +4,11 @@ within 2x of the orthogonal star at D = 1000").
 Each protocol runs :mod:`bench_sweep`'s synthetic task (d features, n rows a device, c classes) at D devices twice:
 on the papers' star (:func:`fednet.topologies.lte.lte_star`: every device its own full-rate links, the engine's array
 backends) and with the same devices in ``--cells`` cells of consecutive devices sharing each cell's airtime
-(:func:`fednet.topologies.lte.lte_cells`, processor sharing, :mod:`fednet.sim.cells`: the vectorised gather and the
-groups backend replay the airtime, :mod:`fednet.sim.engine.backends.airtime`; the other backends decline and the
-reference runs). Printed
+(:func:`fednet.topologies.lte.lte_cells`, processor sharing, :mod:`fednet.sim.cells`).  Replayed on round-robin cells
+without processes (the airtime by :mod:`fednet.sim.engine.backends.airtime`'s float operations): the vectorised
+gather (conventional FL), the groups backend (CodedPaddedFL's grouped gathers) and the masked backend (LightSecAgg's
+timing-mode round, :mod:`fednet.sim.engine.backends.masked_cells`); the other backends decline and the reference
+runs (CodedSecAgg's tree).  Printed
 per protocol: host CPU milliseconds per epoch after the set-up (``time.process_time``, best of ``--repeat``),
 device-epochs per CPU second, the cell/star ratio, and the simulated seconds per epoch of each (the cells' are longer:
 the devices share the air).

@@ -11,6 +11,7 @@ with packets, heterogeneous processors, and ties everywhere (identical users, de
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import fednet.sim.engine.backends.masked as lsa_replay
@@ -112,3 +113,25 @@ def test_other_schedules_use_processes(params: dict, monkeypatch) -> None:
     on, off, taken, refused = _both(monkeypatch, 6, params, device_mac_rates=RATES[:6])
     assert taken == 0
     assert on == off
+
+
+def test_random_small_rounds_with_u_from_one_to_d(monkeypatch) -> None:
+    """30 drawn star set-ups (3-8 users, U from 1 to D, rates from a few values, deterministic or shifted-exponential
+    compute, with and without loss), two rounds each: the replay equals the processes every time.  With U = 1 the
+    survivor aggregates once its survivor list is in (its own share is its mask phase's only input it waits for), not
+    after its forward, which then may end after the round."""
+    rng = np.random.default_rng(1)
+    taken = 0
+    for trial in range(30):
+        D = int(rng.integers(3, 9))
+        U = int(rng.integers(1, D + 1)) if trial % 2 else 1
+        net = dict(device_mac_rates=list(rng.choice([1e6, 2e6, 4e6], D)),
+                   uplink_bps=list(rng.choice([1e6, 2e6, 4e6], D)),
+                   downlink_bps=list(rng.choice([2e6, 4e6, 8e6], D)), loss=float(rng.choice([0.0, 0.0, 0.2])),
+                   header_overhead=0.0)
+        compute = Deterministic() if rng.random() < 0.6 else ShiftedExponential(0.5)
+        on, off, t, _ = _both(monkeypatch, D, dict(z=min(1, U - 1), U=U), compute=compute, rounds=2, seed=trial,
+                              **net)
+        assert on == off, (trial, D, U, net, compute)
+        taken += t
+    assert taken >= 20, taken

@@ -7,7 +7,7 @@ step kind      backends, in order                                          modul
 ``groups``     ``groups``                                                  :mod:`.groups`
 ``tree``       ``gather`` (edgeless trees), ``tree``                       :mod:`.tree`
 ``exchange``   ``bundled``, ``relays``                                     :mod:`.bundled`, :mod:`.relays`
-``masked``     ``masked``                                                  :mod:`.masked`
+``masked``     ``masked`` (on cells: :mod:`.masked_cells`)                 :mod:`.masked`
 ``buffered``   ``buffered``                                                :mod:`.buffered`
 =============  ==========================================================  ================================
 """

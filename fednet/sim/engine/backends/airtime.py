@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from fednet.sim.cells import SharedAir
 
-__all__ = ["Air", "shared_finishes", "replayable_air", "cells_air_reason"]
+__all__ = ["Air", "shared_finishes", "replayable_air", "cells_air_reason", "airs_reason"]
 
 
 def replayable_air(air: object) -> bool:
@@ -93,15 +93,30 @@ class Air:
 
 def cells_air_reason(nodes: Sequence[object]) -> bool | str:
     """``True`` if every cell air the links of ``nodes`` share is :func:`replayable_air`, else the reason (a busy cell,
-    or a scheduler other than round robin): the check the cell replays of the gather and groups backends share."""
+    or a scheduler other than round robin): the check the cell replays of the gather, groups and masked backends
+    share."""
     for node in nodes:
         for link in (node.downlink, node.uplink):
             air = getattr(link, "air", None)
             if air is not None and not replayable_air(air):
-                return ("a node's cell has a transfer in progress" if type(air) is SharedAir else
-                        f"a node's cell shares its air under another scheduler than round robin ({type(air).__name__}:"
-                        " only round-robin cells are replayed)")
+                return _air_reason(air)
     return True
+
+
+def airs_reason(airs: Iterable[object]) -> bool | str:
+    """:func:`cells_air_reason` for the airs themselves (a simulation's ``cells``, both directions of each): for a
+    step over every device, one check per cell instead of one per link."""
+    for air in airs:
+        if not replayable_air(air):
+            return _air_reason(air)
+    return True
+
+
+def _air_reason(air: object) -> str:
+    """Why ``air`` is not :func:`replayable_air`."""
+    return ("a node's cell has a transfer in progress" if type(air) is SharedAir else
+            f"a node's cell shares its air under another scheduler than round robin ({type(air).__name__}: only "
+            "round-robin cells are replayed)")
 
 
 def shared_finishes(starts: Sequence[float] | np.ndarray, airtimes: Sequence[float] | np.ndarray) -> np.ndarray | None:

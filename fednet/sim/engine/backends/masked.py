@@ -22,7 +22,14 @@ users' timing-mode mask stand-ins are set, as the processes set them again), and
 ``precomputed`` says whether its values may be computed before their inputs arrive (timing mode's stand-ins: LightSecAgg
 passes ``type(self.mode) is Timing``).
 
-``tests/test_lightsecagg_replay.py`` runs rounds both ways: traces and draw counters are equal.
+On shared round-robin cells (:mod:`fednet.sim.cells`) the users' transfers share their cells' airs, so the times
+are not each user's own: :func:`fednet.sim.engine.backends.masked_cells.replay_round_cells` replays the same round as
+an event loop over the airs (with the same principle: every time computed with the draws looked at, a decline
+wherever SimPy's order would decide, then the effects); a proportional-fair or busy cell is declined
+(:func:`~fednet.sim.engine.backends.airtime.cells_air_reason`).
+
+``tests/test_lightsecagg_replay.py`` (star) and ``tests/test_masked_cells.py`` (cells) run rounds both ways: traces
+and draw counters are equal.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from ..mailbox import Mailbox
 from ..results import payload_size
 from .. import wire
 from ..step import Backend, Declined, Step
+from .airtime import airs_reason
 
 __all__ = ["MaskedReplay", "replay_round"]
 
@@ -68,16 +76,24 @@ class MaskedReplay(Backend):
             return "not every user takes part (a user is absent)"
         if not draws_plain(sim.streams):
             return "the keyed draws are overridden"
-        ok = fast_reason(net, nodes)                    # engine, queue, idle processors and links
+        ok = fast_reason(net, nodes, cells=True)        # engine, queue, idle processors and links
         if ok is not True:
             return ok
+        if sim.cells:                                   # replayed by masked_cells: idle round-robin airs only
+            ok = airs_reason(air for pair in sim.cells.values() for air in pair)     # every user's: every cell's
+            if ok is not True:
+                return ok
         if sim.node_table(nodes) is None:
             return "a compute model other than shifted-exponential or deterministic"
         return True
 
     def run(self, net: Any, step: Step) -> Generator:
         """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
-        got = replay_round(net, step)
+        if net.sim.cells:
+            from .masked_cells import replay_round_cells     # here: that module imports this one's helpers
+            got = replay_round_cells(net, step)
+        else:
+            got = replay_round(net, step)
         if isinstance(got, str):
             return Declined(got)
         U1, online, replies, t_end = got
@@ -213,7 +229,8 @@ def replay_round(net: Any, step: Step) -> tuple[list[int], list, list, float] | 
     replies, agg_macs = zip(*(_metered(step.aggregate, nodes[i], U1_at, box) for i in U1.tolist()))
     if len(U1) > 1 and min(agg_macs) == 0:
         return "a survivor's aggregation charged 0 MACs (the processes raise UnchargedCompute)"
-    ca = np.maximum(le[surv], fe[surv])                  # after the list, once the masks are in
+    # after the list, once the masks of U1 are in: the forward's, or, U1 = {i} (U = 1), i's own, in since encoding
+    ca = le[surv] if len(U1) == 1 else np.maximum(le[surv], fe[surv])
     s_ag, d_ag = _seconds(np.array(agg_macs), mac_rate[surv], frac[surv], draws.u("compute-mask", surv, ahead=1))
     ae = _after(ca, s_ag)
     s_ua, x_ua = link(L * bits, rate_u[surv], loss_u[surv], draws.u("uplink:mask", surv, ahead=1))
@@ -221,7 +238,9 @@ def replay_round(net: Any, step: Step) -> tuple[list[int], list, list, float] | 
     T2 = a.max()
     # -- what happened before T2 (the round process cancels the rest at T2) ----------------------------------
     others = ~surv
-    if any((x[others] == T2).any() for x in (t1, g, su, t3, fs, fe)) or not (tb < T2).all():
+    late = others if len(U1) > 1 else np.ones(N, dtype=bool)     # U = 1: the survivor's forward may end at T2 too
+    if (any((x[others] == T2).any() for x in (t1, g, su, t3)) or any((x[late] == T2).any() for x in (fs, fe))
+            or not (tb < T2).all()):
         return "another event at the last aggregated mask's arrival (SimPy's order decides)"
     # -- from here on, the round happens --------------------------------------------------------------------
     counters = sim.counters
