@@ -262,3 +262,31 @@ def test_a_follow_up_that_uses_a_replayed_cell_is_caught() -> None:
     proto.env.process(step())
     with pytest.raises(EngineError, match="follow-up step used a shared cell"):
         proto.env.run()
+
+
+def test_stale_air_timeouts_left_by_the_reference_do_not_block_the_next_replay() -> None:
+    """A round the reference runs on cells leaves its airs' stale timeouts queued (no-ops when they fire); the
+    backends' "nothing else scheduled" check (``events.alone``) must see through them, or every later round would
+    run the reference too, while a transfer in progress (a live timeout) still blocks it."""
+    from fednet.sim.engine.events import alone
+    from fednet.sim.network import Message
+
+    sim = Simulation(lte_cells(2, n_cells=1, uplink_bps=1e6, downlink_bps=1e6, loss=0.0, header_overhead=0.0,
+                               device_mac_rates=[1e6] * 2), 0, device_compute=ShiftedExponential(0.5))
+    env = sim.env
+
+    def upload(dev: int):
+        try:
+            yield from sim.transfer(Message(dev, sim.server.index, "x", None, 200_000, 1))
+        except simpy.Interrupt:
+            pass
+
+    env.process(upload(0))
+    b = env.process(upload(1))
+    env.run(until=0.05)
+    assert alone(sim) is not True                      # both on the air: its live timeout is someone's wait
+    b.interrupt("cancelled")                           # leaves the air: the timeout armed for two becomes stale
+    env.run(until=0.3)                                 # device 0 ends alone at 0.05 + (0.2 - 0.025) = 0.225 s
+    stale = [e for e in env._queue if e[3].callbacks]
+    assert stale and all(cb.stale for e in stale for cb in e[3].callbacks)
+    assert alone(sim) is True

@@ -68,11 +68,31 @@ from typing import Any
 import numpy as np
 import simpy
 
-__all__ = ["SharedAir", "ProportionalFairAir", "SCHEDULERS", "make_air", "mean_log2_max", "pf_gain"]
+__all__ = ["AirTimeout", "SharedAir", "ProportionalFairAir", "SCHEDULERS", "make_air", "mean_log2_max", "pf_gain"]
 
 #: The named airtime schedulers of a cell: equal airtime (:class:`SharedAir`) and proportional fair
 #: (:class:`ProportionalFairAir`).
 SCHEDULERS = ("round_robin", "proportional_fair")
+
+
+class AirTimeout:
+    """The callback of an air's timeout: it fires the air (``air._fire(generation)``), a no-op once the air has
+    rescheduled (a transfer arrived, ended or left since: :attr:`stale`).  A named callable, not a lambda, so that the
+    engine can tell a stale air timeout (nothing will happen when it fires) from another process's event
+    (:func:`fednet.sim.engine.events.alone`): a round the reference ran on cells leaves such timeouts behind."""
+
+    __slots__ = ("air", "generation")
+
+    def __init__(self, air: "SharedAir | ProportionalFairAir", generation: int) -> None:
+        self.air, self.generation = air, generation
+
+    def __call__(self, _event: simpy.Event) -> None:
+        self.air._fire(self.generation)
+
+    @property
+    def stale(self) -> bool:
+        """Whether the air has rescheduled since this timeout was armed (firing it does nothing)."""
+        return self.generation != self.air._generation
 
 
 class SharedAir:
@@ -161,7 +181,7 @@ class SharedAir:
         finish = self._heap[0][0]
         delay = max(0.0, (finish - self._virtual) * len(self._heap))
         generation = self._generation
-        self.env.timeout(delay).callbacks.append(lambda _ev: self._fire(generation))
+        self.env.timeout(delay).callbacks.append(AirTimeout(self, generation))
 
     def _fire(self, generation: int) -> None:
         if generation != self._generation:
@@ -424,7 +444,7 @@ class ProportionalFairAir:
         k = int(np.argmin(finish))                      # the earliest; among equals, the first to arrive
         self._next = self._events[k]
         generation = self._generation
-        self.env.timeout(max(0.0, float(finish[k]))).callbacks.append(lambda _ev: self._fire(generation))
+        self.env.timeout(max(0.0, float(finish[k]))).callbacks.append(AirTimeout(self, generation))
 
     def _fire(self, generation: int) -> None:
         if generation != self._generation:

@@ -21,6 +21,7 @@ import simpy
 from simpy.events import NORMAL
 from simpy.resources.resource import Release
 
+from fednet.sim.cells import AirTimeout
 from fednet.sim.rng import Streams
 from fednet.sim.simulation import Node, Simulation
 
@@ -172,11 +173,13 @@ def plain_engine(net: Any, *, cells: bool = False) -> bool | str:
 
 def alone(sim: Simulation) -> bool | str:
     """``True`` if nothing else is scheduled -- every event still queued has no callbacks (leftovers of interrupted
-    work) or releases a resource nobody queues for, so no other process can act before the caller's next yield --
-    else the reason."""
+    work), releases a resource nobody queues for, or is a stale timeout of a cell's air
+    (:class:`fednet.sim.cells.AirTimeout`: the reference leaves them behind on cells), so no other process can act
+    before the caller's next yield -- else the reason."""
     for entry in sim.env._queue:
         ev = entry[3]
-        if ev.callbacks and not (type(ev) is Release and not ev.resource.put_queue):
+        if (ev.callbacks and not (type(ev) is Release and not ev.resource.put_queue)
+                and not all(type(cb) is AirTimeout and cb.stale for cb in ev.callbacks)):
             return "another process is scheduled (its events could interleave with the step)"
     return True
 
