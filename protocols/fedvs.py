@@ -91,6 +91,9 @@ class FedVSConfig(VerticalConfig):
         eq. 5 needs every client's share) or only the client itself (``"own"``).
     mode : {"full", "timing"}
         Run the field math (full) or charge its metered MACs only (timing; module docstring).
+    aggregation : {"average"}
+        Inherited from :class:`~fednet.protocol.vertical.VerticalConfig`; FedVS recovers only the sum of the
+        embeddings (Sec. 3, "Embedding averaging"), so any other value is refused.
     """
 
     K: int = Field(1, ge=1)
