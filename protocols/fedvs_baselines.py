@@ -3,7 +3,8 @@
 * **Wait**: every client computes its embedding ``H_n = g_n(X_n, W_n)`` (eq. 1) on the round's batch, waits
   its keyed upload delay, uploads; the server waits for all N, averages, steps its top model and sends
   ``dL/dH_n = dL/dH / N`` back; every client updates.
-* **Ignore**: as Wait, but the server aggregates the first ``N - floor(N/2)`` embeddings to arrive (as many
+* **Ignore**: as Wait, but the server aggregates the first ``N - s`` embeddings to arrive (``s`` the stragglers:
+  ``floor(N/2)`` in Sec. 6.2, ``straggler_fraction`` in general; as many
   as there are non-stragglers) and averages over them; only those clients get a gradient and update.
 * **Wait-DP**: as Wait, with a noise layer on each client's output (Thapa et al., "SplitFed", AAAI 2022:
   Laplacian noise on the smashed data).  Mechanism stated here: each embedding row is clipped to L1 norm
@@ -122,7 +123,7 @@ class Wait(Protocol):
 
 
 class Ignore(Wait):
-    """Aggregate the first ``N - floor(N/2)`` embeddings, ignoring the stragglers (Sec. 6.2, baseline 2)."""
+    """Aggregate the first ``N - s`` embeddings, ignoring the ``s`` stragglers (Sec. 6.2, baseline 2)."""
 
     name = "fedvs_ignore"
 
