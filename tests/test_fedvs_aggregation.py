@@ -118,3 +118,14 @@ def test_vafl_max_routes_the_gradient_through_its_table():
     assert np.all(g0 == 0)
     trace = registry.get("fedvs_vafl")(_sim(), _task(), dict(BASE, aggregation="concat")).run(2)
     assert sum(r["event"] == "update" for r in trace) == 2 * N
+
+
+@pytest.mark.parametrize("agg", ["average", "concat", "max"])
+def test_observer_aggregates_every_clients_test_embedding_the_same_way(agg):
+    """The test accuracy is the top model on the aggregate of all N clients' test embeddings (float32 products)."""
+    from fednet.learning.vertical import pn_powers
+    proto = registry.get("fedvs_wait")(_sim(), _task(), dict(BASE, aggregation=agg))
+    m = proto.model
+    stack = np.stack([pn_powers(x, D) @ W for x, D, W in zip(m.data.x_test, m.D, m.W)], axis=1)
+    np.testing.assert_allclose(m.test_embedding(), aggregate_embeddings(stack, agg), rtol=1e-5, atol=1e-6)
+    assert m.test_embedding().shape == (len(m.data.y_test), N * 4 if agg == "concat" else 4)
