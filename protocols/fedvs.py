@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fednet.codes import fedvs as fv
 from fednet.codes.fedvs import WeightsOutgrowField  # re-exported
@@ -91,6 +91,9 @@ class FedVSConfig(VerticalConfig):
         eq. 5 needs every client's share) or only the client itself (``"own"``).
     mode : {"full", "timing"}
         Run the field math (full) or charge its metered MACs only (timing; module docstring).
+    aggregation : {"average"}
+        Inherited from :class:`~fednet.protocol.vertical.VerticalConfig`; FedVS recovers only the sum of the
+        embeddings (Sec. 3, "Embedding averaging"), so any other value is refused.
     """
 
     K: int = Field(1, ge=1)
@@ -103,6 +106,15 @@ class FedVSConfig(VerticalConfig):
     sharing_scale: float = Field(1.0, ge=0)
     sharing_wait: Literal["all", "own"] = "all"
     mode: Literal["full", "timing"] = "full"
+
+    @field_validator("aggregation")
+    @classmethod
+    def _average_only(cls, v: str) -> str:
+        """FedVS reconstructs the *sum* of the embeddings (Sec. 3, "Embedding averaging"; eq. 5): average only."""
+        if v != "average":
+            raise ValueError(f"FedVS decodes only the sum of the clients' embeddings (Sec. 3: 'the server only "
+                             f"recovers the summation of the embeddings'), so aggregation must be 'average', got {v!r}")
+        return v
 
 
 @dataclass

@@ -3,7 +3,8 @@
 * **Wait**: every client computes its embedding ``H_n = g_n(X_n, W_n)`` (eq. 1) on the round's batch, waits
   its keyed upload delay, uploads; the server waits for all N, averages, steps its top model and sends
   ``dL/dH_n = dL/dH / N`` back; every client updates.
-* **Ignore**: as Wait, but the server aggregates the first ``N - floor(N/2)`` embeddings to arrive (as many
+* **Ignore**: as Wait, but the server aggregates the first ``N - s`` embeddings to arrive (``s`` the stragglers:
+  ``floor(N/2)`` in Sec. 6.2, ``straggler_fraction`` in general; as many
   as there are non-stragglers) and averages over them; only those clients get a gradient and update.
 * **Wait-DP**: as Wait, with a noise layer on each client's output (Thapa et al., "SplitFed", AAAI 2022:
   Laplacian noise on the smashed data).  Mechanism stated here: each embedding row is clipped to L1 norm
@@ -17,6 +18,24 @@
   with the table's mean embedding of the batch, and returns the gradient to that client only, which then
   updates and starts its next iteration.  Each arrival is one trace row with ``event = "update"``; a
   "round" is N arrivals.
+
+Embedding aggregation (parameter ``aggregation`` of Wait, Ignore and VAFL; FedVS Sec. 2.2, Fig. 1: "Three
+methods, including concatenation, element-wise average and element-wise maximum, are utilized for embedding
+aggregation"; :func:`fednet.learning.vertical.aggregate_embeddings`):
+
+* ``"average"`` (default, Sec. 3's choice; the behaviour above, bit for bit): ``H`` is the mean of the
+  received embeddings, client n gets ``dL/dH / |U|``.
+* ``"concat"``: ``H = (H_1, ..., H_N)`` side by side, the top model takes ``N h`` inputs; client n gets its
+  slice of ``dL/dH``.  The paper does not say what an absent client's slot holds; fixed here: for Ignore
+  ("Server ignores the stragglers, and proceeds with aggregating embeddings from non-stragglers", Sec. 6.2)
+  zeros (an ignored client contributes nothing, as it contributes nothing to Ignore's average); for VAFL
+  ("Server asynchronously receives embeddings", Sec. 6.2) every slot holds the latest embedding the server
+  has of that (example, client), the table VAFL keeps for its average.
+* ``"max"``: ``H = max_n H_n`` element-wise; ``dL/dH`` goes to the client holding each element's (first)
+  maximum, 0 to the others.  Ignore takes the maximum over the received embeddings only; VAFL over its table.
+
+Wait-DP stays average-only (its noise and clipping are calibrated for the averaged embedding of Sec. 6.2) and
+refuses other values.
 """
 
 from __future__ import annotations
@@ -25,10 +44,11 @@ from collections.abc import Generator
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from fednet.algebra.meter import charge
-from fednet.protocol.base import Protocol
+from fednet.learning.vertical import aggregate_embeddings, aggregation_gradient
+from fednet.protocol.base import Outgoing, Protocol
 from fednet.protocol.vertical import VerticalConfig, VerticalLearning
 
 __all__ = ["WaitConfig", "Wait", "Ignore", "WaitDPConfig", "WaitDP", "VAFL"]
@@ -41,7 +61,11 @@ def mean_embedding(embeddings: list[np.ndarray]) -> np.ndarray:
 
 
 class WaitConfig(VerticalConfig):
-    """Parameters of Wait and Ignore (those of :class:`~fednet.protocol.vertical.VerticalConfig`)."""
+    """Parameters of Wait, Ignore and VAFL (those of :class:`~fednet.protocol.vertical.VerticalConfig`).
+
+    ``aggregation`` (``"average"``, ``"concat"``, ``"max"``) chooses the embedding aggregation (module
+    docstring: what an absent client's slot holds).
+    """
 
 
 class Wait(Protocol):
@@ -60,7 +84,7 @@ class Wait(Protocol):
         return self.model.embedding(dev.index, rows)
 
     def round(self, epoch: int) -> Generator:
-        """Embeddings up (after the keyed delays), mean of the first ``wait_for()``, top step, gradients down."""
+        """Embeddings up (after the keyed delays), aggregate of the first ``wait_for()``, top step, gradients down."""
         rows = self.learning.batch_rows(epoch, self.config.batch_size)
         work = [(dev, self.learning.delayed_upload(dev, lambda d: self.embed(d, rows), kind="embedding",
                                                    key_round=epoch, element_bits=self.element_bits))
@@ -68,6 +92,9 @@ class Wait(Protocol):
         got = yield from self.net.first_k(work, self.wait_for())
         used = sorted(got.nodes, key=lambda n: n.index)
         self.used = [n.index for n in used]
+        if self.config.aggregation != "average":
+            yield from self._aggregated_round(rows, got, used)
+            return
         H = yield from self.net.server_compute(mean_embedding, got.values)
         g_H = yield from self.net.server_compute(self.model.server_step, H, rows)
         yield from self.net.broadcast(g_H.astype(np.float32), kind="embedding_gradient", to=used,
@@ -75,9 +102,28 @@ class Wait(Protocol):
         yield from self.net.compute_each(used, lambda dev: self.model.client_step(dev.index, rows, g_H,
                                                                                  scale=1.0 / len(used)))
 
+    def _aggregated_round(self, rows: np.ndarray, got, used: list) -> Generator:
+        """Concat or max of the received embeddings (absent slots: zeros / left out), top step, per-client gradients."""
+        N, agg = self.sim.n_devices, self.config.aggregation
+        stack = np.zeros((len(rows), N, self.model.h))
+        present = np.zeros(N, bool)
+        for node, H_n in got:
+            stack[:, node.index] = H_n
+            present[node.index] = True
+        H = yield from self.net.server_compute(aggregate_embeddings, stack, agg, present)
+        g_H = yield from self.net.server_compute(self.model.server_step, H, rows)
+        grads = yield from self.net.server_compute(
+            lambda: {n.index: aggregation_gradient(g_H, stack, agg, n.index, present) for n in used},
+            step="aggregation_gradient")
+        yield from self.net.send_all([[Outgoing(self.server, n, grads[n.index].astype(np.float32),
+                                                "embedding_gradient", element_bits=self.element_bits)
+                                       for n in used]])
+        yield from self.net.compute_each(used, lambda dev: self.model.client_step(dev.index, rows, grads[dev.index],
+                                                                                 scale=1.0))
+
 
 class Ignore(Wait):
-    """Aggregate the first ``N - floor(N/2)`` embeddings, ignoring the stragglers (Sec. 6.2, baseline 2)."""
+    """Aggregate the first ``N - s`` embeddings, ignoring the ``s`` stragglers (Sec. 6.2, baseline 2)."""
 
     name = "fedvs_ignore"
 
@@ -99,6 +145,15 @@ class WaitDPConfig(WaitConfig):
 
     epsilon: float = Field(5.0, gt=0)
     dp_clip: float = Field(4.0, gt=0)
+
+    @field_validator("aggregation")
+    @classmethod
+    def _average_only(cls, v: str) -> str:
+        """Wait-DP is Sec. 6.2's baseline on the averaged embedding only."""
+        if v != "average":
+            raise ValueError(f"Wait-DP is defined on the element-wise average of the embeddings (Sec. 6.2), so "
+                             f"aggregation must be 'average', got {v!r}")
+        return v
 
 
 class WaitDP(Wait):
@@ -151,11 +206,22 @@ class VAFL(Protocol):
             self.replies[dev.index] = self.env.event()
             yield self.arrivals.put((dev, rows, H))
             g_H = yield self.replies[dev.index]
-            yield from self.net.compute(dev, lambda: self.model.client_step(dev.index, rows, g_H))
+            scale = None if self.config.aggregation == "average" else 1.0      # average: dL/dH / N (as before)
+            yield from self.net.compute(dev, lambda: self.model.client_step(dev.index, rows, g_H, scale=scale))
 
     def server_update(self, n: int, rows: np.ndarray, H_n: np.ndarray) -> np.ndarray:
-        """Store ``H_n`` in the table, step the top model on the table's mean embedding; ``dL/dH`` (b, h)."""
+        """Store ``H_n`` in the table, step the top model on the table's aggregate; client ``n``'s gradient (b, h).
+
+        ``"average"``: the table's mean embedding, and ``dL/dH`` (the client scales it by ``1/N``); ``"concat"``
+        and ``"max"``: :func:`~fednet.learning.vertical.aggregate_embeddings` of the table's rows (every
+        client's latest embedding) and ``dL/dH_n`` through it (module docstring).
+        """
         self.table[rows, n] = H_n
+        if self.config.aggregation != "average":
+            stack = self.table[rows].astype(np.float64)
+            H = aggregate_embeddings(stack, self.config.aggregation)
+            g_H = self.model.server_step(H, rows)
+            return aggregation_gradient(g_H, stack, self.config.aggregation, n)
         charge(self.table[rows].size)
         H = self.table[rows].astype(np.float64).mean(axis=1)
         return self.model.server_step(H, rows)

@@ -53,3 +53,22 @@ def test_bad_arguments_are_named():
         d.sharing_delay(0, 0, 0)
     with pytest.raises(ValueError, match="round"):
         d.upload_delay(0, -1)
+
+
+def test_straggler_fraction_keeps_the_pattern_and_the_default():
+    """Sec. 2.2's "60% clients as stragglers" of 16 is 10 (9.6 rounded); 0.5 is Sec. 6.2's floor(N/2), odd N too."""
+    from fednet.sim.delays import n_stragglers
+    assert n_stragglers(16, 0.6) == 10 and n_stragglers(28, 0.5) == 14 and n_stragglers(7, 0.5) == 3
+    assert n_stragglers(16, 0.0) == 0 and n_stragglers(16, 1.0) == 16
+    m = straggler_means(16, fraction=0.6)
+    assert m[:6].tolist() == [0.1] * 6
+    np.testing.assert_allclose(m[6:], 2 + 4 * np.arange(1, 11) / 16)
+    d, d60 = FedVSDelays(16, seed=3), FedVSDelays(16, seed=3, straggler_fraction=0.6)
+    assert d.stragglers == list(range(8, 16)) and d60.stragglers == list(range(6, 16))
+    np.testing.assert_array_equal(d.upload_means, straggler_means(16))
+    # the same keyed exponential behind every client: only the means of clients 6 and 7 change
+    for n in range(16):
+        assert d60.upload_delay(n, 5) / d60.upload_means[n] == pytest.approx(d.upload_delay(n, 5) / d.upload_means[n])
+    assert FedVSDelays(16, seed=3, scale=0.0, straggler_fraction=0.6).upload_delay(15, 1) == 0.0
+    with pytest.raises(ValueError, match=r"straggler fraction must be a number in \[0, 1\], got 1.2"):
+        FedVSDelays(16, seed=3, straggler_fraction=1.2)

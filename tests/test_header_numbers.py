@@ -63,6 +63,7 @@ REDUCE: dict[str, dict[str, Any]] = {
     "dresfl_table2": {"runs": ["FedAvg", "DReS-FL"]},  # the study's protocol, not the next baseline
     "dresfl_table2_fashion": {"runs": ["FedAvg", "DReS-FL"]},
     "dresfl_latency_dropouts": {"runs": ["FedAvg+LightSecAgg", "DReS-FL K=1"]},   # the dropouts' protocol
+    "fedvs_fig1": {"runs": ["Wait average no stragglers", "Ignore concat", "VAFL max"]},   # each aggregation once
 }
 
 #: Studies not pinned, with the reason (keep this short).

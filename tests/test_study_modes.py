@@ -127,6 +127,9 @@ REDUCTIONS: dict[str, Reduction] = {
     "fedvs_fig2": Reduction(runs=["FedVS T=1 K=2", "VAFL"], params=_FEDVS_SMALL, own_data="fashion-mnist"),
     "fedvs_fig3": Reduction(params=_FEDVS_SMALL, own_data="fashion-mnist"),
     "fedvs_fig4": Reduction(params=_FEDVS_SMALL, own_data="fashion-mnist"),
+    # fig1: one run per strategy, each aggregation once (Wait without stragglers, Ignore concat, VAFL max)
+    "fedvs_fig1": Reduction(runs=["Wait average no stragglers", "Ignore concat", "VAFL max"], params=_FEDVS_SMALL,
+                            own_data="fashion-mnist"),
     "fedvs_fig2_handwritten": Reduction(own_data="handwritten"),
 }
 

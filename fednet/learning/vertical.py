@@ -13,6 +13,9 @@
   eq. (5) computes it), the server a torch MLP on ``H = (1/N) sum_n H_n`` (App. C: "2 Linear-ReLU layers
   and one Linear-Logsoftmax layer"; hidden widths are not given, 64 by default).  Every product is a
   metered kernel, so the protocols' compute times come from MACs.
+* :func:`aggregate_embeddings` and :func:`aggregation_gradient`: the three embedding aggregations of Sec. 2.2
+  and Fig. 1 ("concatenation, element-wise average and element-wise maximum", after Ceballos et al. 2020)
+  and the gradient each sends back to a client (``SplitPN(aggregation=...)`` sizes the top model for them).
 
 A vertical task also fits the horizontal :class:`~fednet.learning.task.LearningTask` container
 (:func:`as_learning_task`): ``X[n]`` is client ``n``'s block of *all* training rows and ``Y[n]`` the same
@@ -38,7 +41,11 @@ from fednet.learning.task import LearningTask
 from fednet.learning.torch_models import MLPModel
 
 __all__ = ["VerticalData", "load_vertical", "load_handwritten", "as_learning_task", "vertical_from_task",
-           "SplitPN", "VERTICAL_DATASETS", "MISSING_DATASETS", "MFEAT_VIEWS"]
+           "SplitPN", "VERTICAL_DATASETS", "MISSING_DATASETS", "MFEAT_VIEWS", "AGGREGATIONS",
+           "aggregate_embeddings", "aggregation_gradient"]
+
+#: The embedding aggregations of FedVS Sec. 2.2 / Fig. 1 (Sec. 3 adopts "average").
+AGGREGATIONS = ("average", "concat", "max")
 
 #: Data sets this loader reads.
 VERTICAL_DATASETS = ("fashion-mnist", "mnist", "handwritten")
@@ -242,6 +249,111 @@ def pn_powers(x: np.ndarray, D: int) -> np.ndarray:
     return out
 
 
+def _check_aggregation(how: str) -> str:
+    if how not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {how!r}")
+    return how
+
+
+def _present_mask(present: np.ndarray | Sequence[bool] | None, N: int) -> np.ndarray:
+    mask = np.ones(N, bool) if present is None else np.asarray(present, bool)
+    if mask.shape != (N,):
+        raise ValueError(f"present must be {N} booleans (one per client), got shape {mask.shape}")
+    if not mask.any():
+        raise ValueError("present must mark at least one client's embedding as received, got none")
+    return mask
+
+
+def aggregate_embeddings(stack: np.ndarray, how: str, present: np.ndarray | Sequence[bool] | None = None) -> np.ndarray:
+    """The server's global embedding ``H`` from the clients' ``H_n`` (FedVS Sec. 2.1, 2.2; Fig. 1).
+
+    "The server aggregates embeddings from all clients into a global embedding H. ... the aggregation can be
+    done in multiple ways, including concatenation, element-wise average, and element-wise maximum" (Sec. 2.1).
+
+    Parameters
+    ----------
+    stack : ndarray, shape (b, N, h)
+        ``H_n`` of the batch side by side (client order); the slots of absent clients are ignored.
+    how : {"average", "concat", "max"}
+        ``(1/|U|) sum_{n in U} H_n``; ``(H_1, ..., H_N)`` side by side with an absent client's slot
+        holding zeros; ``max_{n in U} H_n`` element-wise.
+    present : (N,) bool, optional
+        Which clients' embeddings were received, the set ``U`` (default: all).
+
+    Returns
+    -------
+    ndarray, shape (b, h), or (b, N h) for ``"concat"``
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``how``, a ``present`` of the wrong length or with no client.
+
+    Notes
+    -----
+    Charges one MAC per element of every received operand (the additions, comparisons or copies).
+    """
+    _check_aggregation(how)
+    b, N, h = stack.shape
+    mask = _present_mask(present, N)
+    got = stack[:, mask]
+    charge(got.size)
+    if how == "average":
+        return got.mean(axis=1)
+    if how == "max":
+        return got.max(axis=1)
+    out = np.where(mask[None, :, None], stack, 0.0)
+    return out.reshape(b, N * h)
+
+
+def aggregation_gradient(g_H: np.ndarray, stack: np.ndarray, how: str, n: int,
+                         present: np.ndarray | Sequence[bool] | None = None) -> np.ndarray:
+    """``dL/dH_n`` from ``dL/dH`` through :func:`aggregate_embeddings` (the gradient the server sends client ``n``).
+
+    Parameters
+    ----------
+    g_H : ndarray, shape (b, h), or (b, N h) for ``"concat"``
+        ``dL/dH`` of the global embedding.
+    stack : ndarray, shape (b, N, h)
+        The embeddings the forward pass aggregated.
+    how : {"average", "concat", "max"}
+        average: ``g_H / |U|``; concat: client ``n``'s slice ``g_H[:, n h:(n + 1) h]``; max: ``g_H`` where
+        client ``n`` holds the (first) maximum among ``U``, 0 elsewhere (the gradient of ``torch.max(dim)``).
+    n : int
+        The client, a member of ``U``.
+    present : (N,) bool, optional
+        ``U`` (default: all).
+
+    Returns
+    -------
+    ndarray, shape (b, h)
+
+    Raises
+    ------
+    ValueError
+        For an unknown ``how``, a bad ``present``, or ``n`` not among the received clients.
+
+    Notes
+    -----
+    Charges one MAC per element of ``dL/dH_n`` (the scaling, the slice's copy or the routing).
+    """
+    _check_aggregation(how)
+    b, N, h = stack.shape
+    mask = _present_mask(present, N)
+    if not (0 <= int(n) < N and mask[int(n)]):
+        raise ValueError(f"n must be a received client (present) in [0, {N}), got {n!r}")
+    n = int(n)
+    charge(b * h)
+    if how == "average":
+        return g_H / int(mask.sum())
+    if how == "concat":
+        return g_H[:, n * h:(n + 1) * h].copy()
+    charge(b * h * int(mask.sum()))
+    idx = np.flatnonzero(mask)
+    winner = idx[np.argmax(stack[:, idx], axis=1)]          # (b, h) client index of the first maximum
+    return np.where(winner == n, g_H, 0.0)
+
+
 class SplitPN:
     """Clients' polynomial networks and the server's MLP (FedVS Sec. 3; App. C), trained by SGD.
 
@@ -261,6 +373,10 @@ class SplitPN:
     init_scale : float
         Client ``n``'s PN weights are uniform on ``init_scale * [-1, 1] / sqrt(d_n D_n)`` (torch's
         ``nn.Linear`` default for ``init_scale = 1``).
+    aggregation : {"average", "concat", "max"}
+        How the server's input ``H`` is built from the ``H_n`` (:func:`aggregate_embeddings`); the top model
+        takes ``N h`` inputs for ``"concat"``, ``h`` otherwise.  The observer's test accuracy aggregates all
+        ``N`` clients' test embeddings the same way.
 
     Attributes
     ----------
@@ -272,8 +388,9 @@ class SplitPN:
 
     def __init__(self, data: VerticalData, depth: int | Sequence[int] = 1, embedding: int = 64,
                  hidden: Sequence[int] = (64, 64), lr_client: float = 0.05, lr_server: float = 0.05,
-                 seed: int = 0, init_scale: float = 1.0) -> None:
+                 seed: int = 0, init_scale: float = 1.0, aggregation: str = "average") -> None:
         N = data.n_clients
+        self.aggregation = _check_aggregation(aggregation)
         self.D = [int(depth)] * N if np.isscalar(depth) else [int(v) for v in depth]
         if len(self.D) != N or min(self.D) < 1:
             raise ValueError(f"depth must be >= 1 for each of the {N} clients, got {depth!r}")
@@ -284,7 +401,8 @@ class SplitPN:
         rng = np.random.default_rng(seed)
         self.W = [rng.uniform(-1.0, 1.0, size=(d * D, self.h)) * (init_scale / np.sqrt(d * D))
                   for d, D in zip(data.sizes, self.D)]
-        self.top = MLPModel((self.h, *hidden, data.n_classes), "relu", loss="cross_entropy",
+        width = self.h * N if aggregation == "concat" else self.h
+        self.top = MLPModel((width, *hidden, data.n_classes), "relu", loss="cross_entropy",
                             dtype=__import__("torch").float64)
         self.top_params = self.top.init_params(int(rng.integers(2**31)))
         self._test_hat: np.ndarray | None = None
@@ -329,17 +447,37 @@ class SplitPN:
         """
         with unmetered():
             if test:
-                if self._test_hat is None:
-                    self._test_hat = np.concatenate([pn_powers(x, D) for x, D in zip(self.data.x_test, self.D)],
-                                                    axis=1).astype(np.float32)
                 W = np.concatenate(self.W, axis=0).astype(np.float32)
-                return (self._test_hat @ W).astype(np.float64) / self.N
+                return (self._test_powers() @ W).astype(np.float64) / self.N
             xs = [x[rows] for x in self.data.x_train]
             return sum(pn_powers(x, D) @ W for x, D, W in zip(xs, self.D, self.W)) / self.N
 
+    def _test_powers(self) -> np.ndarray:
+        """The test set's powers of every client side by side, (T, sum_n d_n D_n) float32, cached (unmetered)."""
+        if self._test_hat is None:
+            with unmetered():
+                self._test_hat = np.concatenate([pn_powers(x, D) for x, D in zip(self.data.x_test, self.D)],
+                                                axis=1).astype(np.float32)
+        return self._test_hat
+
+    def test_embedding(self) -> np.ndarray:
+        """The aggregated embedding of the whole test set, every client present, unmetered (the observer).
+
+        ``"average"``: :meth:`mean_embedding`; otherwise each client's float32 product, aggregated by
+        :func:`aggregate_embeddings`; (T, h), or (T, N h) for ``"concat"``.
+        """
+        if self.aggregation == "average":
+            return self.mean_embedding(test=True)
+        with unmetered():
+            edges = np.cumsum([0] + [w.shape[0] for w in self.W])
+            X = self._test_powers()
+            stack = np.stack([(X[:, a:z] @ W.astype(np.float32)).astype(np.float64)
+                              for a, z, W in zip(edges[:-1], edges[1:], self.W)], axis=1)
+            return aggregate_embeddings(stack, self.aggregation)
+
     def evaluate(self) -> tuple[float, float]:
         """Test accuracy and mean cross-entropy of the current split model (not charged)."""
-        H = self.mean_embedding(test=True)
+        H = self.test_embedding()
         with unmetered():
             acc, loss = self.top.evaluate(self.top_params, H, self.data.y_test)
         return float(acc), float(loss)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Generator
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -71,6 +71,15 @@ class VerticalConfig(ProtocolConfig):
         Multiplies every delay mean of Sec. 6.2 (1 = the paper).
     straggler_base, straggler_slope, fast_mean : float
         The pattern's ``2 + 4 i / N`` and 0.1 s.
+    straggler_fraction : float
+        Fraction of the clients that straggle, in [0, 1]: 0.5 is Sec. 6.2 (the last ``floor(N/2)``), 0.6 is
+        Sec. 2.2's Fig. 1 ("We select 60% clients as stragglers"; 10 of 16); rounded as
+        :func:`fednet.sim.delays.n_stragglers`.  ``delay_scale = 0`` removes every added delay (Fig. 1's
+        "without stragglers").
+    aggregation : {"average", "concat", "max"}
+        How the server aggregates the embeddings (Sec. 2.1-2.2, Fig. 1;
+        :func:`fednet.learning.vertical.aggregate_embeddings`).  Only Wait, Ignore and VAFL take other values
+        than ``"average"`` (Sec. 3's choice); FedVS and Wait-DP refuse them.
     init_seed : int
         Seed of the model initialisation (public; the same for every method).
     init_scale : float
@@ -93,6 +102,8 @@ class VerticalConfig(ProtocolConfig):
     straggler_base: float = Field(2.0, ge=0)
     straggler_slope: float = Field(4.0, ge=0)
     fast_mean: float = Field(0.1, ge=0)
+    straggler_fraction: float = Field(0.5, ge=0, le=1)
+    aggregation: Literal["average", "concat", "max"] = "average"
     init_seed: int = Field(0, ge=0)
     init_scale: float = Field(1.0, gt=0)
     device_mac_rate: float | None = Field(None, gt=0)
@@ -151,9 +162,9 @@ class VerticalLearning(Learning):
             for dev in sim.devices:
                 dev.mac_rate = float(c.device_mac_rate)
         self.model = SplitPN(data, c.depth, c.embedding, c.hidden, c.lr_client, c.lr_server, seed=c.init_seed,
-                              init_scale=c.init_scale)
+                              init_scale=c.init_scale, aggregation=c.aggregation)
         self.delays = FedVSDelays(sim.n_devices, sim.seed, fast_mean=c.fast_mean, base=c.straggler_base,
-                                  slope=c.straggler_slope, scale=c.delay_scale)
+                                  slope=c.straggler_slope, scale=c.delay_scale, straggler_fraction=c.straggler_fraction)
         self.order = np.random.default_rng([sim.seed, 0xBA7C4]).permutation(len(data.y_train))
 
     def batch_rows(self, r: int, size: int, population: int | None = None) -> np.ndarray:

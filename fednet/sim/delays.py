@@ -9,6 +9,9 @@ uploading."  All links run at 300 Mbit/s (Sec. 6.2, :data:`FEDVS_LINK_BPS`).
 
 Choices the paper leaves open, fixed here: the stragglers are the *last* ``floor(N/2)`` clients (client
 ``N - floor(N/2) - 1 + i`` has mean ``2 + 4 i / N``, ``i = 1..floor(N/2)``), the others have mean 0.1 s;
+other fractions of stragglers (Sec. 2.2, Fig. 1: "We select 60% clients as stragglers") keep the pattern with
+``s = round(fraction N)`` stragglers (halves rounded down, so 0.5 gives ``floor(N/2)``; 60 % of 16 is 10), the
+last ``s`` clients, means ``2 + 4 i / N``, ``i = 1..s`` (:func:`n_stragglers`);
 ``log`` is ``log2`` (the complexity analysis of Sec. 5.3 counts ``N log^2 N`` field operations of a
 fast multipoint evaluation, base 2); ``|B|`` is the protocol's batch as it passes it.
 
@@ -27,13 +30,41 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["FedVSDelays", "FEDVS_LINK_BPS", "straggler_means"]
+__all__ = ["FedVSDelays", "FEDVS_LINK_BPS", "n_stragglers", "straggler_means"]
 
 #: Link rate of every client and the server in Sec. 6.2 (bit/s), as measured on AWS EC2 by So et al.
 FEDVS_LINK_BPS = 300e6
 
 
-def straggler_means(n_clients: int, fast_mean: float = 0.1, base: float = 2.0, slope: float = 4.0) -> np.ndarray:
+def n_stragglers(n_clients: int, fraction: float = 0.5) -> int:
+    """Number of stragglers ``s`` among ``N`` clients for a straggler fraction: ``fraction N`` rounded, halves down.
+
+    Parameters
+    ----------
+    n_clients : int
+        ``N >= 1``.
+    fraction : float
+        In [0, 1]; 0.5 is Sec. 6.2 (``s = floor(N/2)``), 0.6 is Sec. 2.2's "60% clients" (``s = 10`` of 16).
+
+    Returns
+    -------
+    int
+        ``ceil(fraction N - 1/2)``, in ``[0, N]``.
+
+    Raises
+    ------
+    ValueError
+        For ``n_clients`` not a positive integer or ``fraction`` outside [0, 1].
+    """
+    if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
+        raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}")
+    if isinstance(fraction, bool) or not (isinstance(fraction, (int, float, np.floating)) and 0 <= fraction <= 1):
+        raise ValueError(f"straggler fraction must be a number in [0, 1], got {fraction!r}")
+    return max(0, math.ceil(float(fraction) * int(n_clients) - 0.5))
+
+
+def straggler_means(n_clients: int, fast_mean: float = 0.1, base: float = 2.0, slope: float = 4.0,
+                    fraction: float = 0.5) -> np.ndarray:
     """Mean upload delay of every client (Sec. 6.2), simulated seconds.
 
     Parameters
@@ -44,11 +75,14 @@ def straggler_means(n_clients: int, fast_mean: float = 0.1, base: float = 2.0, s
         Mean of the non-stragglers (0.1 s).
     base, slope : float
         Straggler ``i`` (1-based) has mean ``base + slope i / N`` (2 and 4).
+    fraction : float
+        Fraction of stragglers (:func:`n_stragglers`; 0.5 in Sec. 6.2, 0.6 in Sec. 2.2).
 
     Returns
     -------
     ndarray of float64, shape (N,)
-        The first ``N - floor(N/2)`` entries are ``fast_mean``, the last ``floor(N/2)`` the stragglers'.
+        The first ``N - s`` entries are ``fast_mean``, the last ``s`` the stragglers' (``s = floor(N/2)`` at
+        ``fraction = 0.5``).
     """
     if isinstance(n_clients, bool) or not isinstance(n_clients, (int, np.integer)) or n_clients < 1:
         raise ValueError(f"n_clients must be a positive integer, got {n_clients!r}")
@@ -56,7 +90,7 @@ def straggler_means(n_clients: int, fast_mean: float = 0.1, base: float = 2.0, s
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be a finite non-negative number of seconds, got {v!r}")
     N = int(n_clients)
-    s = N // 2
+    s = n_stragglers(N, fraction)
     out = np.full(N, float(fast_mean))
     out[N - s:] = base + slope * np.arange(1, s + 1) / N
     return out
@@ -84,18 +118,20 @@ class FedVSDelays:
         As :func:`straggler_means` (0.1, 2, 4 s).
     scale : float
         Multiplies every mean (1 in the paper; the "computation dominant" setting of Fig. 3 may shrink
-        the delays instead of slowing the processors).
+        the delays instead of slowing the processors; 0: no added delay, Fig. 1's "without stragglers").
+    straggler_fraction : float
+        Fraction of stragglers, in [0, 1] (0.5: Sec. 6.2; 0.6: Sec. 2.2, Fig. 1; :func:`n_stragglers`).
 
     Attributes
     ----------
     upload_means : ndarray, shape (N,)
         Mean upload delay per client, simulated seconds.
     stragglers : list of int
-        Indices of the straggling clients (the last ``floor(N/2)``).
+        Indices of the straggling clients (the last ``s``: ``floor(N/2)`` at the default fraction).
     """
 
     def __init__(self, n_clients: int, seed: int, *, fast_mean: float = 0.1, base: float = 2.0,
-                 slope: float = 4.0, scale: float = 1.0) -> None:
+                 slope: float = 4.0, scale: float = 1.0, straggler_fraction: float = 0.5) -> None:
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
         if not (np.isfinite(scale) and scale >= 0):
@@ -103,8 +139,9 @@ class FedVSDelays:
         self.n_clients = int(n_clients)
         self.seed = int(seed)
         self.scale = float(scale)
-        self.upload_means = straggler_means(n_clients, fast_mean, base, slope) * self.scale
-        self.stragglers = list(range(self.n_clients - self.n_clients // 2, self.n_clients))
+        self.upload_means = straggler_means(n_clients, fast_mean, base, slope, straggler_fraction) * self.scale
+        s = n_stragglers(self.n_clients, straggler_fraction)
+        self.stragglers = list(range(self.n_clients - s, self.n_clients))
 
     def __repr__(self) -> str:
         return f"FedVSDelays(N={self.n_clients}, stragglers={len(self.stragglers)}, scale={self.scale})"
