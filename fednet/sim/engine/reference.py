@@ -19,7 +19,7 @@ import simpy
 from fednet.sim.simulation import Node
 
 from .events import spawner
-from .mailbox import AllToAll
+from .mailbox import AllToAll, CyclicSteps
 from .results import GatherResult, StragglerShortfall, compute_key, payload_size
 from .step import Step
 from . import wire
@@ -129,9 +129,9 @@ def tree(net: Any, step: Step) -> Generator:
 
 
 def expand(step: Step) -> None:
-    """Give an exchange step its pairs step by step (an :class:`AllToAll` expanded) and a per-pair ``payload``
-    (from ``rows`` where none was given); idempotent."""
-    if isinstance(step.steps, AllToAll):
+    """Give an exchange step its pairs step by step (an :class:`AllToAll` or :class:`CyclicSteps` expanded) and a
+    per-pair ``payload`` (from ``rows`` where none was given); idempotent."""
+    if isinstance(step.steps, (AllToAll, CyclicSteps)):
         step.args["steps"] = step.steps.steps()
     if step.payload is None:
         rows = step.rows
@@ -146,8 +146,9 @@ def exchange(net: Any, step: Step) -> Generator:
     """Device-to-device shares through the server on the step's schedule, a process per message (or per sender
     and per destination on ``upload_once`` / ``bundled``): :meth:`fednet.protocol.primitives.Net.exchange`.
 
-    Step keys: ``steps`` (or an :class:`AllToAll`), ``payload``, ``rows``, ``kind_of``, ``schedule``,
-    ``n_elements``, ``element_bits``, ``prepare``, ``mailbox``, ``timing_key``, ``exclusive``.
+    Step keys: ``steps`` (or an :class:`AllToAll` or :class:`CyclicSteps`), ``payload``, ``rows``, ``kind_of``,
+    ``schedule``, ``n_elements``, ``element_bits``, ``prepare``, ``mailbox``, ``timing_key``, ``exclusive`` (and, for
+    the ``cyclic`` backend, ``alike``).
     """
     expand(step)
     steps, payload, schedule, prepare, mailbox = step.steps, step.payload, step.schedule, step.prepare, step.mailbox
