@@ -151,33 +151,64 @@ def replay_cyclic(net: Any, pairs: CyclicSteps, value: Any, *, kind: str, schedu
     return AlikeDelivered(pairs, value)
 
 
+def _link_seconds(sim: Any, u: np.ndarray, bits_each: int, rate: np.ndarray, loss: np.ndarray
+                  ) -> tuple[np.ndarray, int]:
+    """:func:`~fednet.sim.network.transmission_times` of messages on the links of columns of ``u`` (rates and
+    losses ``rate``, ``loss``), called once per class of links of one rate and loss, with scalar operands (the same
+    float operations on each element).
+
+    Parameters
+    ----------
+    u : ndarray of float, (k, m)
+        The keyed uniforms, column ``p`` on the link of rate ``rate[p]`` and loss ``loss[p]``.
+    bits_each : int
+    rate, loss : ndarray of float, (m,)
+
+    Returns
+    -------
+    seconds : ndarray of float, (k, m)
+    retransmissions : int
+        Their sum.
+    """
+    classes, which = np.unique(np.stack([rate, loss]), axis=1, return_inverse=True)
+    which = which.reshape(-1)
+    if classes.shape[1] == 1:                           # one class (the star's usual links): no column selection
+        secs, extra = transmission_times(bits_each, float(classes[0, 0]), sim.overhead, float(classes[1, 0]),
+                                         sim.packet_bits, u, arrays=True)
+        return secs, int(extra.sum())
+    secs, extra_sum = np.empty(u.shape), 0
+    for c in range(classes.shape[1]):
+        cols = np.flatnonzero(which == c)
+        secs[:, cols], extra = transmission_times(bits_each, float(classes[0, c]), sim.overhead,
+                                                  float(classes[1, c]), sim.packet_bits, u[:, cols], arrays=True)
+        extra_sum += int(extra.sum())
+    return secs, extra_sum
+
+
 def _steps(sim: Any, pairs: CyclicSteps, now: float, bits_each: int, rates: tuple, up_purpose: str,
            down_purpose: str) -> float:
     """``relay_steps`` of ``pairs`` from ``now``: draws, counters, and the end of the last step (module docstring)."""
     up_rate, up_loss, down_rate, down_loss = rates
-    members = pairs.index.reshape(-1)                       # sender g n + i: local node i of group g
+    members = pairs.index.reshape(-1)                       # column g n + i: local node i of group g
+    N, n = pairs.index.shape
     m = len(members)
-    where = np.empty(int(members.max()) + 1, dtype=np.int64)
-    where[members] = np.arange(m)                           # node -> its column
     chunk = max(1, CHUNK_MESSAGES // m)
     rnd, counters = sim.round, sim.counters
-    for r0 in range(1, pairs.n, chunk):
-        steps = np.arange(r0, min(r0 + chunk, pairs.n))
+    local = np.arange(n)
+    base = (np.arange(N) * n)[None, :, None]
+    for r0 in range(1, n, chunk):
+        steps = np.arange(r0, min(r0 + chunk, n))
         k = len(steps)
         u_up = sim.streams.uniforms_repeated(members, k, up_purpose, rnd)         # (k, m): link by link, in step order
         u_down = sim.streams.uniforms_repeated(members, k, down_purpose, rnd)
-        secs_up, extra_up = transmission_times(bits_each, np.tile(up_rate[members], k), sim.overhead,
-                                               np.tile(up_loss[members], k), sim.packet_bits, u_up.reshape(-1),
-                                               arrays=True)
-        secs_down, extra_down = transmission_times(bits_each, np.tile(down_rate[members], k), sim.overhead,
-                                                   np.tile(down_loss[members], k), sim.packet_bits,
-                                                   u_down.reshape(-1), arrays=True)
-        up = secs_up.reshape(k, m)
-        down = np.take_along_axis(secs_down.reshape(k, m), where[pairs.receivers(steps)], axis=1)  # by sender
+        up, extra_up = _link_seconds(sim, u_up, bits_each, up_rate[members], up_loss[members])
+        down, extra_down = _link_seconds(sim, u_down, bits_each, down_rate[members], down_loss[members])
+        to = (base + (local[None, None, :] + steps[:, None, None]) % n).reshape(k, m)   # receiver's column
+        down = np.take_along_axis(down, to, axis=1)                                 # by sender
         for t in range(k):                                  # step start + upload, + download; next step at the last
             now = float(((now + up[t]) + down[t]).max())
         counters.bits_up += bits_each * m * k
         counters.bits_down += bits_each * m * k
         counters.messages += 2 * m * k
-        counters.retransmissions += int(extra_up.sum()) + int(extra_down.sum())
+        counters.retransmissions += extra_up + extra_down
     return now
