@@ -361,14 +361,10 @@ class Net:
         UnchargedCompute
             If ``fn`` ran and metered no MAC, with neither ``macs`` nor ``free``.
         """
-        env = self.sim.env
-        nodes = list(nodes)
-        run = None if fn is None else self._charged(fn, step or getattr(fn, "__name__", "compute_each"),
-                                                     free or macs is not None)
-        procs = [env.process(self.sim.compute(n, run, n, macs=None if macs is None else macs(n),
-                                              timing_key=compute_key(timing_key))) for n in nodes]
-        yield env.all_of(procs)
-        return {n.index: p.value for n, p in zip(nodes, procs)}
+        name = step or getattr(fn, "__name__", "compute_each")
+        run = None if fn is None else self._charged(fn, name, free or macs is not None)
+        return (yield from self._execute(Step("compute", f"compute_each {name!r}", nodes=list(nodes), run=run,
+                                              macs=macs, timing_key=compute_key(timing_key))))
 
     def compute(self, node: Node, fn: Callable[..., Any], *args: Any, free: bool = False, step: str | None = None,
                 timing_key: str = "", **kwargs: Any) -> Generator:

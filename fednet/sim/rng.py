@@ -420,11 +420,15 @@ class Streams:
             return np.empty((int(times), nodes.size))
         first = counts[nodes]
         counts[nodes] += times
-        if first.min() == first.max():                  # every node at one draw: whole rows of each block
-            j0 = int(first[0])
-            lo, hi = j0 // self.width, (j0 + times - 1) // self.width
-            rows = np.concatenate([self._block(pid, round, blocks, bb)[nodes] for bb in range(lo, hi + 1)], axis=1)
-            return np.ascontiguousarray(rows[:, j0 - lo * self.width:j0 - lo * self.width + times].T)
+        if first.min() == first.max():                  # every node at one draw: columns of each block, transposed
+            j0, w = int(first[0]), self.width
+            span = int(nodes[0]) + nodes.size == int(nodes[-1]) + 1 and bool((np.diff(nodes) == 1).all())
+            rows = slice(int(nodes[0]), int(nodes[-1]) + 1) if span else nodes
+            out = np.empty((times, nodes.size))
+            for bb in range(j0 // w, (j0 + times - 1) // w + 1):
+                c0, c1 = max(j0, bb * w), min(j0 + times, (bb + 1) * w)
+                out[c0 - j0:c1 - j0] = self._block(pid, round, blocks, bb)[rows, c0 - bb * w:c1 - bb * w].T
+            return out
         j = first[None, :] + np.arange(times)[:, None]
         b, col = np.divmod(j, self.width)
         lo, hi = int(b.min()), int(b.max())

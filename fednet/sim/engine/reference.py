@@ -24,7 +24,7 @@ from .results import GatherResult, StragglerShortfall, compute_key, payload_size
 from .step import Step
 from . import wire
 
-__all__ = ["gather", "groups", "tree", "exchange", "masked", "buffered", "first_k", "expand"]
+__all__ = ["gather", "groups", "tree", "compute", "exchange", "masked", "buffered", "first_k", "expand"]
 
 
 def gather(net: Any, step: Step) -> Generator:
@@ -126,6 +126,20 @@ def tree(net: Any, step: Step) -> Generator:
 
     items = [(devs[v], root_work(v) if v in complete else inner(v), v in complete) for v in step.taking_part]
     return (yield from first_k(net, items, step.first, dropped=step.absent))
+
+
+def compute(net: Any, step: Step) -> Generator:
+    """Every node computes at once, each on its own processor, a process each; wait for all:
+    :meth:`fednet.protocol.primitives.Net.compute_each`.
+
+    Step keys: ``nodes``, ``run`` (the charged ``fn``, or None), ``macs`` (callable or None), ``timing_key`` (the
+    compute draw's key).
+    """
+    env, macs = net.sim.env, step.macs
+    procs = [env.process(net.sim.compute(n, step.run, n, macs=None if macs is None else macs(n),
+                                         timing_key=step.timing_key)) for n in step.nodes]
+    yield env.all_of(procs)
+    return {n.index: p.value for n, p in zip(step.nodes, procs)}
 
 
 def expand(step: Step) -> None:

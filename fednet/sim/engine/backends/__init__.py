@@ -6,6 +6,7 @@ step kind      backends, in order                            module
 ``gather``     ``gather`` (with ``batched`` inside)          :mod:`.gather`
 ``groups``     ``groups``                                    :mod:`.groups`
 ``tree``       ``gather`` (edgeless trees), ``tree``         :mod:`.tree`
+``compute``    ``compute``                                   :mod:`.compute`
 ``exchange``   ``bundled``, ``cyclic``, ``relays``           :mod:`.bundled`, :mod:`.cyclic`, :mod:`.relays`
 ``masked``     ``masked``                                    :mod:`.masked`
 ``buffered``   ``buffered``                                  :mod:`.buffered`
@@ -17,6 +18,7 @@ from __future__ import annotations
 from ..step import Backend
 from .buffered import BufferedReplay
 from .bundled import BundledArrays
+from .compute import ComputeReplay
 from .cyclic import CyclicReplay
 from .gather import GatherReplay
 from .groups import GroupsReplay
@@ -31,6 +33,7 @@ BY_KIND: dict[str, list[Backend]] = {
     "gather": [GatherReplay()],
     "groups": [GroupsReplay()],
     "tree": [EdgelessTree(), TreeReplay()],
+    "compute": [ComputeReplay()],
     "exchange": [BundledArrays(), CyclicReplay(), RelayReplay()],
     "masked": [MaskedReplay()],
     "buffered": [BufferedReplay()],

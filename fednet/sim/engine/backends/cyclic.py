@@ -151,18 +151,30 @@ def replay_cyclic(net: Any, pairs: CyclicSteps, value: Any, *, kind: str, schedu
     return AlikeDelivered(pairs, value)
 
 
-def _link_seconds(sim: Any, u: np.ndarray, bits_each: int, rate: np.ndarray, loss: np.ndarray
-                  ) -> tuple[np.ndarray, int]:
-    """:func:`~fednet.sim.network.transmission_times` of messages on the links of columns of ``u`` (rates and
-    losses ``rate``, ``loss``), called once per class of links of one rate and loss, with scalar operands (the same
-    float operations on each element).
+def link_classes(rate: np.ndarray, loss: np.ndarray) -> list[tuple[float, float, np.ndarray | None]]:
+    """The links' classes of one rate and loss: ``(rate, loss, columns)``, columns None where there is one class.
+
+    Parameters
+    ----------
+    rate, loss : ndarray of float, (m,)
+        Each link's rate (bit/s) and per-packet loss probability.
+    """
+    if (rate == rate[0]).all() and (loss == loss[0]).all():
+        return [(float(rate[0]), float(loss[0]), None)]
+    keys = sorted(set(zip(rate.tolist(), loss.tolist())))
+    return [(r, p, np.flatnonzero((rate == r) & (loss == p))) for r, p in keys]
+
+
+def _link_seconds(sim: Any, u: np.ndarray, bits_each: int, classes: list) -> tuple[np.ndarray, int]:
+    """:func:`~fednet.sim.network.transmission_times` of messages on the links of the columns of ``u``, called once
+    per class of links (:func:`link_classes`) with scalar operands: the same float operations on each element.
 
     Parameters
     ----------
     u : ndarray of float, (k, m)
-        The keyed uniforms, column ``p`` on the link of rate ``rate[p]`` and loss ``loss[p]``.
+        The keyed uniforms, column ``p`` on link ``p``.
     bits_each : int
-    rate, loss : ndarray of float, (m,)
+    classes : list of (float, float, ndarray or None)
 
     Returns
     -------
@@ -170,17 +182,14 @@ def _link_seconds(sim: Any, u: np.ndarray, bits_each: int, rate: np.ndarray, los
     retransmissions : int
         Their sum.
     """
-    classes, which = np.unique(np.stack([rate, loss]), axis=1, return_inverse=True)
-    which = which.reshape(-1)
-    if classes.shape[1] == 1:                           # one class (the star's usual links): no column selection
-        secs, extra = transmission_times(bits_each, float(classes[0, 0]), sim.overhead, float(classes[1, 0]),
-                                         sim.packet_bits, u, arrays=True)
+    if len(classes) == 1:                               # one class (the star's usual links): no column selection
+        rate, loss, _ = classes[0]
+        secs, extra = transmission_times(bits_each, rate, sim.overhead, loss, sim.packet_bits, u, arrays=True)
         return secs, int(extra.sum())
     secs, extra_sum = np.empty(u.shape), 0
-    for c in range(classes.shape[1]):
-        cols = np.flatnonzero(which == c)
-        secs[:, cols], extra = transmission_times(bits_each, float(classes[0, c]), sim.overhead,
-                                                  float(classes[1, c]), sim.packet_bits, u[:, cols], arrays=True)
+    for rate, loss, cols in classes:
+        secs[:, cols], extra = transmission_times(bits_each, rate, sim.overhead, loss, sim.packet_bits, u[:, cols],
+                                                  arrays=True)
         extra_sum += int(extra.sum())
     return secs, extra_sum
 
@@ -196,13 +205,15 @@ def _steps(sim: Any, pairs: CyclicSteps, now: float, bits_each: int, rates: tupl
     rnd, counters = sim.round, sim.counters
     local = np.arange(n)
     base = (np.arange(N) * n)[None, :, None]
+    up_classes = link_classes(up_rate[members], up_loss[members])
+    down_classes = link_classes(down_rate[members], down_loss[members])
     for r0 in range(1, n, chunk):
         steps = np.arange(r0, min(r0 + chunk, n))
         k = len(steps)
         u_up = sim.streams.uniforms_repeated(members, k, up_purpose, rnd)         # (k, m): link by link, in step order
         u_down = sim.streams.uniforms_repeated(members, k, down_purpose, rnd)
-        up, extra_up = _link_seconds(sim, u_up, bits_each, up_rate[members], up_loss[members])
-        down, extra_down = _link_seconds(sim, u_down, bits_each, down_rate[members], down_loss[members])
+        up, extra_up = _link_seconds(sim, u_up, bits_each, up_classes)
+        down, extra_down = _link_seconds(sim, u_down, bits_each, down_classes)
         to = (base + (local[None, None, :] + steps[:, None, None]) % n).reshape(k, m)   # receiver's column
         down = np.take_along_axis(down, to, axis=1)                                 # by sender
         for t in range(k):                                  # step start + upload, + download; next step at the last
