@@ -7,6 +7,7 @@ carrying one (:func:`fednet.sim.engine.results.payload_size`), the modes (:mod:`
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,8 +34,8 @@ class Shape:
 
     @property
     def size(self) -> int:
-        """Number of elements (what a message carrying it costs)."""
-        return int(np.prod(self.shape, dtype=np.int64))
+        """Number of elements (what a message carrying it costs): the exact product of the shape (1 for ``()``)."""
+        return int(math.prod(self.shape))
 
     @property
     def ndim(self) -> int:
