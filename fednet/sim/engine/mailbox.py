@@ -18,7 +18,7 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL
 
-from fednet.algebra.shape import Shape
+from fednet.algebra.shape import Repeated, Shape
 from fednet.sim.simulation import Node
 
 __all__ = ["Mailbox", "AllToAll", "cyclic_steps", "CyclicSteps", "Repeated", "AlikeDelivered", "received_by", "prepend"]
@@ -400,45 +400,6 @@ class CyclicSteps:
         cols = (np.arange(n)[None, :] + r.reshape(-1, 1)) % n                 # (steps, n)
         out = self.index[np.arange(N)[None, :, None], cols[:, None, :]]      # (steps, N, n)
         return out.reshape(-1, N * n) if r.ndim else out.reshape(N * n)
-
-
-class Repeated(Sequence):
-    """``head``'s items, then ``n`` references to one ``value``: a read-only sequence of ``len(head) + n`` items that
-    holds ``[*head] + [value] * n`` in ``O(len(head))`` memory (the shares a receiver of an alike exchange holds).
-
-    Parameters
-    ----------
-    value : Any
-    n : int
-        ``>= 0``.
-    head : tuple, optional
-    """
-
-    __slots__ = ("value", "n", "head")
-
-    def __init__(self, value: Any, n: int, head: tuple = ()) -> None:
-        if n < 0:
-            raise ValueError(f"n must be non-negative, got {n}")
-        self.value, self.n, self.head = value, int(n), tuple(head)
-
-    def __len__(self) -> int:
-        return len(self.head) + self.n
-
-    def __getitem__(self, k: Any) -> Any:
-        if isinstance(k, slice):
-            return [self[i] for i in range(*k.indices(len(self)))]
-        k = int(k)
-        if k < 0:
-            k += len(self)
-        if not 0 <= k < len(self):
-            raise IndexError(f"index {k} out of range for {len(self)} items")
-        return self.head[k] if k < len(self.head) else self.value
-
-    def __iter__(self) -> Iterator[Any]:
-        return itertools.chain(self.head, itertools.repeat(self.value, self.n))
-
-    def __repr__(self) -> str:
-        return f"Repeated({self.value!r}, {self.n}, head={self.head!r})"
 
 
 def prepend(first: Any, rest: Sequence[Any]) -> Sequence[Any]:
