@@ -5,7 +5,8 @@ Each scenario runs CodedSecAgg's set-up and two epochs twice -- every backend al
 (plain SimPy processes) -- and compares the traces, views and relay lists, keyed-draw counters
 (:func:`test_fast_path.snapshot`), the simulation's counters and the final model.  Scenarios: timing mode on both
 relay schedules, each group encoding on its own or not (``encode_per_group``), several D and N, lossy links of one
-rate, two uplink rates (two classes of links), a loss-free deterministic network where every time ties, and small
+rate, two uplink rates (two classes of links), every link its own rate and loss, a loss-free deterministic network
+where every time ties, and small
 chunks of steps (several chunks, a chunk not dividing the steps); full mode, where the shares are real arrays and
 the ``relays`` backend runs instead.  A planted error in the replayed link times is caught.
 """
@@ -32,7 +33,8 @@ from test_pinned_traces import SECRET_SEED, digits_task  # noqa: E402
 #: These tests check the backends themselves (tests/conftest.py: every backend allowed unless a test says otherwise).
 pytestmark = pytest.mark.backends
 
-#: name -> (D, seed, protocol parameters, network: "lossy", "two_rates" or "ties")
+#: name -> (D, seed, protocol parameters, network: "lossy", "two_rates", "ties" or "spread" (every link its own rate
+#: and loss, downlinks slower than uplinks: queues at the receivers))
 SCENARIOS = {
     "steps_N3": (12, 31, dict(groups=3, sharing_schedule="relay_steps"), "lossy"),
     "steps_N2_z2": (16, 32, dict(z=2, groups=2, sharing_schedule="relay_steps"), "lossy"),
@@ -45,6 +47,8 @@ SCENARIOS = {
     "asap_N3": (12, 38, dict(groups=3, sharing_schedule="relay_asap"), "lossy"),
     "asap_N2_per_group": (16, 39, dict(groups=2, sharing_schedule="relay_asap", encode_per_group=True), "two_rates"),
     "asap_N1_ties": (8, 40, dict(z=2, groups=1, sharing_schedule="relay_asap"), "ties"),
+    "asap_N3_spread": (12, 43, dict(groups=3, sharing_schedule="relay_asap"), "spread"),
+    "steps_N2_spread": (12, 44, dict(groups=2, sharing_schedule="relay_steps"), "spread"),
     "steps_N3_full": (12, 41, dict(groups=3, sharing_schedule="relay_steps", mode="full"), "lossy"),
     "asap_N2_full": (8, 42, dict(groups=2, sharing_schedule="relay_asap", mode="full"), "lossy"),
 }
@@ -56,6 +60,10 @@ def make(name: str, record_views: bool = False) -> CodedSecAgg:
     rates = [2e6 * (1 + (i % 4)) for i in range(D)]
     if network == "ties":
         g, compute = lte_star(D, loss=0.0, device_mac_rates=[4e6] * D), Deterministic()
+    elif network == "spread":
+        g = lte_star(D, uplink_bps=[4e6 + 3e5 * i for i in range(D)], downlink_bps=[1e6 + 1e5 * i for i in range(D)],
+                     loss=[0.05 + 0.01 * i for i in range(D)], device_mac_rates=rates)
+        compute = ShiftedExponential(0.5)
     else:
         uplinks = [5e6 if i % 2 else 2.5e6 for i in range(D)] if network == "two_rates" else 5e6
         g, compute = lte_star(D, loss=0.1, uplink_bps=uplinks, device_mac_rates=rates), ShiftedExponential(0.5)
