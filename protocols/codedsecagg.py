@@ -37,7 +37,7 @@ from fednet.codes.secagg_tree import aggregation_tree
 from fednet.codes.shamir import default_points
 from fednet.protocol.base import NodeState, Protocol, ProtocolConfig
 from fednet.protocol.modes import Shape
-from fednet.protocol.primitives import cyclic_steps
+from fednet.protocol.primitives import CyclicSteps, prepend, received_by
 from fednet.sim.simulation import Node
 from fednet.topologies.groups import membership
 
@@ -132,7 +132,9 @@ class CodedSecAggState(NodeState):
     secrets : (phi, psi)
         The two secrets over GF(q) (Remark 3).
     out_shares, in_shares : list of (phi_j, psi_j)
-        Its shares for each device of its group, and those it received (phase 1; freed after combining).
+        Its shares for each device of its group, and those it received (phase 1; freed after combining); in timing
+        mode ``in_shares`` may be a :class:`~fednet.sim.engine.mailbox.Repeated` of one stand-in (the ``cyclic``
+        backend's exchange).
     Phi, Psi : PreparedMatrix (d, d), ndarray (d, c)
         Sums of the shares it holds (Sec. VI-A), kept across rounds.
     """
@@ -141,7 +143,7 @@ class CodedSecAggState(NodeState):
     G1: Any = None
     secrets: Any = None
     out_shares: Any = None
-    in_shares: list = field(default_factory=list)
+    in_shares: Any = field(default_factory=list)
     Phi: Any = None
     Psi: Any = None
 
@@ -221,11 +223,12 @@ class CodedSecAgg(Protocol):
         else:                                               # offline: the paper's count (Sec. VI-C)
             list(map(self._encode, devices))
         delivered = yield from self.net.exchange(                # all-to-all in each group, via the server
-                cyclic_steps(groups), lambda src, dst: src.state.out_shares[self.group_of[dst.index][1]],
+                CyclicSteps(groups), lambda src, dst: src.state.out_shares[self.group_of[dst.index][1]],
                 kind="shamir_share", schedule=cfg.sharing_schedule, n_elements=self._size, element_bits=self._bits,
-                exclusive=True)                                  # nothing else uses these links meanwhile
-        for (_, j), share in delivered.items():
-            self.devices[j].state.in_shares.append(share)
+                exclusive=True,                                  # nothing else uses these links meanwhile
+                alike=True)                                      # timing mode: every share one stand-in
+        for j, shares in received_by(delivered).items():
+            self.devices[j].state.in_shares = shares
         yield from self.net.compute_each(devices, self._combine, free=self.n_prime == 1)   # n' = 1: nothing to add
 
     def _encode(self, dev: Node) -> None:
@@ -237,7 +240,7 @@ class CodedSecAgg(Protocol):
     def _combine(self, dev: Node) -> None:
         """Device ``dev``: sum the shares it holds into ``Phi^(i)``, ``Psi^(i)`` (Sec. VI-A)."""
         i = self.group_of[dev.index][1]
-        mine = [dev.state.out_shares[i]] + dev.state.in_shares
+        mine = prepend(dev.state.out_shares[i], dev.state.in_shares)
         dev.state.Phi, dev.state.Psi = self.mode.run(
             secagg.combine_shares, mine, self.q, self.task.d, self.config.k)
         dev.state.out_shares, dev.state.in_shares = None, []    # the device keeps only its sums

@@ -109,11 +109,18 @@ def test_setup_pinned(name: str, record_views: bool) -> None:
 PROCESS_PATH = {("asap_N2_paper", True), ("steps_N3_paper", True)}
 
 
+def cyclic_path(name: str, record_views: bool) -> bool:
+    """Whether the set-up exchange takes the ``cyclic`` backend (timing mode without views recorded), not ``relays``."""
+    return not record_views and SETUP_SCENARIOS[name][2].get("mode", "timing") == "timing"
+
+
 @pytest.mark.parametrize("record_views", [True, False])
 @pytest.mark.parametrize("name", sorted(SETUP_SCENARIOS))
 def test_setup_replay_equals_processes(name: str, record_views: bool, monkeypatch) -> None:
-    """The event-free relay replay (the ``relays`` backend) is taken and changes nothing."""
-    on, off, taken = run_both(lambda: setup_run(name, record_views), monkeypatch, "BULK_EXCHANGE", "_replay_relays")
+    """The event-free relay replay (the ``relays`` backend, or the ``cyclic`` one: tests/test_codedsecagg_cyclic.py)
+    is taken and changes nothing."""
+    method = "_replay_cyclic" if cyclic_path(name, record_views) else "_replay_relays"
+    on, off, taken = run_both(lambda: setup_run(name, record_views), monkeypatch, "BULK_EXCHANGE", method)
     assert (taken > 0) == ((name, record_views) not in PROCESS_PATH)
     assert on == off
 

@@ -34,11 +34,11 @@ def snapshot(proto) -> tuple:
 
 #: The backends each former module switch stood for (the switches are now the simulation's EngineConfig).
 SWITCH = {"FAST_PATH": ("gather", "groups", "tree", "masked"), "BATCHED": ("batched",),
-          "BULK_EXCHANGE": ("bundled", "relays", "masked"), "GROUPS_REPLAY": ("groups",), "TREE_REPLAY": ("tree",),
-          "ROUND_REPLAY": ("masked",)}
+          "BULK_EXCHANGE": ("bundled", "cyclic", "relays", "masked"), "GROUPS_REPLAY": ("groups",),
+          "TREE_REPLAY": ("tree",), "ROUND_REPLAY": ("masked",)}
 #: The path whose count tells a backend ran (``sim.engine_paths``), by the name of the code it used to be.
-COUNTED = {"_fast_rounds": "gather", "_bulk_bundled": "bundled", "_replay_relays": "relays", "_fast_groups": "groups",
-           "_replay_vectorised": "batched", "replay_tree": "tree", "replay_round": "masked"}
+COUNTED = {"_fast_rounds": "gather", "_bulk_bundled": "bundled", "_replay_relays": "relays", "_replay_cyclic": "cyclic",
+           "_fast_groups": "groups", "_replay_vectorised": "batched", "replay_tree": "tree", "replay_round": "masked"}
 
 
 def engine(monkeypatch, off=()) -> None:

@@ -37,7 +37,7 @@ from fednet.algebra.fields import (check_field_capacity, field_dtype, fixed_poin
 from fednet.algebra.fixed_point import FixedPoint
 from fednet.algebra.meter import kernel, recharged
 from fednet.algebra.modp import PreparedMatrix, add_mod, sum_mod
-from fednet.algebra.shape import Shape
+from fednet.algebra.shape import Repeated, Shape
 from fednet.codes.gram import local_statistics, pack_upper, unpack_upper
 from fednet.codes.shamir import check_shamir_parameters, shamir_reconstruct, shamir_share
 
@@ -124,7 +124,7 @@ def secret_shapes(d: int, c: int) -> tuple:
 @kernel(macs=lambda phi, psi, n_prime, k_prime, q, rng, points: shamir_share_macs(n_prime, k_prime,
                                                                                  phi.size + psi.size),
         out=lambda phi, psi, n_prime, k_prime, q, rng, points:
-        [(Shape(tuple(phi.shape), field_dtype(q)), Shape(tuple(psi.shape), field_dtype(q)))] * n_prime)
+        Repeated((Shape(tuple(phi.shape), field_dtype(q)), Shape(tuple(psi.shape), field_dtype(q))), n_prime))
 def share_device_secrets(phi: np.ndarray, psi: np.ndarray, n_prime: int, k_prime: int, q: int,
                          rng: np.random.Generator, points: Sequence[int]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Sec. VI-A: Shamir ``(n', k')`` shares of both secrets of one device.
@@ -133,7 +133,8 @@ def share_device_secrets(phi: np.ndarray, psi: np.ndarray, n_prime: int, k_prime
     -------
     list of (phi_j, psi_j), one per device ``j`` of the group
         Each of the secrets' shapes over GF(q); charges ``n' k' (d(d+1)/2 + d c)`` MACs
-        (:func:`shamir_share_macs`; declared, :func:`fednet.algebra.meter.kernel`).
+        (:func:`shamir_share_macs`; declared, :func:`fednet.algebra.meter.kernel`).  Timing mode's stand-in: a
+        :class:`~fednet.algebra.shape.Repeated` of ``n'`` references to one pair of stand-ins (``O(1)`` memory).
     """
     sp = shamir_share(phi, n_prime, k_prime, q, rng, points)
     sg = shamir_share(psi, n_prime, k_prime, q, rng, points)

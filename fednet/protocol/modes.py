@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from fednet.algebra.meter import DeclaredCostError, MacMeter, call_unmetered, charge, declared_cost, macs_of
-from fednet.algebra.shape import Shape
+from fednet.algebra.shape import Repeated, Shape
 
 __all__ = ["Mode", "Full", "Timing", "Shape", "Opaque", "SharedTrajectory", "make_mode", "MODES"]
 
@@ -147,7 +147,7 @@ def _check_outputs(cost: Any, out: Any, declared: Any, path: str = "") -> None:
                 f"kernel {cost.name} returned output{path or ''} of shape {tuple(shape)}, dtype "
                 f"{getattr(out, 'dtype', None)} but declares Shape{tuple(declared.shape)}, {np.dtype(declared.dtype)} "
                 f"(what timing mode returns)", cost.name)
-    elif isinstance(declared, (tuple, list)):
+    elif isinstance(declared, (tuple, list, Repeated)):
         if not isinstance(out, (tuple, list)) or len(out) != len(declared):
             raise DeclaredCostError(f"kernel {cost.name} returned {type(out).__name__} output{path} but declares "
                                     f"{len(declared)} outputs", cost.name)

@@ -41,7 +41,7 @@ from fednet.sim.compute import compute_seconds
 from fednet.sim.engine import reference, wire
 from fednet.sim.engine.backends import BY_KIND
 from fednet.sim.engine.forest import forest_parts, taking_part
-from fednet.sim.engine.mailbox import AllToAll, Mailbox, cyclic_steps
+from fednet.sim.engine.mailbox import AllToAll, CyclicSteps, Mailbox, cyclic_steps, prepend, received_by
 from fednet.sim.engine.results import (SCHEDULES, Batch, GatherResult, Outgoing, StragglerShortfall, UnchargedCompute,
                                        alike_batches, batch_of, batched, compute_key, payload_size,
                                        uploaded_elements)
@@ -50,8 +50,8 @@ from fednet.sim.network import Message
 from fednet.sim.simulation import Node, Simulation
 
 __all__ = ["Net", "GatherResult", "Outgoing", "Mailbox", "StragglerShortfall", "UnchargedCompute",
-           "payload_size", "SCHEDULES", "cyclic_steps", "AllToAll", "compute_key", "compute_seconds",
-           "Batch", "batched"]
+           "payload_size", "SCHEDULES", "cyclic_steps", "CyclicSteps", "AllToAll", "received_by", "prepend",
+           "compute_key", "compute_seconds", "Batch", "batched"]
 
 
 class Net:
@@ -249,20 +249,21 @@ class Net:
                 if p.is_alive:
                     p.interrupt("cancelled: the round is over")
 
-    def exchange(self, steps: Sequence[Sequence[tuple[Node, Node]]] | AllToAll,
+    def exchange(self, steps: Sequence[Sequence[tuple[Node, Node]]] | AllToAll | CyclicSteps,
                  payload: Callable[[Node, Node], Any] | None, *,
                  kind: str, schedule: Literal["relay_steps", "relay_asap", "upload_once", "bundled"] = "relay_steps",
                  n_elements: int | None = None, element_bits: int | None = None,
                  prepare: Callable[[Node], Generator] | None = None, mailbox: Mailbox | None = None,
                  rows: Callable[[Node], Any] | None = None, timing_key: str = "",
-                 exclusive: bool = False) -> Generator:
+                 exclusive: bool = False, alike: bool = False) -> Generator:
         """Device-to-device exchange of shares, relayed through the server, on a sharing schedule.
 
         Parameters
         ----------
-        steps : sequence of sequences of (src, dst), or AllToAll
+        steps : sequence of sequences of (src, dst), AllToAll or CyclicSteps
             Who sends to whom, step by step (e.g. :func:`cyclic_steps` for all-to-all in groups,
-            or the rows of a gradient code's support matrix); an :class:`AllToAll` is its one step.
+            or the rows of a gradient code's support matrix); an :class:`AllToAll` is its one step, a
+            :class:`CyclicSteps` the steps of :func:`cyclic_steps` as an index array.
         payload : callable(src, dst) -> Any, or None
             The share ``src`` sends to ``dst`` (evaluated once ``src`` is prepared); None: ``rows(src)[dst.index]``.
         kind : str
@@ -301,13 +302,19 @@ class Net:
             processes scheduled.  Checked, not trusted: if another process used one of its links meanwhile,
             :class:`~fednet.sim.engine.results.EngineError` names the step (a replayed time is never silently
             wrong).  Without it the replay runs only where nothing else is scheduled.
+        alike : bool
+            In timing mode every share is one stand-in value (equal :class:`~fednet.protocol.modes.Shape` s, as
+            CodedSecAgg's): with a :class:`CyclicSteps` on a ``relay_*`` schedule, the ``cyclic`` backend then moves
+            the pairs as index arrays (:mod:`fednet.sim.engine.backends.cyclic`) and returns an
+            :class:`~fednet.sim.engine.mailbox.AlikeDelivered` (read it with :func:`received_by`).  Ignored in
+            full mode.
 
         Returns
         -------
         dict of (int, int) -> Any
             ``{(src.index, dst.index): delivered payload}``; for ``relay_*``/``upload_once`` in the
             order of ``steps``, for ``bundled`` in order of delivery (a read-only mapping in the bulk
-            case). If the exchange is cancelled (interrupted: run it with :meth:`background`), what was
+            and alike cases). If the exchange is cancelled (interrupted: run it with :meth:`background`), what was
             delivered by then.
 
         Raises
@@ -322,7 +329,7 @@ class Net:
         return (yield from self._execute(Step(
             "exchange", f"exchange {kind!r}", steps=steps, payload=payload, rows=rows, kind_of=kind, schedule=schedule,
             n_elements=n_elements, element_bits=element_bits, prepare=prepare, mailbox=mailbox,
-            timing_key=timing_key, exclusive=exclusive)))
+            timing_key=timing_key, exclusive=exclusive, alike=alike and not self.protocol.mode.exact)))
 
     def compute_each(self, nodes: Iterable[Node], fn: Callable[[Node], Any] | None, *,
                      macs: Callable[[Node], int] | None = None, free: bool = False,
@@ -354,14 +361,10 @@ class Net:
         UnchargedCompute
             If ``fn`` ran and metered no MAC, with neither ``macs`` nor ``free``.
         """
-        env = self.sim.env
-        nodes = list(nodes)
-        run = None if fn is None else self._charged(fn, step or getattr(fn, "__name__", "compute_each"),
-                                                     free or macs is not None)
-        procs = [env.process(self.sim.compute(n, run, n, macs=None if macs is None else macs(n),
-                                              timing_key=compute_key(timing_key))) for n in nodes]
-        yield env.all_of(procs)
-        return {n.index: p.value for n, p in zip(nodes, procs)}
+        name = step or getattr(fn, "__name__", "compute_each")
+        run = None if fn is None else self._charged(fn, name, free or macs is not None)
+        return (yield from self._execute(Step("compute", f"compute_each {name!r}", nodes=list(nodes), run=run,
+                                              macs=macs, timing_key=compute_key(timing_key))))
 
     def compute(self, node: Node, fn: Callable[..., Any], *args: Any, free: bool = False, step: str | None = None,
                 timing_key: str = "", **kwargs: Any) -> Generator:

@@ -176,6 +176,10 @@ def negative_binomials_from_uniforms(u: np.ndarray, n: np.ndarray, p: np.ndarray
         Retransmitted packets.
     """
     u = np.asarray(u, dtype=float)
+    if np.ndim(n) == 0 and np.ndim(p) == 0:             # one (n, p) given as scalars: no per-element copies of them
+        out = _one_negative_binomial(u, int(n), float(p))
+        if out is not None:
+            return out
     n = np.broadcast_to(np.asarray(n, dtype=np.int64), u.shape)
     p = np.broadcast_to(np.asarray(p, dtype=float), u.shape)
     out = np.zeros(u.shape, dtype=np.int64)
@@ -206,6 +210,39 @@ def negative_binomials_from_uniforms(u: np.ndarray, n: np.ndarray, p: np.ndarray
     return out
 
 
+def _one_negative_binomial(u: np.ndarray, n: int, p: float) -> np.ndarray | None:
+    """:func:`negative_binomials_from_uniforms` where every element has one ``(n, p)``: the stored CDF searched
+    (``bisect_left``) only for the uniforms above its first value (the others retransmit nothing), or None where
+    that CDF is not available (the caller's general path then walks).
+
+    Parameters
+    ----------
+    u : ndarray of float, any shape
+        Uniforms in [0, 1).
+    n : int
+        Packets (>= 1).
+    p : float
+        Per-packet loss probability in [0, 1).
+
+    Returns
+    -------
+    ndarray of int64, ``u``'s shape, or None
+    """
+    out = np.zeros(u.shape, dtype=np.int64)
+    if p == 0.0 or not u.size:
+        return out
+    top = float(u.max())
+    if not top > 0.0:                                   # no live uniform (u = 0 draws nothing)
+        return out
+    cdf = _nb_cdf(n, p, top)
+    if cdf is None:
+        return None
+    flat, got = u.reshape(-1), out.reshape(-1)
+    hit = np.flatnonzero(flat > cdf[0])                 # bisect_left(cdf, u) = 0 where u <= cdf[0]
+    got[hit] = np.searchsorted(np.asarray(cdf), flat[hit], side="left")
+    return out
+
+
 def transmission_times(bits: np.ndarray | int, rate_bps: np.ndarray, overhead: float, loss: np.ndarray,
                        packet_bits: int | None, u: np.ndarray, *, arrays: bool = False) -> tuple[list[float], list[int]]:
     """:func:`transmission_time` for many messages at once (one per link), the same float operations.
@@ -214,8 +251,9 @@ def transmission_times(bits: np.ndarray | int, rate_bps: np.ndarray, overhead: f
     ----------
     bits : int or ndarray of int, (m,)
         Payload bits of each message.
-    rate_bps, loss : ndarray, (m,)
-        Each link's rate (bit/s) and per-packet loss probability.
+    rate_bps, loss : ndarray, (m,), or float
+        Each link's rate (bit/s) and per-packet loss probability; scalars (with an int ``bits``) for messages on
+        links of one rate and loss, which then take no per-element copies of them (``u`` of any shape).
     overhead : float
     packet_bits : int or None
     u : ndarray, (m,)
@@ -230,6 +268,14 @@ def transmission_times(bits: np.ndarray | int, rate_bps: np.ndarray, overhead: f
     retransmissions : list of int
     """
     u = np.asarray(u, dtype=float)
+    if np.ndim(bits) == 0 and np.ndim(rate_bps) == 0 and np.ndim(loss) == 0:     # one link class: scalar operands
+        air = np.int64(bits) * (1.0 + overhead)         # the same float operations, on scalars
+        n = 1 if packet_bits is None else int(max(1, np.ceil(air / packet_bits)))
+        extra = negative_binomials_from_uniforms(u, n, float(loss))
+        seconds = air / float(rate_bps) * (n + extra) / n
+        if bits == 0:
+            seconds[...], extra[...] = 0.0, 0
+        return (seconds, extra) if arrays else (seconds.tolist(), extra.tolist())
     bits_a = np.broadcast_to(np.asarray(bits, dtype=np.int64), u.shape)
     air = bits_a * (1.0 + overhead)
     if packet_bits is None:

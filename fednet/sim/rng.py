@@ -382,6 +382,59 @@ class Streams:
         held = np.stack([self._block(pid, round, blocks, bb) for bb in range(lo, hi + 1)])
         return held[b - lo, nodes, col]
 
+    def uniforms_repeated(self, nodes: np.ndarray, times: int, purpose: str, round: int) -> np.ndarray:
+        """``uniforms_in_turn(np.tile(nodes, times), purpose, round).reshape(times, -1)`` without the sort: ``times``
+        draws of each of the distinct ``nodes``, taken in turn (a link serving one message in each of ``times`` steps).
+
+        Parameters
+        ----------
+        nodes : ndarray of int, (n,)
+            Distinct node indices in ``[0, n_nodes)``.
+        times : int
+            Draws per node (``>= 0``).
+        purpose : str
+        round : int
+
+        Returns
+        -------
+        ndarray of float64, (times, n)
+            Row ``t``, column ``k``: node ``nodes[k]``'s ``t``-th next draw; each node's stream advances by ``times``.
+
+        Raises
+        ------
+        ValueError
+            For a node out of range, repeated nodes, a negative ``times`` or a negative round.
+        """
+        nodes = np.asarray(nodes, dtype=np.intp).reshape(-1)
+        if nodes.size and (nodes.min() < 0 or nodes.max() >= self.n_nodes):
+            raise ValueError(f"nodes must be in [0, {self.n_nodes}), got {nodes.min()}..{nodes.max()}")
+        if round < 0:
+            raise ValueError(f"round must be non-negative, got {round}")
+        if times < 0:
+            raise ValueError(f"times must be non-negative, got {times}")
+        if nodes.size > 1 and not (nodes[1:] > nodes[:-1]).all() and np.unique(nodes).size != nodes.size:
+            raise ValueError("nodes must be distinct")                      # ascending: distinct without a sort
+        pid = purpose_id(purpose)
+        blocks, counts = self._entry(pid, round)
+        if not nodes.size or not times:
+            return np.empty((int(times), nodes.size))
+        first = counts[nodes]
+        counts[nodes] += times
+        if first.min() == first.max():                  # every node at one draw: columns of each block, transposed
+            j0, w = int(first[0]), self.width
+            span = int(nodes[0]) + nodes.size == int(nodes[-1]) + 1 and bool((np.diff(nodes) == 1).all())
+            rows = slice(int(nodes[0]), int(nodes[-1]) + 1) if span else nodes
+            out = np.empty((times, nodes.size))
+            for bb in range(j0 // w, (j0 + times - 1) // w + 1):
+                c0, c1 = max(j0, bb * w), min(j0 + times, (bb + 1) * w)
+                out[c0 - j0:c1 - j0] = self._block(pid, round, blocks, bb)[rows, c0 - bb * w:c1 - bb * w].T
+            return out
+        j = first[None, :] + np.arange(times)[:, None]
+        b, col = np.divmod(j, self.width)
+        lo, hi = int(b.min()), int(b.max())
+        held = np.stack([self._block(pid, round, blocks, bb) for bb in range(lo, hi + 1)])
+        return held[b - lo, nodes[None, :], col]
+
     def advance(self, nodes: np.ndarray, purpose: str, round: int, by: np.ndarray | int = 1) -> None:
         """Consume ``by`` keyed draws (default one) of each of ``nodes`` (distinct) for ``purpose`` in ``round``, as if drawn.
 

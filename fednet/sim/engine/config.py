@@ -30,8 +30,11 @@ BACKENDS: dict[str, str] = {
     "batched": "within the gather replay: every node's value from one batched kernel call, times as vectors",
     "groups": "the gathers of disjoint groups replayed together without a process per node",
     "tree": "a tree aggregation with edges replayed without a process per node",
+    "compute": "compute_each without a process per node (the computations in the nodes' order, one resume)",
     "bundled": "an all-to-all exchange on the bundled schedule moved as arrays (one upload and forward per node)",
     "relays": "the relay_asap / relay_steps exchanges replayed with array arithmetic",
+    "cyclic": ("an all-to-all in groups (CyclicSteps) of alike timing-mode shares replayed as index arrays, "
+               "no object per pair"),
     "masked": "a masked secure sum (LightSecAgg's round) replayed without a process per user",
     "mailbox": "a mailbox materialises only the events that complete a wait",
     "buffered": "asynchronous clients and the server's buffer (FedBuff) replayed as arrays across rounds",

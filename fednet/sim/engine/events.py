@@ -30,7 +30,8 @@ __all__ = ["draws_plain", "plain_engine", "alone", "idle_reason", "fast_reason",
 
 #: The keyed draws of :class:`fednet.sim.rng.Streams` as defined there: the replays look at draws before taking
 #: them, so where one of these is overridden (or patched) they leave the step to the reference.
-_STREAM_DRAWS = {name: getattr(Streams, name) for name in ("uniform", "uniforms", "uniforms_in_turn", "advance")}
+_STREAM_DRAWS = {name: getattr(Streams, name)
+                 for name in ("uniform", "uniforms", "uniforms_in_turn", "uniforms_repeated", "advance")}
 
 
 def draws_plain(streams: Streams) -> bool:

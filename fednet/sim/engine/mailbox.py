@@ -1,8 +1,9 @@
 """Mailboxes and exchange patterns: payloads delivered from node to node, and who sends to whom.
 
 :class:`Mailbox` keeps what an exchange delivered with events to wait for a set of senders (lazily materialised,
-the ``mailbox`` backend of :data:`~fednet.sim.engine.config.BACKENDS`); :func:`cyclic_steps` and :class:`AllToAll`
-describe exchanges.
+the ``mailbox`` backend of :data:`~fednet.sim.engine.config.BACKENDS`); :func:`cyclic_steps`, :class:`CyclicSteps` and
+:class:`AllToAll` describe exchanges; :class:`AlikeDelivered` is what an exchange of alike shares delivered, without an
+object per pair (:func:`received_by`, :func:`prepend` read it).
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import numpy as np
 import simpy
 from simpy.events import NORMAL
 
-from fednet.algebra.shape import Shape
+from fednet.algebra.shape import Repeated, Shape
 from fednet.sim.simulation import Node
 
-__all__ = ["Mailbox", "AllToAll", "cyclic_steps"]
+__all__ = ["Mailbox", "AllToAll", "cyclic_steps", "CyclicSteps", "Repeated", "AlikeDelivered", "received_by", "prepend"]
 
 
 class _Block:
@@ -335,6 +336,125 @@ def cyclic_steps(groups: Sequence[Sequence[Node]]) -> list[list[tuple[Node, Node
     n = sizes.pop() if sizes else 0
     groups = [list(members) for members in groups]
     return [[pair for members in groups for pair in zip(members, members[r:] + members[:r])] for r in range(1, n)]
+
+
+class CyclicSteps:
+    """The steps of :func:`cyclic_steps` kept as an index array, so that they need not be formed pair by pair.
+
+    Step ``r`` (``r = 1 .. n - 1``): local node ``i`` of every group sends to local node ``(i + r) mod n`` of its
+    group, groups in order, senders in local order -- the pairs :func:`cyclic_steps` lists.  The ``cyclic`` backend
+    (:mod:`fednet.sim.engine.backends.cyclic`) moves them as arrays; elsewhere :meth:`steps` forms the pairs.
+
+    Parameters
+    ----------
+    groups : sequence of sequences of Node
+        Groups of equal size ``n``, no node twice.
+
+    Attributes
+    ----------
+    groups : list of list of Node
+    index : ndarray of int64, (N, n)
+        The groups' node indices.
+
+    Raises
+    ------
+    ValueError
+        If the groups' sizes differ.
+    """
+
+    __slots__ = ("groups", "index")
+
+    def __init__(self, groups: Sequence[Sequence[Node]]) -> None:
+        self.groups = [list(members) for members in groups]
+        sizes = {len(g) for g in self.groups}
+        if len(sizes) > 1:
+            raise ValueError(f"groups must have equal sizes, got sizes {sorted(sizes)}")
+        n = sizes.pop() if sizes else 0
+        self.index = np.array([[node.index for node in members] for members in self.groups],
+                              dtype=np.int64).reshape(len(self.groups), n)
+
+    @property
+    def n(self) -> int:
+        """Nodes per group."""
+        return int(self.index.shape[1])
+
+    def __len__(self) -> int:
+        """Number of steps, ``n - 1`` (0 for groups of one node or none)."""
+        return max(self.n - 1, 0)
+
+    def steps(self) -> list[list[tuple[Node, Node]]]:
+        """The pairs, step by step: :func:`cyclic_steps` of the groups."""
+        return cyclic_steps(self.groups)
+
+    def receivers(self, r: int | np.ndarray) -> np.ndarray:
+        """Receivers of step ``r`` (or of each step of an array of them), in the senders' order.
+
+        Returns
+        -------
+        ndarray of int64, (N n,) or (len(r), N n)
+            Element ``g n + i`` (of row ``k``): the node local node ``i`` of group ``g`` sends to in step ``r``
+            (``r[k]``), ``index[g, (i + r) mod n]``.
+        """
+        N, n = self.index.shape
+        r = np.asarray(r, dtype=np.int64)
+        cols = (np.arange(n)[None, :] + r.reshape(-1, 1)) % n                 # (steps, n)
+        out = self.index[np.arange(N)[None, :, None], cols[:, None, :]]      # (steps, N, n)
+        return out.reshape(-1, N * n) if r.ndim else out.reshape(N * n)
+
+
+def prepend(first: Any, rest: Sequence[Any]) -> Sequence[Any]:
+    """``[first, *rest]``; a :class:`Repeated` (``O(1)``) where ``rest`` is one."""
+    if isinstance(rest, Repeated):
+        return Repeated(rest.value, rest.n, (first, *rest.head))
+    return [first, *rest]
+
+
+class AlikeDelivered(Mapping):
+    """What an exchange of :class:`CyclicSteps` whose every share is one ``value`` delivered: ``{(src, dst): value}``
+    over the steps' pairs, in the order of the steps, without an object per pair (the ``cyclic`` backend).
+
+    Parameters
+    ----------
+    pairs : CyclicSteps
+    value : Any
+        The payload of every pair (timing mode's stand-in).
+    """
+
+    def __init__(self, pairs: CyclicSteps, value: Any) -> None:
+        self.pairs, self.value = pairs, value
+        self._group = {int(i): (g, k) for g, row in enumerate(pairs.index.tolist()) for k, i in enumerate(row)}
+
+    def __getitem__(self, pair: tuple[int, int]) -> Any:
+        src, dst = pair
+        a, b = self._group.get(int(src)), self._group.get(int(dst))
+        if a is None or b is None or a[0] != b[0] or a[1] == b[1]:
+            raise KeyError(pair)
+        return self.value
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        senders = self.pairs.index.reshape(-1).tolist()
+        for r in range(1, self.pairs.n):
+            yield from zip(senders, self.pairs.receivers(r).tolist())
+
+    def __len__(self) -> int:
+        return self.pairs.index.size * len(self.pairs)
+
+    def received(self) -> dict[int, Repeated]:
+        """Receiver -> the payloads it received (``n - 1`` references to ``value``), receivers in node order of the
+        groups."""
+        many = len(self.pairs)
+        return {} if not many else {i: Repeated(self.value, many) for i in self.pairs.index.reshape(-1).tolist()}
+
+
+def received_by(delivered: Mapping[tuple[int, int], Any]) -> dict[int, Sequence[Any]]:
+    """An exchange's ``{(src, dst): payload}`` grouped by receiver: ``{dst: [payloads, in the mapping's order]}``;
+    in ``O(receivers)`` for an :class:`AlikeDelivered` (its :meth:`~AlikeDelivered.received`)."""
+    if isinstance(delivered, AlikeDelivered):
+        return delivered.received()
+    out: dict[int, list[Any]] = {}
+    for (_, dst), value in delivered.items():
+        out.setdefault(dst, []).append(value)
+    return out
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ import simpy
 from fednet.sim.simulation import Node
 
 from .events import spawner
-from .mailbox import AllToAll
+from .mailbox import AllToAll, CyclicSteps
 from .results import GatherResult, StragglerShortfall, compute_key, payload_size
 from .step import Step
 from . import wire
 
-__all__ = ["gather", "groups", "tree", "exchange", "masked", "buffered", "first_k", "expand"]
+__all__ = ["gather", "groups", "tree", "compute", "exchange", "masked", "buffered", "first_k", "expand"]
 
 
 def gather(net: Any, step: Step) -> Generator:
@@ -128,10 +128,24 @@ def tree(net: Any, step: Step) -> Generator:
     return (yield from first_k(net, items, step.first, dropped=step.absent))
 
 
+def compute(net: Any, step: Step) -> Generator:
+    """Every node computes at once, each on its own processor, a process each; wait for all:
+    :meth:`fednet.protocol.primitives.Net.compute_each`.
+
+    Step keys: ``nodes``, ``run`` (the charged ``fn``, or None), ``macs`` (callable or None), ``timing_key`` (the
+    compute draw's key).
+    """
+    env, macs = net.sim.env, step.macs
+    procs = [env.process(net.sim.compute(n, step.run, n, macs=None if macs is None else macs(n),
+                                         timing_key=step.timing_key)) for n in step.nodes]
+    yield env.all_of(procs)
+    return {n.index: p.value for n, p in zip(step.nodes, procs)}
+
+
 def expand(step: Step) -> None:
-    """Give an exchange step its pairs step by step (an :class:`AllToAll` expanded) and a per-pair ``payload``
-    (from ``rows`` where none was given); idempotent."""
-    if isinstance(step.steps, AllToAll):
+    """Give an exchange step its pairs step by step (an :class:`AllToAll` or :class:`CyclicSteps` expanded) and a
+    per-pair ``payload`` (from ``rows`` where none was given); idempotent."""
+    if isinstance(step.steps, (AllToAll, CyclicSteps)):
         step.args["steps"] = step.steps.steps()
     if step.payload is None:
         rows = step.rows
@@ -146,8 +160,9 @@ def exchange(net: Any, step: Step) -> Generator:
     """Device-to-device shares through the server on the step's schedule, a process per message (or per sender
     and per destination on ``upload_once`` / ``bundled``): :meth:`fednet.protocol.primitives.Net.exchange`.
 
-    Step keys: ``steps`` (or an :class:`AllToAll`), ``payload``, ``rows``, ``kind_of``, ``schedule``,
-    ``n_elements``, ``element_bits``, ``prepare``, ``mailbox``, ``timing_key``, ``exclusive``.
+    Step keys: ``steps`` (or an :class:`AllToAll` or :class:`CyclicSteps`), ``payload``, ``rows``, ``kind_of``,
+    ``schedule``, ``n_elements``, ``element_bits``, ``prepare``, ``mailbox``, ``timing_key``, ``exclusive`` (and, for
+    the ``cyclic`` backend, ``alike``).
     """
     expand(step)
     steps, payload, schedule, prepare, mailbox = step.steps, step.payload, step.schedule, step.prepare, step.mailbox

@@ -23,7 +23,7 @@ __all__ = ["Step", "Backend", "Declined", "execute"]
 
 
 class Step:
-    """One step for the engine: its ``kind`` (``gather``, ``groups``, ``tree``, ``exchange``, ``masked``,
+    """One step for the engine: its ``kind`` (``gather``, ``groups``, ``tree``, ``compute``, ``exchange``, ``masked``,
     ``buffered``), a ``name``
     for reports (e.g. ``"gather 'gradient'"``) and its arguments, read as attributes (``step.download``).
 

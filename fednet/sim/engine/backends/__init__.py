@@ -1,15 +1,16 @@
 """The engine's backends, one module per step kind, tried in the order listed here (:func:`..step.execute`).
 
-=============  ==========================================================  ================================
-step kind      backends, in order                                          module
-=============  ==========================================================  ================================
-``gather``     ``gather`` (with ``batched`` inside)                        :mod:`.gather`
-``groups``     ``groups``                                                  :mod:`.groups`
-``tree``       ``gather`` (edgeless trees), ``tree``                       :mod:`.tree`
-``exchange``   ``bundled``, ``relays``                                     :mod:`.bundled`, :mod:`.relays`
-``masked``     ``masked`` (on cells: :mod:`.masked_cells`)                 :mod:`.masked`
-``buffered``   ``buffered``                                                :mod:`.buffered`
-=============  ==========================================================  ================================
+=============  ============================================  ===============================================
+step kind      backends, in order                            module
+=============  ============================================  ===============================================
+``gather``     ``gather`` (with ``batched`` inside)          :mod:`.gather`
+``groups``     ``groups``                                    :mod:`.groups`
+``tree``       ``gather`` (edgeless trees), ``tree``         :mod:`.tree`
+``compute``    ``compute``                                   :mod:`.compute`
+``exchange``   ``bundled``, ``cyclic``, ``relays``           :mod:`.bundled`, :mod:`.cyclic`, :mod:`.relays`
+``masked``     ``masked`` (on cells: :mod:`.masked_cells`)   :mod:`.masked`
+``buffered``   ``buffered``                                  :mod:`.buffered`
+=============  ============================================  ===============================================
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 from ..step import Backend
 from .buffered import BufferedReplay
 from .bundled import BundledArrays
+from .compute import ComputeReplay
+from .cyclic import CyclicReplay
 from .gather import GatherReplay
 from .groups import GroupsReplay
 from .masked import MaskedReplay
@@ -30,7 +33,8 @@ BY_KIND: dict[str, list[Backend]] = {
     "gather": [GatherReplay()],
     "groups": [GroupsReplay()],
     "tree": [EdgelessTree(), TreeReplay()],
-    "exchange": [BundledArrays(), RelayReplay()],
+    "compute": [ComputeReplay()],
+    "exchange": [BundledArrays(), CyclicReplay(), RelayReplay()],
     "masked": [MaskedReplay()],
     "buffered": [BufferedReplay()],
 }

@@ -27,7 +27,8 @@ from ..results import EngineError
 from ..step import Backend, Step
 from ..reference import expand
 
-__all__ = ["RelayReplay", "replay_relays"]
+__all__ = ["RelayReplay", "replay_relays", "relay_reason", "relay_batch", "link_arrays", "link_grants",
+           "resume_at"]
 
 
 class RelayReplay(Backend):
@@ -43,40 +44,18 @@ class RelayReplay(Backend):
         if step.prepare is not None or step.mailbox is not None:
             return "the senders prepare (prepare=...) or the shares go to a mailbox"
         expand(step)
-        sim = net.sim
         pairs = [p for s in step.steps for p in s]
-        n_elements = step.n_elements
         if not pairs:
             return "no message to send"
-        if n_elements is None or int(n_elements) <= 0:
-            return "the shares' size is not one positive n_elements"
-        if step.element_bits is None:
-            return "the shares' width is not declared (element_bits=None: each payload tells its own)"
-        if sim.d2d:
-            return "the network has direct device-to-device links"
-        for check in (plain_engine(net), "the keyed draws are overridden" if not draws_plain(sim.streams) else True):
-            if check is not True:
-                return check
-        if alone(sim) is not True:
-            if not step.exclusive:
-                return "another process is scheduled and the caller did not pass exclusive=True"
-            if sim.record_views:
-                return ("another process is scheduled and views are recorded (the server's relay list interleaves "
-                        "every process's messages in time)")
-            step.args["verify"] = True
         s = np.fromiter((src.index for src, _ in pairs), np.int64, len(pairs))
         d = np.fromiter((dst.index for _, dst in pairs), np.int64, len(pairs))
-        nodes = sim.nodes
-        keys = np.sort(s * len(nodes) + d)
+        keys = np.sort(s * len(net.sim.nodes) + d)
         if (s == d).any() or (keys[1:] == keys[:-1]).any():
             return "a node sends to itself or a pair repeats"
-        if (any(nodes[i].role != "device" or nodes[i].uplink.resource.users or nodes[i].uplink.resource.queue
-                for i in np.flatnonzero(np.bincount(s)).tolist())
-                or any(nodes[j].role != "device" or nodes[j].downlink.resource.users
-                       or nodes[j].downlink.resource.queue for j in np.flatnonzero(np.bincount(d)).tolist())):
-            return "an end is not a device or one of its links is busy"
-        step.args["ends"] = (s, d)
-        return True
+        ok = relay_reason(net, step, np.flatnonzero(np.bincount(s)), np.flatnonzero(np.bincount(d)))
+        if ok is True:
+            step.args["ends"] = (s, d)
+        return ok
 
     def run(self, net: Any, step: Step) -> Generator:
         """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
@@ -84,6 +63,159 @@ class RelayReplay(Backend):
                                          schedule=step.schedule, n_elements=step.n_elements,
                                          element_bits=step.element_bits, timing_key=step.timing_key,
                                          name=step.name, verify=step.args.get("verify", False)))
+
+
+def relay_reason(net: Any, step: Step, senders: np.ndarray, receivers: np.ndarray) -> bool | str:
+    """``True`` if an exchange step relayed through the server may be replayed now, else the reason: one positive
+    declared share size, no direct device-to-device links, the plain engine and keyed draws, nothing else scheduled
+    (or ``exclusive=True`` without views recorded: then ``step.args["verify"]`` is set, :func:`replay_relays`), every
+    end a device with idle links.
+
+    Parameters
+    ----------
+    senders, receivers : ndarray of int, (k,)
+        The distinct indices of the nodes that send and that receive.
+    """
+    sim = net.sim
+    n_elements = step.n_elements
+    if n_elements is None or int(n_elements) <= 0:
+        return "the shares' size is not one positive n_elements"
+    if step.element_bits is None:
+        return "the shares' width is not declared (element_bits=None: each payload tells its own)"
+    if sim.d2d:
+        return "the network has direct device-to-device links"
+    for check in (plain_engine(net), "the keyed draws are overridden" if not draws_plain(sim.streams) else True):
+        if check is not True:
+            return check
+    if alone(sim) is not True:
+        if not step.exclusive:
+            return "another process is scheduled and the caller did not pass exclusive=True"
+        if sim.record_views:
+            return ("another process is scheduled and views are recorded (the server's relay list interleaves "
+                    "every process's messages in time)")
+        step.args["verify"] = True
+    nodes = sim.nodes
+    if (any(nodes[i].role != "device" or nodes[i].uplink.resource.users or nodes[i].uplink.resource.queue
+            for i in senders.tolist())
+            or any(nodes[j].role != "device" or nodes[j].downlink.resource.users or nodes[j].downlink.resource.queue
+                   for j in receivers.tolist())):
+        return "an end is not a device or one of its links is busy"
+    return True
+
+
+def link_arrays(sim: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every node's uplink rate (bit/s) and loss, and downlink rate and loss (0 where it has no such link).
+
+    Returns
+    -------
+    up_rate, up_loss, down_rate, down_loss : ndarray of float, (len(sim.nodes),)
+    """
+    nodes = sim.nodes
+    return (np.array([n.uplink.rate_bps if n.uplink else 0.0 for n in nodes]),
+            np.array([n.uplink.loss if n.uplink else 0.0 for n in nodes]),
+            np.array([n.downlink.rate_bps if n.downlink else 0.0 for n in nodes]),
+            np.array([n.downlink.loss if n.downlink else 0.0 for n in nodes]))
+
+
+def relay_batch(sim: Any, s: np.ndarray, d: np.ndarray, now: float, bits_each: int,
+                links: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], up_purpose: str, down_purpose: str,
+                record: bool) -> tuple[np.ndarray, ...]:
+    """One batch of relayed messages, all launched at ``now`` in launch order (:func:`replay_relays`): their keyed
+    draws taken, the counters charged, their times.
+
+    Parameters
+    ----------
+    s, d : ndarray of int, (m,)
+        Sender and receiver of each message, in launch order.
+    now : float
+        The batch's start (simulated seconds).
+    bits_each : int
+        Payload bits of each message.
+    links : tuple of ndarray
+        :func:`link_arrays`.
+    up_purpose, down_purpose : str
+        The keys of the uplink and downlink draws.
+    record : bool
+        Views are recorded (the upload ends' processing order is then needed exactly).
+
+    Returns
+    -------
+    up_start, up_end, down_start, down_end : ndarray of float, (m,)
+        Each message's upload and download on its links (simulated seconds).
+    order : ndarray of int, (m,)
+        Each message's rank in the order SimPy processes the upload ends.
+    by_dst : ndarray of int, (m,)
+        The messages receiver by receiver, each receiver's in its downlink's queue order.
+    """
+    up_rate, up_loss, down_rate, down_loss = links
+    rnd = sim.round
+    m = len(s)
+    # uplinks: queues in launch order, all requested now
+    by_src = np.argsort(s, kind="stable")
+    s_sorted = s[by_src]
+    first_s = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
+    u_up = sim.streams.uniforms_in_turn(s_sorted, up_purpose, rnd)
+    secs_up, extra_up = transmission_times(bits_each, up_rate[s_sorted], sim.overhead, up_loss[s_sorted],
+                                           sim.packet_bits, u_up, arrays=True)
+    up_start, up_end = np.empty(m), np.empty(m)
+    up_start[by_src], up_end[by_src] = fifo_links(np.full(m, now), secs_up, first_s)
+    # the order SimPy processes the upload ends in (needed only where two at one instant matter)
+    pred = np.empty(m, dtype=np.int64)
+    pred[by_src] = np.where(first_s, -1 - np.cumsum(first_s) + 1, np.r_[0, by_src[:-1]])
+    firsts = by_src[first_s]                                   # each sender's first message: launch order
+    o = np.lexsort((up_end, d))
+    tied_dst = bool(((d[o][1:] == d[o][:-1]) & (up_end[o][1:] == up_end[o][:-1])).any())
+    if tied_dst or (record and len(np.unique(up_end)) < m):
+        order = event_order(up_end, pred, firsts)
+    else:
+        order = np.argsort(np.argsort(up_end, kind="stable"), kind="stable")
+    # downlinks: queues in that order
+    by_dst = np.lexsort((order, d))
+    d_sorted = d[by_dst]
+    first_d = np.r_[True, d_sorted[1:] != d_sorted[:-1]]
+    u_down = sim.streams.uniforms_in_turn(d_sorted, down_purpose, rnd)
+    secs_down, extra_down = transmission_times(bits_each, down_rate[d_sorted], sim.overhead,
+                                               down_loss[d_sorted], sim.packet_bits, u_down, arrays=True)
+    down_start, down_end = np.empty(m), np.empty(m)
+    down_start[by_dst], down_end[by_dst] = fifo_links(up_end[by_dst], secs_down, first_d)
+    counters = sim.counters
+    counters.bits_up += bits_each * m
+    counters.bits_down += bits_each * m
+    counters.messages += 2 * m
+    counters.retransmissions += int(extra_up.sum()) + int(extra_down.sum())
+    return up_start, up_end, down_start, down_end, order, by_dst
+
+
+def link_grants(sim: Any, senders: np.ndarray, receivers: np.ndarray) -> tuple[list, list[int]]:
+    """The uplinks of ``senders`` and downlinks of ``receivers`` (distinct node indices), and their grant counters
+    now (:class:`fednet.sim.simulation.Slot`), for :func:`resume_at`'s check."""
+    links = [sim.nodes[i].uplink.resource for i in senders.tolist()]
+    links += [sim.nodes[j].downlink.resource for j in receivers.tolist()]
+    return links, [link.grants for link in links]
+
+
+def resume_at(net: Any, now: float, name: str, grants: tuple[list, list[int]] | None, backend: str) -> Generator:
+    """Resume the caller of a replayed exchange at ``now`` (its last delivery); with ``grants``
+    (:func:`link_grants` at the start, the caller's ``exclusive=True``) check that no other process was granted one
+    of its links meanwhile.
+
+    Raises
+    ------
+    EngineError
+        If the exchange is interrupted (cancelled) while it waits, or another process used one of its links.
+    """
+    try:
+        yield event_at(net.sim.env, now)
+    except simpy.Interrupt:
+        raise EngineError(f"{net.label}: {name} was replayed without its processes (exclusive=True) and cannot be "
+                          f"cancelled; run it without exclusive=True") from None
+    if grants is not None:
+        links, before = grants
+        used = [k for k, link in enumerate(links) if link.grants != before[k]]
+        if used:
+            raise EngineError(f"{net.label}: {name} was replayed under exclusive=True, but another process used "
+                              f"{len(used)} of its links meanwhile, so its replayed times are wrong; drop "
+                              f"exclusive=True (or run with the {backend!r} backend disallowed)")
 
 
 def replay_relays(net, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Callable[[Node, Node], Any],
@@ -111,11 +243,8 @@ def replay_relays(net, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Ca
     :class:`~fednet.sim.engine.results.EngineError` names the step -- never a silently wrong time.
     """
     sim, env = net.sim, net.sim.env
-    rnd, record = sim.round, sim.record_views
-    if verify:
-        links = [sim.nodes[i].uplink.resource for i in np.unique(ends[0]).tolist()]
-        links += [sim.nodes[j].downlink.resource for j in np.unique(ends[1]).tolist()]
-        grants = [link.grants for link in links]
+    record = sim.record_views
+    grants = link_grants(sim, np.unique(ends[0]), np.unique(ends[1])) if verify else None
     bits_each = int(n_elements) * wire.declared(element_bits, kind=kind, where=f"{net.label}: ").bits
     up_purpose = f"uplink:{timing_key}" if timing_key else "uplink"
     down_purpose = f"downlink:{timing_key}" if timing_key else "downlink"
@@ -124,50 +253,14 @@ def replay_relays(net, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Ca
         batches, bounds = [[p for step in steps for p in step]], [0, sum(sizes)]
     else:
         batches, bounds = [list(step) for step in steps if step], np.cumsum([0] + [k for k in sizes if k]).tolist()
-    nodes = sim.nodes
-    up_rate = np.array([n.uplink.rate_bps if n.uplink else 0.0 for n in nodes])
-    up_loss = np.array([n.uplink.loss if n.uplink else 0.0 for n in nodes])
-    down_rate = np.array([n.downlink.rate_bps if n.downlink else 0.0 for n in nodes])
-    down_loss = np.array([n.downlink.loss if n.downlink else 0.0 for n in nodes])
+    rates = link_arrays(sim)
     delivered: dict[tuple[int, int], Any] = {}
     now = float(env.now)
     for batch, lo, hi in zip(batches, bounds[:-1], bounds[1:]):
         values = [payload(src, dst) for src, dst in batch]       # formed at the batch's start, in launch order
-        m = len(batch)
         s, d = ends[0][lo:hi], ends[1][lo:hi]
-        # uplinks: queues in launch order, all requested now
-        by_src = np.argsort(s, kind="stable")
-        s_sorted = s[by_src]
-        first_s = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
-        u_up = sim.streams.uniforms_in_turn(s_sorted, up_purpose, rnd)
-        secs_up, extra_up = transmission_times(bits_each, up_rate[s_sorted], sim.overhead, up_loss[s_sorted],
-                                               sim.packet_bits, u_up, arrays=True)
-        up_start, up_end = np.empty(m), np.empty(m)
-        up_start[by_src], up_end[by_src] = fifo_links(np.full(m, now), secs_up, first_s)
-        # the order SimPy processes the upload ends in (needed only where two at one instant matter)
-        pred = np.empty(m, dtype=np.int64)
-        pred[by_src] = np.where(first_s, -1 - np.cumsum(first_s) + 1, np.r_[0, by_src[:-1]])
-        firsts = by_src[first_s]                                   # each sender's first message: launch order
-        o = np.lexsort((up_end, d))
-        tied_dst = bool(((d[o][1:] == d[o][:-1]) & (up_end[o][1:] == up_end[o][:-1])).any())
-        if tied_dst or (record and len(np.unique(up_end)) < m):
-            order = event_order(up_end, pred, firsts)
-        else:
-            order = np.argsort(np.argsort(up_end, kind="stable"), kind="stable")
-        # downlinks: queues in that order
-        by_dst = np.lexsort((order, d))
-        d_sorted = d[by_dst]
-        first_d = np.r_[True, d_sorted[1:] != d_sorted[:-1]]
-        u_down = sim.streams.uniforms_in_turn(d_sorted, down_purpose, rnd)
-        secs_down, extra_down = transmission_times(bits_each, down_rate[d_sorted], sim.overhead,
-                                                   down_loss[d_sorted], sim.packet_bits, u_down, arrays=True)
-        down_start, down_end = np.empty(m), np.empty(m)
-        down_start[by_dst], down_end[by_dst] = fifo_links(up_end[by_dst], secs_down, first_d)
-        counters = sim.counters
-        counters.bits_up += bits_each * m
-        counters.bits_down += bits_each * m
-        counters.messages += 2 * m
-        counters.retransmissions += int(extra_up.sum()) + int(extra_down.sum())
+        up_start, up_end, down_start, down_end, order, by_dst = relay_batch(
+            sim, s, d, now, bits_each, rates, up_purpose, down_purpose, record)
         if record:
             msgs = []
             for (src, dst), value, t0, t1, t2, t3 in zip(batch, values, up_start.tolist(), up_end.tolist(),
@@ -181,15 +274,5 @@ def replay_relays(net, steps: Sequence[Sequence[tuple[Node, Node]]], payload: Ca
                 sim.deliver(msgs[k], msgs[k].hops[1][3])
         delivered.update(zip(zip(s.tolist(), d.tolist()), values))
         now = float(down_end.max())
-    try:
-        yield event_at(env, now)
-    except simpy.Interrupt:
-        raise EngineError(f"{net.label}: {name} was replayed without its processes (exclusive=True) and cannot be "
-                          f"cancelled; run it without exclusive=True") from None
-    if verify:
-        used = [k for k, link in enumerate(links) if link.grants != grants[k]]
-        if used:
-            raise EngineError(f"{net.label}: {name} was replayed under exclusive=True, but another process used "
-                              f"{len(used)} of its links meanwhile, so its replayed times are wrong; drop "
-                              f"exclusive=True (or run with the 'relays' backend disallowed)")
+    yield from resume_at(net, now, name, grants, "relays")
     return delivered
