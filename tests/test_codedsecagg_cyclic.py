@@ -245,3 +245,50 @@ def test_compute_each_equals_reference(monkeypatch) -> None:
     monkeypatch.setenv("FEDNET_ENGINE", "reference")
     assert _compute_probe()[0] == fast
     assert _compute_probe(twice=True)[0] == fast_twice
+
+
+def _failing_probe():
+    """compute_each where device 2's computation raises after metering; the MACs and draws counted when the
+    exception reaches the round: the reference's later processes still compute at that instant."""
+    from fednet.algebra.meter import matmul
+    from test_primitives import run
+
+    class Boom(RuntimeError):
+        pass
+
+    def work(dev):
+        matmul(np.ones((dev.index + 1, 4)), np.ones((4, 3)))
+        if dev.index == 2:
+            raise Boom("device 2")
+        return dev.index
+
+    seen = {}
+
+    def body(self):
+        try:
+            yield from self.net.compute_each(self.devices, work)
+        except Boom:
+            seen["macs"], seen["now"] = self.sim.counters.device_macs, self.sim.env.now
+            seen["draws"] = {k: v[1].tolist() for k, v in self.sim.streams._entries.items()}
+        return None
+
+    g = lte_star(6, loss=0.1, device_mac_rates=[1e3 * (1 + i) for i in range(6)])
+    p = run(body, Simulation(g, 5, device_compute=ShiftedExponential(0.5)))
+    return seen, p.sim.engine_paths
+
+
+def test_compute_each_failure_counts_what_the_reference_counts(monkeypatch) -> None:
+    """A computation that raises: every node still computes (MACs, draws) before the exception reaches the caller,
+    on the backend as on the reference."""
+    from fednet.sim.engine.backends import compute
+
+    ran = []
+    real = compute.replay_compute
+    monkeypatch.setattr(compute, "replay_compute", lambda *a, **k: (ran.append(1), (yield from real(*a, **k)))[1])
+    monkeypatch.setenv("FEDNET_ENGINE", "all")
+    fast, _ = _failing_probe()
+    assert ran == [1]                                    # the backend ran (a failed step records no path)
+    monkeypatch.setenv("FEDNET_ENGINE", "reference")
+    ref, paths = _failing_probe()
+    assert ran == [1] and paths.count("compute") == 0
+    assert fast == ref and fast["macs"] == sum(12 * (i + 1) for i in range(6) if i != 2)   # not the failed one

@@ -9,10 +9,11 @@ held until ``now + seconds``, and the caller resumes when the last is released: 
 (``now`` where none holds it).  The same results, times, draws and counters, bit for bit; ``O(1)`` Python work per
 node instead of a process and its events (CodedSecAgg's encoding and combining at D = 20,000: issue 32).
 
-One difference, in failure only: where a computation raises, the reference's later computations at that instant
-still run before the caller gets the exception (and their processes go on holding their processors); here the
-exception reaches the caller at once.  A computation that raises ends the run (:class:`UnchargedCompute`, a
-:class:`~fednet.algebra.meter.DeclaredCostError`, the protocol's own errors).
+Where a computation raises, the reference's later computations at that instant still run (their processes were
+granted their processors before the failure reaches the caller), so here too every node computes -- the same MACs
+and draws counted, which a recorded failure's trace row shows -- and the first exception is raised after the last
+(at ``now``).  One difference remains, in failure only: the reference's other processes go on holding their
+processors after the caller has the exception; a computation that raises ends the run, so nothing uses them again.
 """
 
 from __future__ import annotations
@@ -69,11 +70,17 @@ def replay_compute(net: Any, nodes: list, run: Any, macs: Any, timing_key: str) 
     sim = net.sim
     now, rnd = sim.env.now, sim.round
     known = [None if macs is None else macs(n) for n in nodes]
-    out, end = {}, now
+    out, end, failed = {}, now, None
     for node, extra in zip(nodes, known):
         node.cpu.grants += 1                                 # what its request would count
-        out[node.index], seconds = sim.compute_now(node, run, (node,), {}, extra, rnd, timing_key=timing_key)
+        try:
+            out[node.index], seconds = sim.compute_now(node, run, (node,), {}, extra, rnd, timing_key=timing_key)
+        except Exception as e:                               # the others still compute (module docstring)
+            failed = failed or e
+            continue
         if seconds > 0:
             end = max(end, now + seconds)
+    if failed is not None:
+        raise failed
     yield event_at(sim.env, end)
     return out
