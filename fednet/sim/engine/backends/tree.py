@@ -59,7 +59,9 @@ from .. import wire
 from ..events import draws_plain, event_at, fast_reason
 from ..results import GatherResult, payload_size, uploaded_elements
 from ..step import Backend, Declined, Step
+from .airtime import cells_air_reason
 from .gather import fast_rounds, run_batch
+from .tree_cells import replay_tree_cells
 
 __all__ = ["EdgelessTree", "TreeReplay", "replay_tree"]
 
@@ -111,7 +113,11 @@ class TreeReplay(Backend):
             return "the network has direct device-to-device links"
         if not draws_plain(sim.streams):
             return "the keyed draws are overridden"
-        return fast_reason(net, [sim.devices[v] for v in step.taking_part])
+        nodes = [sim.devices[v] for v in step.taking_part]
+        if sim.cells:                                         # replay_tree_cells: idle round-robin airs only
+            ok = fast_reason(net, nodes, cells=True)
+            return ok if ok is not True else cells_air_reason(nodes)
+        return fast_reason(net, nodes)
 
     def run(self, net: Any, step: Step) -> Generator:
         """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
@@ -120,7 +126,7 @@ class TreeReplay(Backend):
         need = len(step.complete) if step.first is None else int(step.first)
         nodes = [devs[v] for v in step.taking_part]
         values, node_macs = run_batch(net, step.batch, nodes, step.download, not step.free, step.name)
-        got = replay_tree(net, step.kids, step.parent, step.taking_part, need, step.download, step.download_kind,
+        got = (replay_tree_cells if sim.cells else replay_tree)(net, step.kids, step.parent, step.taking_part, need, step.download, step.download_kind,
                           step.download_bits, values, node_macs, step.add, step.kind_of, step.root_kind,
                           step.n_elements, step.element_bits, payload_size, step.combine_batch)
         if isinstance(got, str):
