@@ -59,9 +59,8 @@ from .. import wire
 from ..events import draws_plain, event_at, fast_reason
 from ..results import GatherResult, payload_size, uploaded_elements
 from ..step import Backend, Declined, Step
-from .airtime import cells_air_reason
 from .gather import fast_rounds, run_batch
-from .tree_cells import replay_tree_cells
+from .tree_cells import replay_tree_cells, tree_cells_reason
 
 __all__ = ["EdgelessTree", "TreeReplay", "replay_tree"]
 
@@ -116,7 +115,7 @@ class TreeReplay(Backend):
         nodes = [sim.devices[v] for v in step.taking_part]
         if sim.cells:                                         # replay_tree_cells: idle round-robin airs only
             ok = fast_reason(net, nodes, cells=True)
-            return ok if ok is not True else cells_air_reason(nodes)
+            return ok if ok is not True else tree_cells_reason(net, step.kids, step.parent, step.taking_part)
         return fast_reason(net, nodes)
 
     def run(self, net: Any, step: Step) -> Generator:

@@ -33,9 +33,10 @@ Equality with the reference, bit for bit (trace, final model, keyed-draw counter
 
 from __future__ import annotations
 
-import heapq
 import math
+import weakref
 from collections.abc import Callable, Mapping, Sequence
+from heapq import heappop, heappush
 from typing import Any
 
 import numpy as np
@@ -43,11 +44,12 @@ import numpy as np
 from fednet.algebra.meter import MacMeter
 from fednet.sim.compute import compute_seconds
 from fednet.sim.network import Message, transmission_times
+from fednet.sim.stamp import STAMP
 
 from .. import wire
-from .airtime import Air
+from .airtime import cells_air_reason, replayable_air
 
-__all__ = ["replay_tree_cells"]
+__all__ = ["replay_tree_cells", "tree_cells_reason"]
 
 
 class _Undecided(Exception):
@@ -110,6 +112,79 @@ def _tree_values(K: np.ndarray, height: np.ndarray, values: Sequence[Any], add: 
     return acc, macs_out
 
 
+class _Forest:
+    """The parts of a tree step that stay the same from round to round (kept per simulation by :func:`_forest`)."""
+
+    __slots__ = ("kids", "parent", "taking_part", "stamp", "nodes", "idx", "kid_l", "par", "n_kids", "K", "height",
+                 "dair", "uair", "real_airs")
+
+    def __init__(self, sim: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | None],
+                 taking_part: Sequence[int]) -> None:
+        self.kids, self.parent, self.taking_part, self.stamp = kids, parent, list(taking_part), STAMP.value
+        devs = sim.devices
+        self.nodes = nodes = [devs[v] for v in taking_part]
+        n = len(nodes)
+        self.idx = np.asarray(taking_part, dtype=np.intp)
+        pos = {v: p for p, v in enumerate(taking_part)}
+        #: Each node's children's positions in step order (complete subtrees: every child takes part).
+        self.kid_l = kid_l = [[pos[u] for u in kids[v]] for v in taking_part]
+        #: Each node's parent's position, -1 for a root.
+        self.par = [-1 if parent[v] is None else pos[parent[v]] for v in taking_part]
+        self.n_kids = np.fromiter(map(len, kid_l), dtype=np.intp, count=n)
+        max_k = int(self.n_kids.max()) if n else 0
+        self.K = K = np.full((n, max(max_k, 1)), -1, dtype=np.intp)
+        for p, ks in enumerate(kid_l):
+            K[p, :len(ks)] = ks
+        height = np.zeros(n, dtype=np.intp)                   # 1 + the children's largest (0 for a leaf)
+        while True:
+            h = np.where(K >= 0, height[K] + 1, 0).max(axis=1)
+            if (h == height).all():
+                break
+            height = h
+        self.height = height
+        real_airs: list[Any] = []
+        index_of: dict[int, int] = {}
+
+        def air_index(link: Any) -> int:
+            """The index of ``link``'s cell air among :attr:`real_airs`, -1 for a dedicated link."""
+            real = link.air
+            if real is None:
+                return -1
+            a = index_of.get(id(real))
+            if a is None:
+                a = index_of[id(real)] = len(real_airs)
+                real_airs.append(real)
+            return a
+        #: Each node's downlink and uplink air (an index into ``real_airs``; -1: a dedicated link).
+        self.dair = [air_index(node.downlink) for node in nodes]
+        self.uair = [air_index(node.uplink) for node in nodes]
+        self.real_airs = real_airs
+
+
+_FORESTS: "weakref.WeakKeyDictionary[Any, _Forest]" = weakref.WeakKeyDictionary()
+
+
+def _forest(sim: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | None],
+            taking_part: Sequence[int]) -> _Forest:
+    """The :class:`_Forest` of a tree step, made again when the tree, the nodes taking part or any node's, link's or
+    compute model's attribute (:data:`~fednet.sim.stamp.STAMP`: a link's cell air among them) changed."""
+    got = _FORESTS.get(sim)
+    if (got is None or got.kids is not kids or got.parent is not parent or got.stamp != STAMP.value
+            or got.taking_part != taking_part):
+        got = _FORESTS[sim] = _Forest(sim, kids, parent, taking_part)
+    return got
+
+
+def tree_cells_reason(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | None],
+                      taking_part: Sequence[int]) -> bool | str:
+    """``True`` if every cell air the tree's nodes use is idle and round robin (:func:`~.airtime.replayable_air`), else
+    the reason (:func:`~.airtime.cells_air_reason`'s): the check of the cells' state, on the step's few distinct airs."""
+    forest = _forest(net.sim, kids, parent, taking_part)
+    if all(map(replayable_air, forest.real_airs)):
+        return True
+    return cells_air_reason(forest.nodes)
+
+
 def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | None],
                       taking_part: Sequence[int], need: int, download: Any,
                       download_kind: str, download_bits: int | None, values: Sequence[Any],
@@ -123,8 +198,8 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
     Parameters
     ----------
     net : Net
-        The protocol's primitives (its simulation: every cell air of the nodes idle and round robin, checked by the
-        caller).
+        The protocol's primitives (its simulation: every cell air of the nodes idle and round robin,
+        :func:`tree_cells_reason`, checked by the caller).
     kids, parent, taking_part, need, download, download_kind, download_bits, values, node_macs, add, kind,
     root_kind, n_elements, element_bits, payload_size, combine_batch
         As :func:`~fednet.sim.engine.backends.tree.replay_tree`'s.
@@ -137,157 +212,154 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
         changed (module docstring).
     """
     sim = net.sim
-    devs, rnd, streams, counters = sim.devices, sim.round, sim.streams, sim.counters
+    rnd, streams, counters = sim.round, sim.streams, sim.counters
     if n_elements is None:
         return "the message sizes are left to the payloads (n_elements=None)"
-    nodes = [devs[v] for v in taking_part]
+    forest = _forest(sim, kids, parent, taking_part)
+    nodes = forest.nodes
     table = sim.node_table(nodes)                             # rates, losses, MAC rates, setup fractions (-1: none)
     if table is None:
         return "a compute model other than shifted-exponential or deterministic"
     down_rate, down_loss, up_rate, up_loss, mac_rate, frac = table[:, 1:].T
     now0 = float(sim.env.now)
-    n = len(taking_part)
-    pos = {v: p for p, v in enumerate(taking_part)}
-    kid_l = [[pos[u] for u in kids[v]] for v in taking_part]  # complete subtrees: every child takes part
-    par = [-1 if parent[v] is None else pos[parent[v]] for v in taking_part]
-    max_k = max(map(len, kid_l))
-    K = np.full((n, max(max_k, 1)), -1, dtype=np.intp)        # children's positions, in step order
-    for p, ks in enumerate(kid_l):
-        K[p, :len(ks)] = ks
-    height = np.zeros(n, dtype=np.intp)                       # 1 + the children's largest (0 for a leaf)
-    while True:
-        h = np.where(K >= 0, height[K] + 1, 0).max(axis=1)
-        if (h == height).all():
-            break
-        height = h
+    n = len(nodes)
+    idx, kid_l, par, n_kids, K = forest.idx, forest.kid_l, forest.par, forest.n_kids, forest.K
+    dair, uair = forest.dair, forest.uair
+    mk = K.shape[1]                                           # child places (>= 1)
+    max_k = int(n_kids.max())
 
-    # -- the airs: one replayed Air per real cell air; -1 a dedicated link ------------------------------------------
-    real_airs: list[Any] = []
-    index_of: dict[int, int] = {}
-
-    def air_index(link: Any) -> int:
-        real = link.air
-        if real is None:
-            return -1
-        a = index_of.get(id(real))
-        if a is None:
-            a = index_of[id(real)] = len(real_airs)
-            real_airs.append(real)
-        return a
-    dair = [air_index(node.downlink) for node in nodes]
-    uair = [air_index(node.uplink) for node in nodes]
-
-    # -- every duration, vectorised, with the keyed draws looked at -------------------------------------------------
-    idx = np.asarray(taking_part, dtype=np.intp)
+    # -- every duration, vectorised, with the keyed draws looked at (a link's or processor's a-th next draw) ---------
     first_child = 0 if download is None else 1                # a parent's download draws its downlink first
     where = f"{net.label}: "
     msg_bits = Message(0, 1, kind, None, int(n_elements), wire.declared(element_bits, kind=kind, where=where).bits).bits
     overhead, packet_bits = sim.overhead, sim.packet_bits
-    dsec: list[list[float]] = []                              # [rank][p]: the downlink's rank-th transfer's airtime
-    dextra: list[np.ndarray] = []
+    no_air = "a transfer of no airtime (it ends without waiting; the replay does not model it)"
     down_bits = 0
-    for a in range(first_child + max_k):
-        u = streams.uniforms(idx, "downlink", rnd, advance=False, ahead=a)
-        if a < first_child:
-            down_bits = Message(0, 1, download_kind, None, payload_size(download),
-                                wire.width(download, download_bits, download_kind, arg="download_bits",
-                                           where=where)).bits
-            secs, extra = transmission_times(down_bits, down_rate, overhead, down_loss, packet_bits, u, arrays=True)
-        else:
-            secs, extra = transmission_times(msg_bits, down_rate, overhead, down_loss, packet_bits, u, arrays=True)
+    dsec: list[list[float]] = []                              # [rank][p]: the rank-th transfer on p's downlink
+    dextra = np.zeros((first_child + max_k, n), dtype=np.int64)
+    if download is not None:
+        down_bits = Message(0, 1, download_kind, None, payload_size(download),
+                            wire.width(download, download_bits, download_kind, arg="download_bits",
+                                       where=where)).bits
+        secs, dextra[0] = transmission_times(down_bits, down_rate, overhead, down_loss, packet_bits,
+                                             streams.uniforms(idx, "downlink", rnd, advance=False), arrays=True)
         if not (secs > 0).all():
-            return "a transfer of no airtime (it ends without waiting; the replay does not model it)"
+            return no_air
         dsec.append(secs.tolist())
-        dextra.append(extra)
+    for c in range(max_k):                                    # the c-th child's message: parents of > c children
+        P = np.flatnonzero(n_kids > c)
+        secs, dextra[first_child + c, P] = transmission_times(
+            msg_bits, down_rate[P], overhead, down_loss[P], packet_bits,
+            streams.uniforms(idx[P], "downlink", rnd, advance=False, ahead=first_child + c), arrays=True)
+        if not (secs > 0).all():
+            return no_air
+        full = np.zeros(n)
+        full[P] = secs
+        dsec.append(full.tolist())
     usec_a, uextra = transmission_times(msg_bits, up_rate, overhead, up_loss, packet_bits,
                                         streams.uniforms(idx, "uplink", rnd, advance=False), arrays=True)
     if not (usec_a > 0).all():
-        return "a transfer of no airtime (it ends without waiting; the replay does not model it)"
+        return no_air
     usec = usec_a.tolist()
-    U_comp = np.stack([streams.uniforms(idx, "compute", rnd, advance=False, ahead=a) for a in range(1 + max_k)])
     own_macs = np.asarray(node_macs, dtype=np.int64)
-    own_secs, own_drew = compute_seconds(own_macs.astype(float), mac_rate, frac, lambda at: U_comp[0][at])
-    acc, add_macs = _tree_values(K, height, values, add, combine_batch)
+    own_secs, own_drew = compute_seconds(own_macs.astype(float), mac_rate, frac,
+                                         lambda at: streams.uniforms(idx[at], "compute", rnd, advance=False))
+    acc, add_macs = _tree_values(K, forest.height, values, add, combine_batch)
     n_drawn = own_drew.astype(np.intp)                        # compute draws before each addition, per node
-    add_secs = np.zeros(K.shape)
-    add_drew = np.zeros(K.shape, dtype=bool)
-    cols = np.arange(n)
-    for c in range(max_k):
-        has = K[:, c] >= 0
-        u_c = U_comp[n_drawn, cols]
-        secs, drew = compute_seconds(add_macs[:, c].astype(float), mac_rate, frac, lambda at: u_c[at])
-        add_secs[:, c] = np.where(has, secs, 0.0)
-        add_drew[:, c] = drew & has
-        n_drawn = n_drawn + add_drew[:, c]
+    add_secs = np.zeros((n, mk))
+    add_drew = np.zeros((n, mk), dtype=bool)
+    for c in range(max_k):                                    # the c-th addition: its node's n_drawn-th next draw
+        P = np.flatnonzero(n_kids > c)
+        ahead = n_drawn[P]
+
+        def looked(at: np.ndarray, P: np.ndarray = P, ahead: np.ndarray = ahead) -> np.ndarray:
+            """The keyed compute uniforms of the nodes ``P[at]``, each ``ahead`` draws past its next one."""
+            out = np.empty(int(at.sum()))
+            for a in np.unique(ahead[at]).tolist():
+                sel = ahead[at] == a
+                out[sel] = streams.uniforms(idx[P[at][sel]], "compute", rnd, advance=False, ahead=a)
+            return out
+        secs, drew = compute_seconds(add_macs[P, c].astype(float), mac_rate[P], frac[P], looked)
+        add_secs[P, c] = secs
+        add_drew[P, c] = drew
+        n_drawn[P] += drew
     own_l = own_secs.tolist()
-    add_l = add_secs.tolist()
+    add_l = add_secs.ravel().tolist()                         # [p * mk + c]
 
     # -- the event loop (nothing outside this function changes until it has decided) -------------------------------
     inf = math.inf
+    real_airs = forest.real_airs
     n_airs = len(real_airs)
-    airs = [Air() for _ in range(n_airs)]
+    # each air as SharedAir's state and float operations (fednet.sim.engine.backends.airtime.Air, inlined): the heap
+    # of (finish in virtual time, arrival number, tag), V, the time V was brought up to, the live timeout's generation
+    aheap: list[list[tuple[float, int, int]]] = [[] for _ in range(n_airs)]
+    aV = [0.0] * n_airs
+    aat = [0.0] * n_airs
+    agen = [0] * n_airs
     arrivals = [0] * n_airs                                   # transfers that asked for each air
     t1 = [inf] * n                                            # the download lands, the own computation starts
     arr = [inf] * n                                           # a child's message reaches its parent
-    tup = [inf] * n                                           # the upload starts (uplink draw)
+    tup = [inf] * n                                           # the upload starts (the uplink draw)
     tend = [inf] * n                                          # the upload ends (at the parent's downlink / server)
-    add_start = [[inf] * len(ks) for ks in kid_l]             # each addition's start (compute draw, MACs)
-    rrank = [0] * n                                           # a child's message: its rank on the parent's downlink
-    grants: list[list[float]] = [[] for _ in range(n)]        # when each child's message was granted the downlink
+    add_start = [inf] * (n * mk)                              # each addition's start (compute draw, MACs): p * mk + c
+    rrank = [0] * n                                           # a child's message: its rank on its parent's downlink
+    g_par: list[int] = []                                     # every grant of a parent's downlink to a child ...
+    g_time: list[float] = []                                  # ... and when
+    n_grants = [first_child] * n
     nxt = [0] * n                                             # the next child to add
     cur = [now0] * n                                          # a waiting node's processor is free from then
     waiting = [False] * n
     dl_free = [download is None] * n                          # the downlink's FIFO (held by the download first)
     dl_queue: list[list[int]] = [[] for _ in range(n)]
-    silent: list[float] = []                                  # computation boundaries (no event of the loop)
-    heap: list[tuple] = []
-    seq = 0
-    instant = -inf                                            # the instant being processed
-    owner = 0                                                 # the cause being processed at it
-    touched: dict[int, int] = {}                              # resource -> its first cause at this instant
-    busy_events = 0                                           # causes processed at this instant
+    heap: list[tuple] = []                                    # (time, number, code, node or air, generation)
+    touched: dict[int, int] = {}                              # resource -> the cause that touched it at this instant
     roots_in: list[tuple[float, int]] = []
-    tk = inf
     FIRE, UPREQ, UPEND, RELAYEND, DOWNEND = 0, 1, 2, 3, 4
     n2 = 2 * n
-
-    def touch(res: int) -> None:
-        """The cause being processed touches a resource (an air: ``a``; node ``p``'s downlink queue: ``n_airs + p``);
-        another cause touching it at this instant would leave the order to SimPy's insertion order."""
-        by = touched.setdefault(res, owner)
-        if by != owner:
-            raise _Undecided("two events at one instant touch one cell air or one downlink queue (SimPy's order "
-                             "decides)")
+    state = [0, -1 - n_airs]                                  # [numbering of events, the cause being processed]
+    same_instant = "two events at one instant touch one cell air or one downlink queue (SimPy's order decides)"
+    zero_delay = "a cell air's next timeout falls at the instant it was armed (SimPy's order decides)"
+    at_tk = "another event at the last awaited arrival (SimPy's order decides)"
 
     def arrive(a: int, t: float, w: float, tag: int) -> None:
-        """A transfer of airtime ``w`` asks for air ``a`` at ``t``; the air's timeout is re-armed."""
-        nonlocal seq
-        touch(a)
-        air = airs[a]
-        air.arrive(t, w, tag)
+        """A transfer of airtime ``w`` asks for air ``a`` at ``t`` (``SharedAir.transmit``); its timeout re-armed."""
+        by = state[1]
+        if touched.setdefault(a, by) != by:
+            raise _Undecided(same_instant)
+        h = aheap[a]
+        V = aV[a] + (t - aat[a]) / len(h) if h else aV[a]
+        aat[a] = t
+        state[0] = number = state[0] + 1
+        heappush(h, (V + w, number, tag))
+        aV[a] = V
+        d = (h[0][0] - V) * len(h)
+        f = t + d if d > 0.0 else t
+        if f == t:
+            raise _Undecided(zero_delay)
+        agen[a] = gen = agen[a] + 1
         arrivals[a] += 1
-        if air.fire == t:
-            raise _Undecided("a cell air's next timeout falls at the instant it was armed (SimPy's order decides)")
-        seq += 1
-        heapq.heappush(heap, (air.fire, seq, FIRE, a, air.gen))
+        heappush(heap, (f, number, FIRE, a, gen))
 
     def relay(P: int, q: int, t: float) -> None:
         """Child ``q``'s message is granted its parent ``P``'s downlink at ``t`` (P's next downlink draw)."""
-        nonlocal seq
-        rank = len(grants[P]) + first_child
-        grants[P].append(t)
+        rank = n_grants[P]
+        n_grants[P] = rank + 1
+        g_par.append(P)
+        g_time.append(t)
         rrank[q] = rank
         w = dsec[rank][P]
         a = dair[P]
         if a < 0:
-            seq += 1
-            heapq.heappush(heap, (t + w, seq, RELAYEND, q, 0))
+            state[0] += 1
+            heappush(heap, (t + w, state[0], RELAYEND, q, 0))
         else:
             arrive(a, t, w, n + q)
 
     def release(P: int, t: float) -> None:
         """Node ``P``'s downlink is released at ``t``: the next child's message in its queue is granted it."""
-        touch(n_airs + P)
+        by = state[1]
+        if touched.setdefault(n_airs + P, by) != by:
+            raise _Undecided(same_instant)
         queue = dl_queue[P]
         if queue:
             relay(P, queue.pop(0), t)
@@ -297,42 +369,40 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
     def chain(p: int, t: float, now: float) -> None:
         """Node ``p``'s processor is free from ``t``: add the children's sums that have arrived, in step order,
         then upload (at ``now``, the instant being processed, the upload is part of the present cause)."""
-        nonlocal seq
         ks = kid_l[p]
         c = nxt[p]
+        base = p * mk
         while c < len(ks):
             a = arr[ks[c]]
             if a == inf:
-                nxt[p], cur[p], waiting[p] = c, t, True
+                nxt[p] = c
+                cur[p] = t
+                waiting[p] = True
                 return
             s = a if a > t else t
-            add_start[p][c] = s
-            d = add_l[p][c]
+            add_start[base + c] = s
+            d = add_l[base + c]
             t = s + d if d > 0 else s
-            silent.append(s)
-            silent.append(t)
             c += 1
-        nxt[p], waiting[p] = c, False
+        nxt[p] = c
+        waiting[p] = False
         tup[p] = t
         a = uair[p]
         if a < 0:
-            silent.append(t)
-            seq += 1
-            heapq.heappush(heap, (t + usec[p], seq, UPEND, p, 0))
+            state[0] += 1
+            heappush(heap, (t + usec[p], state[0], UPEND, p, 0))
         elif t == now:
             arrive(a, t, usec[p], n2 + p)
         else:
-            seq += 1
-            heapq.heappush(heap, (t, seq, UPREQ, p, 0))
+            state[0] += 1
+            heappush(heap, (t, state[0], UPREQ, p, 0))
 
     def downloaded(p: int, t: float) -> None:
         """Node ``p``'s download lands at ``t``: its downlink is released, its own computation runs."""
         t1[p] = t
         release(p, t)
         d = own_l[p]
-        te = t + d if d > 0 else t
-        silent.append(te)
-        chain(p, te, t)
+        chain(p, t + d if d > 0 else t, t)
 
     def relayed(q: int, t: float) -> None:
         """Child ``q``'s message reaches its parent at ``t`` (the parent's downlink released, its sum added)."""
@@ -345,18 +415,16 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
     def uploaded(p: int, t: float) -> bool:
         """Node ``p``'s upload ends at ``t``: a root's reaches the server (True at the ``need``-th), an inner
         node's asks for its parent's downlink."""
-        nonlocal tk
         tend[p] = t
         P = par[p]
         if P < 0:
             if roots_in and roots_in[-1][0] == t:
                 raise _Undecided("simultaneous root arrivals (SimPy's order decides)")
             roots_in.append((t, p))
-            if len(roots_in) == need:
-                tk = t
-                return True
-            return False
-        touch(n_airs + P)
+            return len(roots_in) == need
+        by = state[1]
+        if touched.setdefault(n_airs + P, by) != by:
+            raise _Undecided(same_instant)
         if dl_free[P]:
             dl_free[P] = False
             relay(P, p, t)
@@ -365,56 +433,70 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
         return False
 
     try:
-        owner = -1 - n_airs                                   # the start: no air's fire
-        instant = now0
         if download is not None:                              # every download asks for its downlink now, in order
+            first = dsec[0]
             for p in range(n):
                 a = dair[p]
+                state[0] += 1
                 if a < 0:
-                    seq += 1
-                    heapq.heappush(heap, (now0 + dsec[0][p], seq, DOWNEND, p, 0))
+                    heappush(heap, (now0 + first[p], state[0], DOWNEND, p, 0))
                 else:
-                    air = airs[a]
-                    air.arrive(now0, dsec[0][p], p)
+                    h = aheap[a]
+                    V = aV[a] + (now0 - aat[a]) / len(h) if h else aV[a]
+                    aat[a] = now0
+                    heappush(h, (V + first[p], state[0], p))
+                    aV[a] = V
                     arrivals[a] += 1
-            for a, air in enumerate(airs):
-                if air.heap:
-                    if air.fire == now0:
-                        raise _Undecided("a cell air's next timeout falls at the instant it was armed (SimPy's order "
-                                         "decides)")
-                    seq += 1
-                    heapq.heappush(heap, (air.fire, seq, FIRE, a, air.gen))
+            for a, h in enumerate(aheap):                     # each air's one live timeout
+                if h:
+                    d = (h[0][0] - aV[a]) * len(h)
+                    f = now0 + d if d > 0.0 else now0
+                    if f == now0:
+                        raise _Undecided(zero_delay)
+                    agen[a] += 1
+                    state[0] += 1
+                    heappush(heap, (f, state[0], FIRE, a, agen[a]))
         else:                                                 # every node computes at once
             for p in range(n):
                 d = own_l[p]
-                te = now0 + d if d > 0 else now0
-                silent.append(te)
-                chain(p, te, now0)
+                chain(p, now0 + d if d > 0 else now0, now0)
+        instant = now0
+        causes = 0                                            # causes processed at this instant
         done = False
         while heap:
-            t, number, code, x, gen = heapq.heappop(heap)
-            if code == FIRE:
-                air = airs[x]
-                if gen != air.gen:
-                    continue                                  # rescheduled since (SimPy's stale timeouts do nothing)
-                by = -1 - x
-            else:
-                by = number
+            t, number, code, x, gen = heappop(heap)
+            if code == FIRE and gen != agen[x]:
+                continue                                      # rescheduled since (SimPy's stale timeouts do nothing)
             if t != instant:
                 instant = t
-                touched.clear()
-                busy_events = 0
-            owner = by
-            busy_events += 1
-            if code == FIRE:
-                touch(x)
-                ended = air.fire_now()
-                if air.heap:
-                    if air.fire == t:
-                        raise _Undecided("a cell air's next timeout falls at the instant it fired (SimPy's order "
-                                         "decides)")
-                    seq += 1
-                    heapq.heappush(heap, (air.fire, seq, FIRE, x, air.gen))
+                if touched:
+                    touched.clear()
+                causes = 0
+            causes += 1
+            if code == FIRE:                                  # SharedAir._fire
+                by = state[1] = -1 - x
+                if touched.setdefault(x, by) != by:
+                    raise _Undecided(same_instant)
+                h = aheap[x]
+                V = aV[x] + (t - aat[x]) / len(h)
+                aat[x] = t
+                top = h[0][0]
+                lim = max(top, V)
+                ended = []
+                while h and h[0][0] <= lim:
+                    ended.append(heappop(h)[2])
+                if h:
+                    V = aV[x] = max(V, top)
+                    d = (h[0][0] - V) * len(h)
+                    f = t + d if d > 0.0 else t
+                    if f == t:
+                        raise _Undecided(zero_delay)
+                    agen[x] = gen = agen[x] + 1
+                    state[0] += 1
+                    heappush(heap, (f, state[0], FIRE, x, gen))
+                else:
+                    aV[x] = 0.0
+                    agen[x] += 1
                 for tag in ended:                             # in SimPy's order
                     if tag < n:
                         downloaded(tag, t)
@@ -422,48 +504,56 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
                         relayed(tag - n, t)
                     elif uploaded(tag - n2, t):
                         if len(ended) > 1:
-                            raise _Undecided("another event at the last awaited arrival (SimPy's order decides)")
+                            raise _Undecided(at_tk)
                         done = True
                         break
-            elif code == UPREQ:
+                if done:
+                    break
+                continue
+            state[1] = number
+            if code == UPREQ:
                 arrive(uair[x], t, usec[x], n2 + x)
             elif code == UPEND:
-                done = uploaded(x, t)
+                if uploaded(x, t):
+                    done = True
+                    break
             elif code == RELAYEND:
                 relayed(x, t)
             else:
                 downloaded(x, t)
-            if done:
-                break
         if not done:
             return "fewer roots arrive than awaited (the processes raise)"
-        if busy_events > 1:
-            raise _Undecided("another event at the last awaited arrival (SimPy's order decides)")
+        tk = roots_in[-1][0]
+        if causes > 1 or not tk > now0:
+            raise _Undecided(at_tk)
         while heap:                                           # the next live event must come after t_k
             t, _, code, x, gen = heap[0]
-            if code == FIRE and gen != airs[x].gen:
-                heapq.heappop(heap)
+            if code == FIRE and gen != agen[x]:
+                heappop(heap)
                 continue
             if t == tk:
-                raise _Undecided("another event at the last awaited arrival (SimPy's order decides)")
+                raise _Undecided(at_tk)
             break
-        if tk in silent or not tk > now0:
-            raise _Undecided("another event at the last awaited arrival (SimPy's order decides)")
     except _Undecided as why:
         return str(why)
 
-    # -- nothing changed so far; from here on, the step happens --------------------------------------------------
+    # the computations' boundaries (no event of the loop) must not fall at t_k either
     t1_a, tup_a, tend_a, arr_a = np.array(t1), np.array(tup), np.array(tend), np.array(arr)
+    starts = np.array(add_start).reshape(n, mk)
+    t_own = t1_a if download is not None else np.full(n, now0)
+    t_own = np.where(own_secs > 0, t_own + own_secs, t_own)
+    if ((t_own == tk).any() or (starts == tk).any() or (np.where(add_secs > 0, starts + add_secs, starts) == tk).any()
+            or (tup_a == tk).any()):
+        return at_tk
+
+    # -- nothing changed so far; from here on, the step happens --------------------------------------------------
     by_down = np.full(n, first_child, dtype=np.int64)         # every download started at now0
-    by_down += np.fromiter((sum(g < tk for g in gs) for gs in grants), dtype=np.int64, count=n)
-    started = t1_a < tk if download is not None else np.ones(n, dtype=bool)
-    by_comp = (own_drew & started).astype(np.int64)
-    macs_done = int(own_macs[started].sum())
-    for p, starts in enumerate(add_start):
-        for c, s in enumerate(starts):
-            if s < tk:
-                by_comp[p] += add_drew[p, c]
-                macs_done += int(add_macs[p, c])
+    g_par_a = np.asarray(g_par, dtype=np.intp)
+    by_down += np.bincount(g_par_a[np.asarray(g_time) < tk], minlength=n)
+    landed = t1_a < tk if download is not None else np.ones(n, dtype=bool)
+    added = starts < tk
+    by_comp = (own_drew & landed).astype(np.int64) + (add_drew & added).sum(axis=1)
+    macs_done = int(own_macs[landed].sum()) + int(add_macs[added].sum())
     sent = (tup_a < tk).astype(np.int64)
     for purpose, by in (("downlink", by_down), ("compute", by_comp), ("uplink", sent)):
         took = by > 0
@@ -471,19 +561,16 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
             streams.advance(idx[took], purpose, rnd, by[took])
     counters.device_macs += macs_done
     if download is not None:
-        landed = t1_a < tk
         counters.bits_down += down_bits * int(landed.sum())
         counters.messages += int(landed.sum())
         counters.retransmissions += int(dextra[0][landed].sum())
         for p in np.flatnonzero(landed).tolist():
             nodes[p].state.received = download
     relays = np.flatnonzero(arr_a < tk)                       # children's messages delivered before t_k
-    if relays.size:
-        counters.bits_down += msg_bits * int(relays.size)
-        counters.messages += int(relays.size)
-        P = np.asarray(par, dtype=np.intp)[relays]
-        R = np.asarray(rrank, dtype=np.intp)[relays]
-        counters.retransmissions += int(sum(int(dextra[r][q]) for r, q in zip(R.tolist(), P.tolist())))
+    counters.bits_down += msg_bits * int(relays.size)
+    counters.messages += int(relays.size)
+    counters.retransmissions += int(dextra[np.asarray(rrank, dtype=np.intp)[relays],
+                                           np.asarray(par, dtype=np.intp)[relays]].sum())
     ups = tend_a <= tk                                        # the deciding upload lands at t_k
     counters.bits_up += msg_bits * int(ups.sum())
     counters.messages += int(ups.sum())
