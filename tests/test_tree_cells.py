@@ -152,6 +152,32 @@ def test_ties_are_left_to_simpy(monkeypatch) -> None:
         assert a == b
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_tie_heavy_layouts_replay_or_decline_exactly(seed, monkeypatch) -> None:
+    """Drawn small layouts where events often coincide (deterministic compute mostly, rates from two or three
+    values, often no loss): whether the backend replays a round or declines it (SimPy's order of simultaneous events
+    deciding), the run equals the reference's; both happen."""
+    rng = np.random.default_rng(seed)
+    taken = declined = 0
+    for _ in range(12):
+        groups = int(rng.choice([2, 4]))
+        D = groups * int(rng.choice([3, 4]))
+        n_cells = int(rng.integers(1, 4))
+        mac = [float(rng.choice([1.3e6, 2.9e6])) for _ in range(D)]
+        up = [float(rng.choice([1.1e6, 2.3e6, 7.1e5])) for _ in range(D)]
+        down = [float(rng.choice([2.7e6, 3.3e6])) for _ in range(D)]
+        loss = 0.0 if rng.random() < 0.7 else 0.1
+        compute = Deterministic() if rng.random() < 0.7 else None
+
+        def graph(D=D, n_cells=n_cells, loss=loss, mac=mac, up=up, down=down):
+            return lte_cells(D, n_cells=n_cells, loss=loss, device_mac_rates=mac, uplink_bps=up, downlink_bps=down)
+        on, off, s_on, _ = _both(_csa(graph, dict(z=1, groups=groups), 3, compute=compute), monkeypatch)
+        assert on == off
+        taken += _taken(s_on)
+        declined += 3 - _taken(s_on)
+    assert taken and declined, (taken, declined)
+
+
 def test_proportional_fair_cells_decline(monkeypatch) -> None:
     """Proportional-fair cells are not replayed: the reason is recorded and the reference runs."""
     graph = _cells(16, 2, scheduler="proportional_fair", snr_db=10.0)

@@ -21,10 +21,14 @@ left idle, as the reference leaves it: the next step replays again).
 
 Events of the loop: an air's live timeout (:attr:`Air.fire`; the transfers ending then are handled in SimPy's
 order), an upload asking for a cell's uplink air, and the ends of transfers on dedicated links; computations are
-arithmetic (their boundaries are kept to check the cut).  Declined (the reference runs): two events of different
-causes touching one air or one node's downlink queue at one instant (SimPy's insertion order would decide: an arrival
-at the instant the air's timeout fires, two requests for one downlink); an air whose next timeout falls at the instant
-it fired; two root arrivals at one instant; anything else at exactly ``t_k``; a transfer of no airtime.  The caller
+arithmetic (their boundaries are kept to check the cut).  Two events at one instant whose order SimPy leaves to its
+insertion order (a *cause* is an event of the loop with everything it sets off at once) are replayed where the order
+changes nothing -- transfers asking for one air at one instant commute (each adds ``0 / n`` to ``V``), and a release
+and a request of one downlink at one instant grant alike -- and declined (the reference runs) where it could: a
+transfer asking for a cell air at the instant the air's timeout fires (from another cause), two children's messages
+requesting one downlink at one instant, two transfers that asked for one air at one instant from different causes
+ending together (their order would decide which is handled first), an air whose next timeout falls at the instant
+it was armed, two root arrivals at one instant, anything else at exactly ``t_k``, a transfer of no airtime. The caller
 (:class:`~fednet.sim.engine.backends.tree.TreeReplay`) declines proportional-fair or busy cells
 (:func:`~.airtime.cells_air_reason`) and everything :func:`~fednet.sim.engine.backends.tree.replay_tree` declines.
 Equality with the reference, bit for bit (trace, final model, keyed-draw counters, counters, the airs' state):
@@ -312,20 +316,34 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
     dl_free = [download is None] * n                          # the downlink's FIFO (held by the download first)
     dl_queue: list[list[int]] = [[] for _ in range(n)]
     heap: list[tuple] = []                                    # (time, number, code, node or air, generation)
-    touched: dict[int, int] = {}                              # resource -> the cause that touched it at this instant
+    # what each cause did at the instant being processed (SimPy's order of two causes at one instant is its insertion
+    # order): air a fired (key a), had arrivals (n_airs + a: the first cause, and arrived[a] the tags), node P's
+    # downlink was requested (2 n_airs + P)
+    touched: dict[int, int] = {}
+    arrived: dict[int, list[int]] = {}
+    unsure: set[int] = set()                                  # transfers whose place among simultaneous arrivals is not
+                                                              # known (arrived at one instant from different causes)
     roots_in: list[tuple[float, int]] = []
     FIRE, UPREQ, UPEND, RELAYEND, DOWNEND = 0, 1, 2, 3, 4
     n2 = 2 * n
     state = [0, -1 - n_airs]                                  # [numbering of events, the cause being processed]
-    same_instant = "two events at one instant touch one cell air or one downlink queue (SimPy's order decides)"
+    fire_and_arrival = "a transfer asks for a cell air at the instant its timeout fires (SimPy's order decides)"
+    two_requests = "two children's messages request one downlink at one instant (SimPy's order decides)"
+    unsure_order = ("transfers that asked for a cell air at one instant from different causes end together (SimPy's "
+                    "order decides which is handled first)")
     zero_delay = "a cell air's next timeout falls at the instant it was armed (SimPy's order decides)"
     at_tk = "another event at the last awaited arrival (SimPy's order decides)"
 
     def arrive(a: int, t: float, w: float, tag: int) -> None:
         """A transfer of airtime ``w`` asks for air ``a`` at ``t`` (``SharedAir.transmit``); its timeout re-armed."""
         by = state[1]
-        if touched.setdefault(a, by) != by:
-            raise _Undecided(same_instant)
+        if touched.get(a, by) != by:
+            raise _Undecided(fire_and_arrival)
+        first = touched.setdefault(n_airs + a, by)
+        group = arrived.setdefault(a, [])
+        group.append(tag)
+        if first != by or (unsure and group[0] in unsure):    # arrivals at one instant commute, but for their order
+            unsure.update(group)
         h = aheap[a]
         V = aV[a] + (t - aat[a]) / len(h) if h else aV[a]
         aat[a] = t
@@ -357,9 +375,6 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
 
     def release(P: int, t: float) -> None:
         """Node ``P``'s downlink is released at ``t``: the next child's message in its queue is granted it."""
-        by = state[1]
-        if touched.setdefault(n_airs + P, by) != by:
-            raise _Undecided(same_instant)
         queue = dl_queue[P]
         if queue:
             relay(P, queue.pop(0), t)
@@ -423,8 +438,8 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
             roots_in.append((t, p))
             return len(roots_in) == need
         by = state[1]
-        if touched.setdefault(n_airs + P, by) != by:
-            raise _Undecided(same_instant)
+        if touched.setdefault(2 * n_airs + P, by) != by:     # (a release at that instant grants the same way)
+            raise _Undecided(two_requests)
         if dl_free[P]:
             dl_free[P] = False
             relay(P, p, t)
@@ -471,12 +486,13 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
                 instant = t
                 if touched:
                     touched.clear()
+                    arrived.clear()
                 causes = 0
             causes += 1
             if code == FIRE:                                  # SharedAir._fire
                 by = state[1] = -1 - x
-                if touched.setdefault(x, by) != by:
-                    raise _Undecided(same_instant)
+                if touched.setdefault(x, by) != by or touched.get(n_airs + x, by) != by:
+                    raise _Undecided(fire_and_arrival)
                 h = aheap[x]
                 V = aV[x] + (t - aat[x]) / len(h)
                 aat[x] = t
@@ -485,6 +501,8 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
                 ended = []
                 while h and h[0][0] <= lim:
                     ended.append(heappop(h)[2])
+                if unsure and len(ended) > 1 and sum(tag in unsure for tag in ended) > 1:
+                    raise _Undecided(unsure_order)
                 if h:
                     V = aV[x] = max(V, top)
                     d = (h[0][0] - V) * len(h)
