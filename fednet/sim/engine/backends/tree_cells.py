@@ -497,14 +497,14 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
                 V = aV[x] + (t - aat[x]) / len(h)
                 aat[x] = t
                 top = h[0][0]
-                lim = max(top, V)
+                lim = V if V > top else top                   # max(top, V)
                 ended = []
                 while h and h[0][0] <= lim:
                     ended.append(heappop(h)[2])
                 if unsure and len(ended) > 1 and sum(tag in unsure for tag in ended) > 1:
                     raise _Undecided(unsure_order)
                 if h:
-                    V = aV[x] = max(V, top)
+                    V = aV[x] = top if top > V else V         # max(V, top)
                     d = (h[0][0] - V) * len(h)
                     f = t + d if d > 0.0 else t
                     if f == t:
@@ -516,10 +516,26 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
                     aV[x] = 0.0
                     agen[x] += 1
                 for tag in ended:                             # in SimPy's order
-                    if tag < n:
-                        downloaded(tag, t)
-                    elif tag < n2:
-                        relayed(tag - n, t)
+                    if tag < n:                               # downloaded(tag, t), inlined
+                        t1[tag] = t
+                        queue = dl_queue[tag]
+                        if queue:
+                            relay(tag, queue.pop(0), t)
+                        else:
+                            dl_free[tag] = True
+                        d = own_l[tag]
+                        chain(tag, t + d if d > 0 else t, t)
+                    elif tag < n2:                            # relayed(tag - n, t), inlined
+                        q = tag - n
+                        P = par[q]
+                        arr[q] = t
+                        queue = dl_queue[P]
+                        if queue:
+                            relay(P, queue.pop(0), t)
+                        else:
+                            dl_free[P] = True
+                        if waiting[P] and kid_l[P][nxt[P]] == q:
+                            chain(P, cur[P], t)
                     elif uploaded(tag - n2, t):
                         if len(ended) > 1:
                             raise _Undecided(at_tk)
