@@ -5,7 +5,7 @@ step kind      backends, in order                                          modul
 =============  ==========================================================  ================================
 ``gather``     ``gather`` (with ``batched`` inside)                        :mod:`.gather`
 ``groups``     ``groups``                                                  :mod:`.groups`
-``tree``       ``gather`` (edgeless trees), ``tree``                       :mod:`.tree`
+``tree``       ``gather`` (edgeless trees), ``tree``                       :mod:`.tree` (cells: :mod:`.tree_cells`)
 ``exchange``   ``bundled``, ``relays``                                     :mod:`.bundled`, :mod:`.relays`
 ``masked``     ``masked``                                                  :mod:`.masked`
 ``buffered``   ``buffered``                                                :mod:`.buffered`

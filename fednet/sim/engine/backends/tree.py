@@ -38,6 +38,11 @@ payloads (``n_elements`` None). The additions run pair by pair through the meter
 path, bit for bit (trace, keyed-draw counters, counters): ``tests/test_tree_replay.py`` and
 ``tests/test_study_modes.py`` and ``tests/test_engine_property.py``.
 
+Shared cells: on a network whose devices share round-robin cells' airtime (:mod:`fednet.sim.cells`) the ``tree``
+backend runs :func:`~.tree_cells.replay_tree_cells` instead, an event loop over the nodes' stages and the cells' airs
+with the same principle (draws looked at, declined before any effect where SimPy's order would decide); busy or
+proportional-fair cells are declined (:func:`~.tree_cells.tree_cells_reason`).
+
 Views: with ``record_views`` the replay declines (recorded in the run's engine paths, ``--explain-engine``) and the
 reference runs: a node's view lists its messages in SimPy's delivery order, which the level-by-level pass does not
 establish.  Study runs keep no views (``Simulation(record_views=False)``), so they replay.
