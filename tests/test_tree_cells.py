@@ -105,6 +105,7 @@ def _reasons(sim) -> str:
     (_cells(16, 1), dict(z=1, groups=2), 0.0),                          # one cell: every transfer shares it
     (_cells(24, 3), dict(z=1, groups=4), 0.0),                          # children in two steps: the downlink's queue
     (_cells(24, 4), dict(z=1, groups=3), 0.0),                          # N not a power of two
+    (_cells(24, 4), dict(z=1, groups=4), 0.0),                          # the groups are the cells
     (_cells(32, 4, packet_bits=2000), dict(z=1, groups=8), 0.0),        # Fig. 3's tree, packets
     (_cells(40, 2), dict(z=2, groups=4, k_prime=4), 0.0),               # k' = 4 of 10 roots
     (_cells(24, 2), dict(z=1, groups=4), 0.15),                         # absentees: incomplete subtrees drop out
@@ -185,6 +186,15 @@ def test_proportional_fair_cells_decline(monkeypatch) -> None:
     assert _taken(s_on) == 0
     assert "another scheduler than round robin" in _reasons(s_on)
     assert on == off
+
+
+def test_an_energy_model_keeps_the_reference(monkeypatch) -> None:
+    """The backends do not account the radios' energy: with an energy model the tree backend declines and the
+    reference runs (the joules in the trace are the reference's)."""
+    energy = {"tx_power_w": 0.2, "rx_power_w": 0.05, "kappa": 1e-28, "cpu_hz": 2e9, "cycles_per_mac": 3.0}
+    on, off, s_on, _ = _both(_csa(_cells(16, 2, energy=energy), dict(z=1, groups=2), 2), monkeypatch)
+    assert _taken(s_on) == 0 and "energy model" in _reasons(s_on)
+    assert on == off and float(on[0][-1]["energy_j"]) > 0
 
 
 def test_full_mode_declines_for_want_of_a_batch(monkeypatch) -> None:
