@@ -141,6 +141,34 @@ def test_the_cut_cancels_transfers_on_the_air(monkeypatch) -> None:
     assert any(started[r] > ended[r] for r in started), (started, ended)
 
 
+def test_a_tree_without_download_replays_the_reference(monkeypatch) -> None:
+    """``tree_aggregate`` without a download (every node computes at the start): after a round, CodedSecAgg's tree
+    climbs again from the shares of the epsilon each device holds; both engines give the same arrivals, time, draws
+    and counters."""
+    def make():
+        proto = _csa(_cells(24, 3), dict(z=1, groups=4), 1)()
+        out = {}
+
+        def step():
+            out["got"] = yield from proto.net.tree_aggregate(
+                proto.column_tree, proto._eq13, proto._add, kind="tree_share", root_kind="master_share", first=2,
+                n_elements=proto._size, element_bits=proto._bits, alike=True)
+            out["t"] = proto.env.now                      # (the reference's stale air timeouts run on after it)
+        proto.env.process(step())
+        proto.env.run()
+        got = out["got"]
+        return proto, (repr(out["t"]), [(node.index, repr(value)) for node, value in got.results],
+                       sorted(node.index for node in got.cancelled))
+
+    engine(monkeypatch)
+    on, got_on = make()
+    engine(monkeypatch, ("tree",))
+    off, got_off = make()
+    assert _taken(on.sim) == 2 and _taken(off.sim) == 0
+    assert got_on == got_off and len(got_on[1]) == 2
+    assert _snapshot(on) == _snapshot(off)
+
+
 def test_ties_are_left_to_simpy(monkeypatch) -> None:
     """Identical devices, no loss, deterministic compute: every transfer of a level ends at one instant and two
     children's messages ask for one downlink together; the backend declines (nothing changed) and the reference
