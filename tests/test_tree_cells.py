@@ -16,7 +16,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-import simpy
 
 import fednet.sim.engine.backends.tree as tree_backend
 from fednet.sim.compute import BernoulliDropout, Deterministic, ShiftedExponential

@@ -130,9 +130,10 @@ class TreeReplay(Backend):
         need = len(step.complete) if step.first is None else int(step.first)
         nodes = [devs[v] for v in step.taking_part]
         values, node_macs = run_batch(net, step.batch, nodes, step.download, not step.free, step.name)
-        got = (replay_tree_cells if sim.cells else replay_tree)(net, step.kids, step.parent, step.taking_part, need, step.download, step.download_kind,
-                          step.download_bits, values, node_macs, step.add, step.kind_of, step.root_kind,
-                          step.n_elements, step.element_bits, payload_size, step.combine_batch)
+        replay = replay_tree_cells if sim.cells else replay_tree
+        got = replay(net, step.kids, step.parent, step.taking_part, need, step.download, step.download_kind,
+                     step.download_bits, values, node_macs, step.add, step.kind_of, step.root_kind,
+                     step.n_elements, step.element_bits, payload_size, step.combine_batch)
         if isinstance(got, str):
             at = {v: p for p, v in enumerate(step.taking_part)}
 

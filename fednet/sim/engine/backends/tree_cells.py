@@ -182,7 +182,7 @@ def _forest(sim: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | 
 def tree_cells_reason(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | None],
                       taking_part: Sequence[int]) -> bool | str:
     """``True`` if every cell air the tree's nodes use is idle and round robin (:func:`~.airtime.replayable_air`), else
-    the reason (:func:`~.airtime.cells_air_reason`'s): the check of the cells' state, on the step's few distinct airs."""
+    the reason (:func:`~.airtime.cells_air_reason`'s): the cells' state, checked on the step's few distinct airs."""
     forest = _forest(net.sim, kids, parent, taking_part)
     if all(map(replayable_air, forest.real_airs)):
         return True
