@@ -8,7 +8,7 @@ backends) and with the same devices in ``--cells`` cells of consecutive devices 
 (:mod:`fednet.sim.engine.backends.airtime`): the vectorised gather (conventional FL), the groups backend
 (CodedPaddedFL) and the tree backend (CodedSecAgg's tree of shares, :mod:`fednet.sim.engine.backends.tree_cells`);
 the other backends (the set-ups' exchanges among them) and proportional-fair cells decline and the reference runs.
-CodedSecAgg at D = 1000 in 10 cells, on a loaded 2-core host: 11.4-15.5 ms an epoch on the star, 24-31 ms on the
+CodedSecAgg at D = 1000 in 10 cells, on a loaded 2-core host: 11-19 ms an epoch on the star, 23-32 ms on the
 cells with the tree backend (210-325 ms before, on the reference). Printed per protocol: host CPU milliseconds per
 epoch after the set-up (``time.process_time``, best of ``--repeat``),
 device-epochs per CPU second, the cell/star ratio, and the simulated seconds per epoch of each (the cells' are longer:
