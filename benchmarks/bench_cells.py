@@ -6,9 +6,10 @@ on the papers' star (:func:`fednet.topologies.lte.lte_star`: every device its ow
 backends) and with the same devices in ``--cells`` cells of consecutive devices sharing each cell's airtime
 (:func:`fednet.topologies.lte.lte_cells`, processor sharing, :mod:`fednet.sim.cells`).  Replayed on round-robin cells
 without processes (the airtime by :mod:`fednet.sim.engine.backends.airtime`'s float operations): the vectorised
-gather (conventional FL), the groups backend (CodedPaddedFL's grouped gathers) and the masked backend (LightSecAgg's
-timing-mode round, :mod:`fednet.sim.engine.backends.masked_cells`); the other backends decline and the reference
-runs (CodedSecAgg's tree).  Printed
+gather (conventional FL), the groups backend (CodedPaddedFL's grouped gathers), the masked backend (LightSecAgg's
+timing-mode round, :mod:`fednet.sim.engine.backends.masked_cells`) and the tree backend (CodedSecAgg's tree of
+shares, :mod:`fednet.sim.engine.backends.tree_cells`); the other backends (the set-ups' exchanges among them) and
+proportional-fair cells decline and the reference runs.  Printed
 per protocol: host CPU milliseconds per epoch after the set-up (``time.process_time``, best of ``--repeat``),
 device-epochs per CPU second, the cell/star ratio, and the simulated seconds per epoch of each (the cells' are longer:
 the devices share the air).

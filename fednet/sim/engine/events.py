@@ -162,7 +162,7 @@ def plain_engine(net: Any, *, cells: bool = False) -> bool | str:
                 "replay a one-server star, so the reference processes run")
     if getattr(net.sim, "cells", None) and not cells:
         return ("devices share a cell's airtime (fednet.sim.cells): this backend replays dedicated links (only the "
-                "vectorised gather, the groups backend and the masked backend replay shared airtime), so the reference "
+                "vectorised gather, the groups, masked and tree backends replay shared airtime), so the reference "
                 "processes run")
     sim_type = type(net.sim)
     over = list(net.overridden()) + [f"Simulation.{name}" for name in SIM_METHODS

@@ -5,10 +5,10 @@ step kind      backends, in order                            module
 =============  ============================================  ===============================================
 ``gather``     ``gather`` (with ``batched`` inside)          :mod:`.gather`
 ``groups``     ``groups``                                    :mod:`.groups`
-``tree``       ``gather`` (edgeless trees), ``tree``         :mod:`.tree`
+``tree``       ``gather`` (edgeless trees), ``tree``         :mod:`.tree` (on cells: :mod:`.tree_cells`)
 ``compute``    ``compute``                                   :mod:`.compute`
 ``exchange``   ``bundled``, ``cyclic``, ``relays``           :mod:`.bundled`, :mod:`.cyclic`, :mod:`.relays`
-``masked``     ``masked`` (on cells: :mod:`.masked_cells`)   :mod:`.masked`
+``masked``     ``masked``                                    :mod:`.masked` (on cells: :mod:`.masked_cells`)
 ``buffered``   ``buffered``                                  :mod:`.buffered`
 =============  ============================================  ===============================================
 """

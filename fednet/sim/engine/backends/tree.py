@@ -38,6 +38,11 @@ payloads (``n_elements`` None). The additions run pair by pair through the meter
 path, bit for bit (trace, keyed-draw counters, counters): ``tests/test_tree_replay.py`` and
 ``tests/test_study_modes.py`` and ``tests/test_engine_property.py``.
 
+Shared cells: on a network whose devices share round-robin cells' airtime (:mod:`fednet.sim.cells`) the ``tree``
+backend runs :func:`~.tree_cells.replay_tree_cells` instead, an event loop over the nodes' stages and the cells' airs
+with the same principle (draws looked at, declined before any effect where SimPy's order would decide); busy or
+proportional-fair cells are declined (:func:`~.tree_cells.tree_cells_reason`).
+
 Views: with ``record_views`` the replay declines (recorded in the run's engine paths, ``--explain-engine``) and the
 reference runs: a node's view lists its messages in SimPy's delivery order, which the level-by-level pass does not
 establish.  Study runs keep no views (``Simulation(record_views=False)``), so they replay.
@@ -60,6 +65,7 @@ from ..events import draws_plain, event_at, fast_reason
 from ..results import GatherResult, payload_size, uploaded_elements
 from ..step import Backend, Declined, Step
 from .gather import fast_rounds, run_batch
+from .tree_cells import replay_tree_cells, tree_cells_reason
 
 __all__ = ["EdgelessTree", "TreeReplay", "replay_tree"]
 
@@ -111,7 +117,11 @@ class TreeReplay(Backend):
             return "the network has direct device-to-device links"
         if not draws_plain(sim.streams):
             return "the keyed draws are overridden"
-        return fast_reason(net, [sim.devices[v] for v in step.taking_part])
+        nodes = [sim.devices[v] for v in step.taking_part]
+        if sim.cells:                                         # replay_tree_cells: idle round-robin airs only
+            ok = fast_reason(net, nodes, cells=True)
+            return ok if ok is not True else tree_cells_reason(net, step.kids, step.parent, step.taking_part)
+        return fast_reason(net, nodes)
 
     def run(self, net: Any, step: Step) -> Generator:
         """Execute ``step`` (module docstring); a :class:`~fednet.sim.engine.step.Declined` if it cannot."""
@@ -120,9 +130,10 @@ class TreeReplay(Backend):
         need = len(step.complete) if step.first is None else int(step.first)
         nodes = [devs[v] for v in step.taking_part]
         values, node_macs = run_batch(net, step.batch, nodes, step.download, not step.free, step.name)
-        got = replay_tree(net, step.kids, step.parent, step.taking_part, need, step.download, step.download_kind,
-                          step.download_bits, values, node_macs, step.add, step.kind_of, step.root_kind,
-                          step.n_elements, step.element_bits, payload_size, step.combine_batch)
+        replay = replay_tree_cells if sim.cells else replay_tree
+        got = replay(net, step.kids, step.parent, step.taking_part, need, step.download, step.download_kind,
+                     step.download_bits, values, node_macs, step.add, step.kind_of, step.root_kind,
+                     step.n_elements, step.element_bits, payload_size, step.combine_batch)
         if isinstance(got, str):
             at = {v: p for p, v in enumerate(step.taking_part)}
 
