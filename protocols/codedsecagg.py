@@ -133,7 +133,7 @@ class CodedSecAggState(NodeState):
         The two secrets over GF(q) (Remark 3).
     out_shares, in_shares : list of (phi_j, psi_j)
         Its shares for each device of its group, and those it received (phase 1; freed after combining); in timing
-        mode ``in_shares`` may be a :class:`~fednet.sim.engine.mailbox.Repeated` of one stand-in (the ``cyclic``
+        mode ``in_shares`` may be a :class:`~fednet.algebra.shape.Repeated` of one stand-in (the ``cyclic``
         backend's exchange).
     Phi, Psi : PreparedMatrix (d, d), ndarray (d, c)
         Sums of the shares it holds (Sec. VI-A), kept across rounds.
