@@ -125,6 +125,19 @@ class _Draws:
         self.sim.streams.advance(self.idx[taken], purpose, self.rnd)
 
 
+def _user_steps(step: Step, nodes: list) -> tuple[tuple, tuple, tuple, tuple] | str:
+    """Every user's prepared encoding and local step, run metered (timing mode computes only their stand-ins):
+    ``(encoded, encoding MACs, trained, training MACs)``, one entry per user, or the reason a replay cannot stand for
+    the processes (a step that charged 0 MACs: they raise UnchargedCompute).  Shared by the star and cell replays."""
+    for dev in nodes:
+        step.prepare(dev)
+    encoded, enc_macs = zip(*(_metered(step.encode, dev) for dev in nodes))
+    trained, train_macs = zip(*(_metered(step.local, dev) for dev in nodes))
+    if min(enc_macs) == 0 or min(train_macs) == 0:
+        return "a user's encoding or local step charged 0 MACs (the processes raise UnchargedCompute)"
+    return encoded, enc_macs, trained, train_macs
+
+
 def _seconds(work: Any, rate: np.ndarray, frac: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """:func:`~fednet.sim.compute.compute_seconds` with every node's next uniform ``u`` already looked at."""
     return compute_seconds(np.asarray(work, dtype=float), rate, frac, lambda at: u[at])
@@ -170,13 +183,11 @@ def replay_round(net: Any, step: Step) -> tuple[list[int], list, list, float] | 
         return transmission_times(np.int64(n_bits), rate, over, loss, packet, u, arrays=True)
 
     # -- what each user's steps charge (timing mode: no values computed but the stand-ins) -------------------
-    for dev in nodes:
-        step.prepare(dev)
-    encoded, enc_macs = zip(*(_metered(step.encode, dev) for dev in nodes))
+    charged = _user_steps(step, nodes)
+    if isinstance(charged, str):
+        return charged
+    encoded, enc_macs, trained, train_macs = charged
     theta32 = step.download
-    trained, train_macs = zip(*(_metered(step.local, dev) for dev in nodes))
-    if min(enc_macs) == 0 or min(train_macs) == 0:
-        return "a user's encoding or local step charged 0 MACs (the processes raise UnchargedCompute)"
     # -- the online phase and the mask phase up to the forwards -----------------------------------------------
     n_model = payload_size(theta32)
     s_dm, x_dm = link(n_model * bits_m, rate_d, loss_d, draws.u("downlink"))

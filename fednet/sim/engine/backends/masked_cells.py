@@ -51,7 +51,7 @@ from .. import wire
 from ..mailbox import Mailbox
 from ..results import payload_size
 from .airtime import Air
-from .masked import _Draws, _metered, _seconds
+from .masked import _Draws, _metered, _seconds, _user_steps
 
 __all__ = ["replay_round_cells"]
 
@@ -113,13 +113,11 @@ def _replay(net: Any, step: Any) -> tuple[list[int], list, list, float] | str:
         return s.tolist(), x.tolist()
 
     # -- what each user's steps charge (timing mode: no values computed but the stand-ins) -------------------
-    for dev in nodes:
-        step.prepare(dev)
-    encoded, enc_macs = zip(*(_metered(step.encode, dev) for dev in nodes))
+    charged = _user_steps(step, nodes)
+    if isinstance(charged, str):
+        return charged
+    encoded, enc_macs, trained, train_macs = charged
     theta32 = step.download
-    trained, train_macs = zip(*(_metered(step.local, dev) for dev in nodes))
-    if min(enc_macs) == 0 or min(train_macs) == 0:
-        return "a user's encoding or local step charged 0 MACs (the processes raise UnchargedCompute)"
     # -- every airtime and compute time, the keyed draws looked at -------------------------------------------
     n_model, n_bundle, n_up, n_list = payload_size(theta32), L * (N - 1), int(step.upload_elements), U
     air_s: list[list] = [None] * 6               # per transfer code: seconds per user
@@ -141,6 +139,7 @@ def _replay(net: Any, step: Any) -> tuple[list[int], list, list, float] | str:
     key_of: dict[int, int] = {}
 
     def air_index(real: Any) -> int | None:
+        """The replayed :class:`Air` index of a link's real cell air (one per real air), None on a dedicated link."""
         if real is None:
             return None
         k = key_of.get(id(real))
@@ -160,6 +159,7 @@ def _replay(net: Any, step: Any) -> tuple[list[int], list, list, float] | str:
     seq = [0]
 
     def push(t: float, kind: int, a: int, b: int) -> None:
+        """Queue an event at ``t`` seconds (ties in time broken by the order of queueing)."""
         seq[0] += 1
         heapq.heappush(heap, (t, seq[0], kind, a, b))
 
