@@ -65,7 +65,7 @@ from ..events import draws_plain, event_at, fast_reason
 from ..results import GatherResult, payload_size, uploaded_elements
 from ..step import Backend, Declined, Step
 from .gather import fast_rounds, run_batch
-from .tree_cells import replay_tree_cells, tree_cells_reason
+from .tree_cells import commit_draws_and_download, replay_tree_cells, tree_cells_reason
 
 __all__ = ["EdgelessTree", "TreeReplay", "replay_tree"]
 
@@ -335,17 +335,8 @@ def replay_tree(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, in
     sent = np.zeros(n, dtype=np.int64)
     for L, start, _end, _extra in ups:
         sent[L] = start < tk
-    for purpose, by in (("downlink", by_down), ("compute", by_comp), ("uplink", sent)):
-        took = by > 0
-        if took.any():
-            streams.advance(idx[took], purpose, rnd, by[took])
-    counters.device_macs += macs_done
-    if download is not None:
-        counters.bits_down += down_bits * int(started.sum())
-        counters.messages += int(started.sum())
-        counters.retransmissions += int(down_extra[started].sum())
-        for p in np.flatnonzero(started).tolist():
-            nodes[p].state.received = download
+    commit_draws_and_download(sim, nodes, idx, by_down, by_comp, sent, macs_done, download, down_bits, started,
+                              down_extra)
     finished = [(end < tk, extra, "bits_down") for end, extra in downs]
     finished += [(end <= tk, extra, "bits_up") for _L, _start, end, extra in ups]   # the deciding upload lands at t_k
     for done, extra, bits in finished:

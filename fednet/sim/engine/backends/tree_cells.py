@@ -53,7 +53,7 @@ from fednet.sim.stamp import STAMP
 from .. import wire
 from .airtime import cells_air_reason, replayable_air
 
-__all__ = ["replay_tree_cells", "tree_cells_reason"]
+__all__ = ["replay_tree_cells", "tree_cells_reason", "commit_draws_and_download"]
 
 
 class _Undecided(Exception):
@@ -187,6 +187,26 @@ def tree_cells_reason(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
     if all(map(replayable_air, forest.real_airs)):
         return True
     return cells_air_reason(forest.nodes)
+
+
+def commit_draws_and_download(sim: Any, nodes: Sequence[Any], idx: np.ndarray, by_down: np.ndarray,
+                              by_comp: np.ndarray, sent: np.ndarray, macs_done: int, download: Any, down_bits: int,
+                              landed: np.ndarray, down_extra: np.ndarray) -> None:
+    """The effects a tree replay (star or cells) commits once the round is decided: each node's keyed downlink,
+    compute and uplink draws taken before ``t_k`` (counts per node, positions of ``idx``), the MACs computed, and
+    the downloads that ``landed`` (bits, messages, retransmissions, each device's ``received``)."""
+    for purpose, by in (("downlink", by_down), ("compute", by_comp), ("uplink", sent)):
+        took = by > 0
+        if took.any():
+            sim.streams.advance(idx[took], purpose, sim.round, by[took])
+    counters = sim.counters
+    counters.device_macs += macs_done
+    if download is not None:
+        counters.bits_down += down_bits * int(landed.sum())
+        counters.messages += int(landed.sum())
+        counters.retransmissions += int(down_extra[landed].sum())
+        for p in np.flatnonzero(landed).tolist():
+            nodes[p].state.received = download
 
 
 def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[int, int | None],
@@ -589,17 +609,8 @@ def replay_tree_cells(net: Any, kids: Mapping[int, list[int]], parent: Mapping[i
     by_comp = (own_drew & landed).astype(np.int64) + (add_drew & added).sum(axis=1)
     macs_done = int(own_macs[landed].sum()) + int(add_macs[added].sum())
     sent = (tup_a < tk).astype(np.int64)
-    for purpose, by in (("downlink", by_down), ("compute", by_comp), ("uplink", sent)):
-        took = by > 0
-        if took.any():
-            streams.advance(idx[took], purpose, rnd, by[took])
-    counters.device_macs += macs_done
-    if download is not None:
-        counters.bits_down += down_bits * int(landed.sum())
-        counters.messages += int(landed.sum())
-        counters.retransmissions += int(dextra[0][landed].sum())
-        for p in np.flatnonzero(landed).tolist():
-            nodes[p].state.received = download
+    commit_draws_and_download(sim, nodes, idx, by_down, by_comp, sent, macs_done, download, down_bits, landed,
+                              dextra[0] if download is not None else None)
     relays = np.flatnonzero(arr_a < tk)                       # children's messages delivered before t_k
     counters.bits_down += msg_bits * int(relays.size)
     counters.messages += int(relays.size)
